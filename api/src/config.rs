@@ -1,0 +1,247 @@
+//! `ucp_config_read` / `ucp_config_modify` / `ucp_config_print`: configuration from `ZCX_*` variables.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::status::{Result, Status};
+
+/// How allocated memory uses hugepages (`ZCX_HUGEPAGES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HugepageMode {
+    /// `try`: use hugepages when the pool has them, fall back to base pages with THP advice.
+    Try,
+    /// `yes`: allocation fails with `NO_MEMORY` when hugepages cannot back it.
+    Yes,
+    /// `no`: base pages only.
+    No,
+}
+
+/// A known configuration variable: its name without the prefix, its default and what it means.
+struct Known {
+    name: &'static str,
+    default: &'static str,
+    doc: &'static str,
+}
+
+const PREFIX: &str = "ZCX_";
+
+const KNOWN: &[Known] = &[
+    Known {
+        name: "TLS",
+        default: "all",
+        doc: "Comma-separated transports to use (shm, uring, dpdk, verbs, all); a leading ^ excludes them",
+    },
+    Known {
+        name: "HUGEPAGES",
+        default: "try",
+        doc: "Back allocated memory with hugepages: try, yes (fail without them) or no",
+    },
+    Known {
+        name: "HUGEPAGE_SIZE",
+        default: "2M",
+        doc: "Hugepage size for allocations: 2M or 1G",
+    },
+    Known {
+        name: "RCACHE_ENABLE",
+        default: "y",
+        doc: "Reuse registrations of the same or a containing region (registration cache): y or n",
+    },
+    Known {
+        name: "LOG_LEVEL",
+        default: "warn",
+        doc: "Log level of the zcx binaries (error, warn, info, debug, trace)",
+    },
+];
+
+/// zcx configuration, read from the environment the way UCX reads `UCX_*` (`ucp_config_t`).
+#[derive(Clone, Debug)]
+pub struct Config {
+    values: BTreeMap<&'static str, String>,
+    unknown: Vec<String>,
+}
+
+impl Config {
+    /// `ucp_config_read(NULL, NULL, ..)`: defaults overridden by `ZCX_*` environment variables.
+    ///
+    /// A `ZCX_*` variable zcx does not know is reported with a warning and kept in
+    /// [`Config::unknown_variables`], as UCX warns about unused `UCX_*` variables.
+    pub fn from_env() -> Result<Config> {
+        Self::from_vars(std::env::vars())
+    }
+
+    /// Builds a configuration from `(name, value)` pairs as if they were the environment.
+    pub fn from_vars<I, K, V>(vars: I) -> Result<Config>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut config = Config::default();
+        for (key, value) in vars {
+            let Some(name) = key.as_ref().strip_prefix(PREFIX) else {
+                continue;
+            };
+            if KNOWN.iter().any(|k| k.name == name) {
+                config.modify(name, value.as_ref())?;
+            } else {
+                tracing::warn!(variable = key.as_ref(), "unknown zcx configuration variable ignored");
+                config.unknown.push(key.as_ref().to_owned());
+            }
+        }
+        Ok(config)
+    }
+
+    /// `ucp_config_modify`: sets one variable (name with or without the `ZCX_` prefix).
+    /// An unknown name → `NO_ELEM`; a value the variable cannot take → `INVALID_PARAM`.
+    pub fn modify(&mut self, name: &str, value: &str) -> Result<()> {
+        let name = name.strip_prefix(PREFIX).unwrap_or(name);
+        let known = KNOWN.iter().find(|k| k.name == name).ok_or(Status::NoElem)?;
+        validate(known.name, value)?;
+        self.values.insert(known.name, value.trim().to_owned());
+        Ok(())
+    }
+
+    /// The current value of a variable (name with or without the prefix).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        let name = name.strip_prefix(PREFIX).unwrap_or(name);
+        self.values.get(name).map(String::as_str)
+    }
+
+    /// `ZCX_*` variables found in the environment that zcx does not know.
+    pub fn unknown_variables(&self) -> &[String] {
+        &self.unknown
+    }
+
+    /// `ZCX_TLS` as a list of transport names; `all` when unset.
+    pub fn transports(&self) -> Vec<String> {
+        self.get("TLS")
+            .unwrap_or("all")
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+
+    /// `ZCX_HUGEPAGES`.
+    pub fn hugepages(&self) -> HugepageMode {
+        match self.get("HUGEPAGES").unwrap_or("try") {
+            "yes" | "y" | "on" | "1" => HugepageMode::Yes,
+            "no" | "n" | "off" | "0" => HugepageMode::No,
+            _ => HugepageMode::Try,
+        }
+    }
+
+    /// `ZCX_HUGEPAGE_SIZE` in bytes.
+    pub fn hugepage_size(&self) -> usize {
+        match self.get("HUGEPAGE_SIZE").unwrap_or("2M") {
+            "1G" | "1g" | "1GB" => 1 << 30,
+            _ => 2 << 20,
+        }
+    }
+
+    /// `ZCX_RCACHE_ENABLE`.
+    pub fn rcache_enabled(&self) -> bool {
+        parse_bool(self.get("RCACHE_ENABLE").unwrap_or("y")).unwrap_or(true)
+    }
+
+    /// `ucp_config_print`: every variable with its value and meaning, one per line, as `KEY=value`.
+    pub fn print(&self) -> String {
+        let mut out = String::from("#\n# zcx configuration\n#\n");
+        for known in KNOWN {
+            let value = self.values.get(known.name).map(String::as_str).unwrap_or(known.default);
+            let _ = writeln!(out, "# {}\n{PREFIX}{}={value}\n", known.doc, known.name);
+        }
+        for unknown in &self.unknown {
+            let _ = writeln!(out, "# unknown (ignored): {unknown}");
+        }
+        out
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let values = KNOWN.iter().map(|k| (k.name, k.default.to_owned())).collect();
+        Config { values, unknown: Vec::new() }
+    }
+}
+
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" | "on" | "1" | "true" => Some(true),
+        "n" | "no" | "off" | "0" | "false" => Some(false),
+        _ => None,
+    }
+}
+
+fn validate(name: &str, value: &str) -> Result<()> {
+    let value = value.trim();
+    let ok = match name {
+        "HUGEPAGES" => matches!(value, "try" | "yes" | "y" | "on" | "1" | "no" | "n" | "off" | "0"),
+        "HUGEPAGE_SIZE" => matches!(value, "2M" | "2m" | "2MB" | "1G" | "1g" | "1GB"),
+        "RCACHE_ENABLE" => parse_bool(value).is_some(),
+        "TLS" => value.split(',').map(str::trim).filter(|s| !s.is_empty()).all(|t| {
+            matches!(t.trim_start_matches('^'), "all" | "shm" | "uring" | "tcp" | "dpdk" | "verbs")
+        }),
+        "LOG_LEVEL" => matches!(value, "error" | "warn" | "info" | "debug" | "trace"),
+        _ => true,
+    };
+    if ok {
+        Ok(())
+    } else {
+        tracing::warn!(variable = name, value, "invalid value for zcx configuration variable");
+        Err(Status::InvalidParam)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let c = Config::default();
+        assert_eq!(c.hugepages(), HugepageMode::Try);
+        assert!(c.rcache_enabled());
+        assert_eq!(c.transports(), vec!["all".to_owned()]);
+        assert_eq!(c.hugepage_size(), 2 << 20);
+    }
+
+    #[test]
+    fn reads_known_and_reports_unknown_variables() {
+        let c = Config::from_vars([
+            ("ZCX_HUGEPAGES", "no"),
+            ("ZCX_RCACHE_ENABLE", "n"),
+            ("ZCX_TLS", "shm,uring"),
+            ("ZCX_TYPO_VARIABLE", "1"),
+            ("PATH", "/bin"),
+        ])
+        .unwrap();
+        assert_eq!(c.hugepages(), HugepageMode::No);
+        assert!(!c.rcache_enabled());
+        assert_eq!(c.transports(), vec!["shm".to_owned(), "uring".to_owned()]);
+        assert_eq!(c.unknown_variables(), ["ZCX_TYPO_VARIABLE".to_owned()]);
+        assert!(c.print().contains("ZCX_TYPO_VARIABLE"));
+    }
+
+    #[test]
+    fn bad_values_are_invalid_param() {
+        assert_eq!(Config::from_vars([("ZCX_HUGEPAGES", "maybe")]).unwrap_err(), Status::InvalidParam);
+        assert_eq!(Config::from_vars([("ZCX_TLS", "carrier-pigeon")]).unwrap_err(), Status::InvalidParam);
+        let mut c = Config::default();
+        assert_eq!(c.modify("ZCX_NOPE", "1"), Err(Status::NoElem));
+        assert_eq!(c.modify("RCACHE_ENABLE", "perhaps"), Err(Status::InvalidParam));
+        c.modify("ZCX_HUGEPAGES", "yes").unwrap();
+        assert_eq!(c.hugepages(), HugepageMode::Yes);
+    }
+
+    #[test]
+    fn print_lists_every_variable_with_its_value() {
+        let mut c = Config::default();
+        c.modify("TLS", "^dpdk").unwrap();
+        let text = c.print();
+        for k in KNOWN {
+            assert!(text.contains(&format!("ZCX_{}=", k.name)), "{} missing", k.name);
+        }
+        assert!(text.contains("ZCX_TLS=^dpdk"));
+    }
+}

@@ -1,0 +1,184 @@
+//! `ucp_init` / `ucp_cleanup`: the application context that owns memory registrations.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use bitflags::bitflags;
+use zcx_dataplane::{RcacheStats, RegistrationCache};
+
+use crate::config::Config;
+use crate::mem::{Allocation, Registration};
+use crate::status::{Result, Status};
+
+bitflags! {
+    /// `UCP_FEATURE_*`, same bit values: what the application will use.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct Features: u64 {
+        /// `UCP_FEATURE_TAG`
+        const TAG = 1 << 0;
+        /// `UCP_FEATURE_RMA`
+        const RMA = 1 << 1;
+        /// `UCP_FEATURE_AMO32`
+        const AMO32 = 1 << 2;
+        /// `UCP_FEATURE_AMO64`
+        const AMO64 = 1 << 3;
+        /// `UCP_FEATURE_WAKEUP`
+        const WAKEUP = 1 << 4;
+        /// `UCP_FEATURE_STREAM`
+        const STREAM = 1 << 5;
+        /// `UCP_FEATURE_AM`
+        const AM = 1 << 6;
+        /// `UCP_FEATURE_EXPORTED_MEMH`: needed to pack handles with `EXPORT` and to import them.
+        const EXPORTED_MEMH = 1 << 7;
+    }
+}
+
+/// `ucp_params_t`.
+#[derive(Clone, Debug, Default)]
+pub struct ContextParams {
+    /// `features` (`UCP_PARAM_FIELD_FEATURES`).
+    pub features: Features,
+    /// `name` (`UCP_PARAM_FIELD_NAME`); shows in logs and `zcx info`.
+    pub name: Option<String>,
+}
+
+impl ContextParams {
+    /// Parameters requesting `features`.
+    pub fn new(features: Features) -> Self {
+        ContextParams { features, name: None }
+    }
+}
+
+/// This process as a same-host peer sees it: what goes into shared-memory locators.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LocalIdentity {
+    pub boot_id: Option<[u8; 16]>,
+    pub pid: u32,
+    pub pid_start_time: u64,
+}
+
+pub(crate) struct ContextInner {
+    pub id: [u8; 16],
+    pub name: String,
+    pub features: Features,
+    pub config: Config,
+    pub identity: LocalIdentity,
+    pub rcache: RegistrationCache<Registration>,
+    /// Live allocations (and imports) by start address, to find the memfd behind a registered range.
+    pub allocations: Mutex<BTreeMap<usize, Weak<Allocation>>>,
+    next_id: AtomicU64,
+}
+
+/// `ucp_context_h`: the application context (`ucp_init`); dropping the last clone is `ucp_cleanup`.
+///
+/// Memory handles and remote keys keep the context's internals alive, so the context may be dropped
+/// before them.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl Context {
+    /// `ucp_init`: a context with `params` and `config` (see [`Config::from_env`]).
+    pub fn new(params: &ContextParams, config: &Config) -> Result<Context> {
+        if params.features.is_empty() {
+            tracing::warn!("context created with no features requested");
+        }
+        let pid = std::process::id();
+        let identity = LocalIdentity {
+            boot_id: zcx_control::local_boot_id(),
+            pid,
+            pid_start_time: zcx_control::process_start_time(pid).unwrap_or(0),
+        };
+        let inner = ContextInner {
+            id: random_bytes()?,
+            name: params.name.clone().unwrap_or_else(|| format!("zcx-{pid}")),
+            features: params.features,
+            config: config.clone(),
+            identity,
+            rcache: RegistrationCache::new(config.rcache_enabled()),
+            allocations: Mutex::new(BTreeMap::new()),
+            next_id: AtomicU64::new(1),
+        };
+        tracing::debug!(name = inner.name, features = ?inner.features, "context created");
+        Ok(Context { inner: Arc::new(inner) })
+    }
+
+    /// `ucp_init` with the features and the environment's configuration.
+    pub fn with_features(features: Features) -> Result<Context> {
+        Context::new(&ContextParams::new(features), &Config::from_env()?)
+    }
+
+    /// The features requested at creation.
+    pub fn features(&self) -> Features {
+        self.inner.features
+    }
+
+    /// The context's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Registration cache counters (an extension; UCX shows them in its statistics).
+    pub fn rcache_stats(&self) -> RcacheStats {
+        self.inner.rcache.stats()
+    }
+}
+
+impl ContextInner {
+    /// A fresh id for a memory handle or registration, unique within this context.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Records a live allocation so registrations of its sub-ranges find its memfd.
+    pub fn track_allocation(&self, allocation: &Arc<Allocation>) {
+        self.allocations_lock().insert(allocation.start(), Arc::downgrade(allocation));
+    }
+
+    /// Forgets the allocation starting at `start` once it is gone.
+    pub fn untrack_allocation(&self, start: usize) {
+        let mut map = self.allocations_lock();
+        if map.get(&start).is_some_and(|w| w.strong_count() == 0) {
+            map.remove(&start);
+        }
+    }
+
+    /// The live allocation containing `[start, end)`, if any.
+    pub fn allocation_containing(&self, start: usize, end: usize) -> Option<Arc<Allocation>> {
+        let map = self.allocations_lock();
+        let (_, weak) = map.range(..=start).next_back()?;
+        let allocation = weak.upgrade()?;
+        (end <= allocation.start() + allocation.mapping().mapped_len()).then_some(allocation)
+    }
+
+    fn allocations_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, Weak<Allocation>>> {
+        // Every mutation is a single insert/remove: a poisoned map is still consistent.
+        self.allocations.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// 16 bytes from the kernel's CSPRNG (`getrandom(2)`): context ids and access keys must be unguessable.
+pub(crate) fn random_bytes() -> Result<[u8; 16]> {
+    let mut buf = [0u8; 16];
+    let mut filled = 0;
+    while filled < buf.len() {
+        // SAFETY: the pointer and length describe the unfilled tail of `buf`, which is writable.
+        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(crate::status::fail_with(Status::IoError, format!("getrandom failed: {err}")));
+        }
+        filled += n as usize;
+    }
+    Ok(buf)
+}

@@ -1,0 +1,47 @@
+//! zcx — a kernel-bypass userspace transport with UCX's UCP API shape.
+//!
+//! This crate is the public API. Its names follow UCP so a UCX user finds each call where they
+//! expect it:
+//!
+//! | UCP | zcx |
+//! |---|---|
+//! | `ucp_config_read`, `ucp_config_modify`, `ucp_config_print` | [`Config::from_env`], [`Config::modify`], [`Config::print`] |
+//! | `ucp_init`, `ucp_cleanup` | [`Context::new`], `Drop` |
+//! | `ucp_mem_map`, `ucp_mem_unmap` | [`Context::mem_map`] with [`MemMapParams`], [`MemHandle::unmap`] or `Drop` |
+//! | `ucp_mem_query`, `ucp_mem_advise` | [`MemHandle::query`], [`MemHandle::advise`] |
+//! | `ucp_memh_pack` (+`EXPORT`), `ucp_memh_buffer_release` | [`MemHandle::pack`], `Drop` of [`PackedBuffer`] |
+//! | `ucp_rkey_pack`, `ucp_rkey_buffer_release` | [`MemHandle::rkey_pack`], `Drop` |
+//! | `ucp_ep_rkey_unpack`, `ucp_rkey_ptr`, `ucp_rkey_compare`, `ucp_rkey_destroy` | [`Context::rkey_unpack`], [`RemoteKey::ptr`], [`Context::rkey_compare`], `Drop` |
+//! | `ucs_status_t`, `ucs_status_string` | [`Status`], [`status_string`] |
+//! | `photon_register_buffer` & co | [`photon`] |
+//!
+//! ```no_run
+//! use zcx::{Context, Features, MemMapParams, MemhPackFlags};
+//! let ctx = Context::with_features(Features::RMA)?;
+//! let memh = ctx.mem_map(&MemMapParams::alloc(1 << 20))?;
+//! let packed = memh.pack(MemhPackFlags::empty())?; // send these bytes to a peer
+//! let rkey = ctx.rkey_unpack(&packed)?;            // ... which unpacks them
+//! let local = rkey.ptr(memh.address() as u64)?;    // same host: a direct pointer
+//! # let _ = local;
+//! # Ok::<(), zcx::Status>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod config;
+mod context;
+mod mem;
+pub mod photon;
+mod rkey;
+pub mod status;
+
+pub use config::{Config, HugepageMode};
+pub use context::{Context, ContextParams, Features};
+pub use mem::{
+    MemAdvice, MemAdviseParams, MemAttr, MemHandle, MemMapFlags, MemMapParams, MemhPackFlags, MemoryType,
+    PackedBuffer, Prot,
+};
+pub use rkey::{RemoteKey, RkeyCompareParams};
+pub use status::{last_error_detail, status_string, Result, Status};
+pub use zcx_dataplane::RcacheStats;
+pub use zcx_hugepages::PageSize;

@@ -1,0 +1,64 @@
+//! Finding and mapping a same-host peer's memfd-backed memory (for `rkey_ptr` and imports).
+//!
+//! The peer's memfd is opened through `/proc/<pid>/fd/<fd>`: the kernel only allows that to the same
+//! user (or root), there is no world-readable name in /dev/shm, and the region dies with its owner.
+//! Boot id, process start time and the file's device and inode are all checked, so a recycled pid
+//! or fd number is refused instead of mapping somebody else's memory.
+
+use std::ffi::CString;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use zcx_control::ShmLocator;
+use zcx_hugepages::{Mapping, PageSize, Placement};
+
+use crate::context::LocalIdentity;
+use crate::mem::registration::{fstat_identity, Allocation};
+use crate::status::{fail_with, Result, Status};
+
+/// The locator a peer needs to map `[address, address + length)` of `allocation`, if it is memfd-backed.
+pub(crate) fn locator_for(identity: &LocalIdentity, allocation: &Allocation, address: usize) -> Option<ShmLocator> {
+    let boot_id = identity.boot_id?;
+    let (dev, inode) = allocation.memfd_identity()?;
+    let fd = allocation.mapping().memfd()?;
+    Some(ShmLocator {
+        boot_id,
+        pid: identity.pid,
+        pid_start_time: identity.pid_start_time,
+        fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
+        inode,
+        dev,
+        map_offset: (address - allocation.start()) as u64,
+        map_len: allocation.mapping().mapped_len() as u64,
+        page_size: allocation.mapping().page_size().bytes() as u64,
+    })
+}
+
+/// Maps the whole memfd a locator names. `UNREACHABLE` when it is on another host, its owner is gone,
+/// or the kernel refuses access; `INVALID_PARAM` when the locator contradicts itself.
+pub(crate) fn map_peer_memfd(identity: &LocalIdentity, locator: &ShmLocator) -> Result<Mapping> {
+    if identity.boot_id != Some(locator.boot_id) {
+        return Err(fail_with(Status::Unreachable, "the region is on another host (boot id differs)".into()));
+    }
+    let start_time_matches =
+        || zcx_control::process_start_time(locator.pid) == Some(locator.pid_start_time);
+    if !start_time_matches() {
+        return Err(fail_with(Status::Unreachable, format!("process {} is gone", locator.pid)));
+    }
+    let path = format!("/proc/{}/fd/{}", locator.pid, locator.fd);
+    let c_path = CString::new(path.clone()).map_err(|_| Status::InvalidParam)?;
+    // SAFETY: `c_path` is a valid NUL-terminated string; open has no other memory effects.
+    let raw = unsafe { libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if raw < 0 {
+        let err = std::io::Error::last_os_error();
+        return Err(fail_with(Status::Unreachable, format!("cannot open {path}: {err}")));
+    }
+    // SAFETY: `raw` is a file descriptor open() just returned, owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    if fstat_identity(raw) != Some((locator.dev, locator.inode)) || !start_time_matches() {
+        return Err(fail_with(Status::Unreachable, format!("{path} is no longer the exported region")));
+    }
+    let page_size = PageSize::from_bytes(locator.page_size as usize).ok_or(Status::InvalidParam)?;
+    let len = usize::try_from(locator.map_len).map_err(|_| Status::InvalidParam)?;
+    Mapping::from_memfd(fd, 0, len, page_size, Placement::Anywhere)
+        .map_err(|e| fail_with(Status::Unreachable, format!("cannot map {path}: {e}")))
+}

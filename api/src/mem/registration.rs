@@ -1,0 +1,109 @@
+//! Registrations and the allocations behind them.
+//!
+//! An [`Allocation`] is memory zcx mapped itself (memfd-backed, so same-host peers can map it) or a
+//! peer's memory it imported. A [`Registration`] is a range registered with the transports; the
+//! registration cache shares one among every handle of the same range or a sub-range. Both are
+//! reference counted: the memory stays mapped while any handle, registration or key uses it.
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use zcx_hugepages::Mapping;
+
+use crate::context::ContextInner;
+use crate::mem::Prot;
+
+/// Memory mapped by zcx: allocated here or imported from a peer's exported handle.
+pub(crate) struct Allocation {
+    ctx: Arc<ContextInner>,
+    mapping: Mapping,
+    /// `(st_dev, st_ino)` of the memfd, so a peer opening it through /proc can check it got this one.
+    memfd_identity: Option<(u64, u64)>,
+}
+
+impl Allocation {
+    pub fn new(ctx: &Arc<ContextInner>, mapping: Mapping) -> Arc<Allocation> {
+        let memfd_identity = mapping.memfd().and_then(|fd| fstat_identity(fd.as_raw_fd()));
+        let allocation = Arc::new(Allocation { ctx: Arc::clone(ctx), mapping, memfd_identity });
+        ctx.track_allocation(&allocation);
+        allocation
+    }
+
+    pub fn start(&self) -> usize {
+        self.mapping.addr()
+    }
+
+    pub fn mapping(&self) -> &Mapping {
+        &self.mapping
+    }
+
+    pub fn memfd_identity(&self) -> Option<(u64, u64)> {
+        self.memfd_identity
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        self.ctx.untrack_allocation(self.mapping.addr());
+    }
+}
+
+/// A range registered with the transports (today: with the shared-memory locator only; the io_uring,
+/// DPDK and verbs keys join here).
+pub(crate) struct Registration {
+    ctx: Arc<ContextInner>,
+    pub id: u64,
+    pub start: usize,
+    pub end: usize,
+    pub prot: Prot,
+    /// The zcx allocation that contains the range, when there is one.
+    pub backing: Option<Arc<Allocation>>,
+    /// Pages pinned with `mlock` for this registration (caller memory with `LOCK`).
+    locked: bool,
+}
+
+impl Registration {
+    pub fn new(
+        ctx: &Arc<ContextInner>,
+        start: usize,
+        end: usize,
+        prot: Prot,
+        backing: Option<Arc<Allocation>>,
+        locked: bool,
+    ) -> Arc<Registration> {
+        let registration =
+            Arc::new(Registration { ctx: Arc::clone(ctx), id: ctx.next_id(), start, end, prot, backing, locked });
+        ctx.rcache.insert(start, end, prot.bits(), &registration);
+        tracing::trace!(id = registration.id, start, end, "registered");
+        registration
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if self.locked {
+            // SAFETY: the range was locked by this registration and is still mapped: the registration
+            // keeps its backing allocation alive, and caller memory must outlive its handles (the
+            // contract of `MemMapParams::address`).
+            let rc = unsafe { libc::munlock(self.start as *const libc::c_void, self.end - self.start) };
+            if rc != 0 {
+                tracing::warn!(err = %std::io::Error::last_os_error(), "munlock failed");
+            }
+        }
+        self.ctx.rcache.remove_dead(self.start);
+        tracing::trace!(id = self.id, "deregistered");
+    }
+}
+
+/// `(st_dev, st_ino)` of an open file.
+pub(crate) fn fstat_identity(fd: i32) -> Option<(u64, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is a valid out-pointer for one `stat`; fstat only writes it.
+    let rc = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: fstat returned 0, so it initialised `st`.
+    let st = unsafe { st.assume_init() };
+    Some((st.st_dev, st.st_ino))
+}

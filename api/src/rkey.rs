@@ -1,0 +1,126 @@
+//! `ucp_rkey_h`: remote keys — unpack, `rkey_ptr`, compare, destroy.
+
+use std::cmp::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use zcx_control::RkeyWire;
+use zcx_hugepages::Mapping;
+
+use crate::context::{Context, ContextInner};
+use crate::mem::map_peer_memfd;
+use crate::mem::{MemoryType, Prot};
+use crate::status::{fail_with, Result, Status};
+
+/// `ucp_rkey_h`: what a peer's packed key says about its region. Dropping it is `ucp_rkey_destroy`
+/// (and unmaps the local view `ptr` created, if any).
+pub struct RemoteKey {
+    ctx: Arc<ContextInner>,
+    wire: RkeyWire,
+    /// The peer's memfd mapped here, made on the first `ptr` call.
+    local_view: OnceLock<std::result::Result<Mapping, Status>>,
+}
+
+/// `ucp_rkey_compare_params_t`: `field_mask` must be zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RkeyCompareParams {
+    /// Must currently be 0, as in UCP; anything else → `INVALID_PARAM`.
+    pub field_mask: u64,
+}
+
+impl Context {
+    /// `ucp_ep_rkey_unpack`, against the context until endpoints exist: checks and decodes a packed
+    /// key. Truncated, oversized, corrupted or foreign bytes → `INVALID_PARAM`.
+    pub fn rkey_unpack(&self, packed: &[u8]) -> Result<RemoteKey> {
+        let wire = RkeyWire::decode(packed)
+            .map_err(|e| fail_with(Status::InvalidParam, format!("bad packed remote key: {e}")))?;
+        if let Some(shm) = &wire.shm {
+            if shm.map_offset.checked_add(wire.length).is_none_or(|end| end > shm.map_len) {
+                return Err(fail_with(Status::InvalidParam, "packed remote key lies outside its memfd".into()));
+            }
+        }
+        Ok(RemoteKey { ctx: Arc::clone(&self.inner), wire, local_view: OnceLock::new() })
+    }
+
+    /// `ucp_rkey_compare`: a total order over keys of this context, equal for keys of the same
+    /// region. Keys unpacked by another context, or a non-zero `field_mask` → `INVALID_PARAM`.
+    pub fn rkey_compare(&self, a: &RemoteKey, b: &RemoteKey, params: &RkeyCompareParams) -> Result<Ordering> {
+        if params.field_mask != 0 {
+            return Err(fail_with(Status::InvalidParam, "rkey_compare: field_mask must be 0".into()));
+        }
+        if !Arc::ptr_eq(&a.ctx, &self.inner) || !Arc::ptr_eq(&b.ctx, &self.inner) {
+            return Err(fail_with(Status::InvalidParam, "rkey_compare: keys of another context".into()));
+        }
+        Ok(a.identity().cmp(&b.identity()))
+    }
+}
+
+impl RemoteKey {
+    /// `ucp_rkey_ptr`: a local pointer to the peer's byte at `raddr`.
+    ///
+    /// `UNREACHABLE` when the region cannot be mapped here (not memfd-backed, another host, owner
+    /// gone); `INVALID_ADDR` when `raddr` is outside the region. The pointer stays valid while this
+    /// key lives; accesses through it race with the owner's, as with any shared memory.
+    pub fn ptr(&self, raddr: u64) -> Result<*mut u8> {
+        let Some(locator) = &self.wire.shm else {
+            return Err(Status::Unreachable);
+        };
+        let offset = raddr.wrapping_sub(self.wire.base);
+        if raddr < self.wire.base || offset >= self.wire.length {
+            return Err(Status::InvalidAddr);
+        }
+        let view = self.local_view.get_or_init(|| map_peer_memfd(&self.ctx.identity, locator));
+        let mapping = view.as_ref().map_err(|status| *status)?;
+        // rkey_unpack checked that map_offset + length fits in map_len, so this stays inside the view.
+        let index = usize::try_from(locator.map_offset + offset).map_err(|_| Status::InvalidAddr)?;
+        debug_assert!(index < mapping.mapped_len());
+        // SAFETY: `index` < map_offset + length <= map_len == mapping.mapped_len(), so the result
+        // points inside the live mapping.
+        Ok(unsafe { mapping.as_ptr().add(index) })
+    }
+
+    /// The remote address of the region's first byte.
+    pub fn base(&self) -> u64 {
+        self.wire.base
+    }
+
+    /// The region's length.
+    pub fn length(&self) -> u64 {
+        self.wire.length
+    }
+
+    /// The protection the owner mapped the region with.
+    pub fn prot(&self) -> Prot {
+        Prot::from_bits_truncate(self.wire.prot)
+    }
+
+    /// The region's memory type.
+    pub fn memory_type(&self) -> MemoryType {
+        MemoryType::from_raw(self.wire.mem_type).unwrap_or(MemoryType::Unknown)
+    }
+
+    /// True when the region can be mapped by a same-host process (the key carries a shm locator).
+    pub fn is_shareable(&self) -> bool {
+        self.wire.shm.is_some()
+    }
+
+    /// The decoded wire form (for transports that check keys on the target side).
+    pub fn wire(&self) -> &RkeyWire {
+        &self.wire
+    }
+
+    fn identity(&self) -> (&[u8; 16], u64, u64, u64, u32, &[u8; 16]) {
+        let w = &self.wire;
+        (&w.context_id, w.region_id, w.base, w.length, w.prot, &w.access_key)
+    }
+}
+
+impl std::fmt::Debug for RemoteKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteKey")
+            .field("region_id", &self.wire.region_id)
+            .field("base", &format_args!("{:#x}", self.wire.base))
+            .field("length", &self.wire.length)
+            .field("shareable", &self.wire.shm.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,126 @@
+//! `zcx info`: what this host offers zcx, like `ucx_info -v -d -c`.
+
+use std::fmt::Write as _;
+
+use clap::Args;
+use zcx::{Config, Context, ContextParams, Features, MemMapParams, MemhPackFlags};
+
+/// Options of `zcx info`; with none, every section is printed.
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    /// Print the version (`ucx_info -v`).
+    #[arg(short = 'v', long)]
+    version: bool,
+    /// Print memory: hugepage pools and the memlock limit.
+    #[arg(short = 'm', long)]
+    memory: bool,
+    /// Print transports: compiled in, and usable on this host (`ucx_info -d`).
+    #[arg(short = 'd', long)]
+    devices: bool,
+    /// Print the configuration (`ucx_info -c`).
+    #[arg(short = 'c', long)]
+    config: bool,
+}
+
+pub fn run(args: &InfoArgs) -> Result<(), String> {
+    let all = !(args.version || args.memory || args.devices || args.config);
+    let config = Config::from_env().map_err(|s| format!("bad ZCX_* configuration: {s}"))?;
+    let mut out = String::new();
+    if all || args.version {
+        let _ = writeln!(out, "# zcx version {}", env!("CARGO_PKG_VERSION"));
+    }
+    if all || args.memory {
+        memory_section(&mut out);
+    }
+    if all || args.devices {
+        transport_section(&mut out, &config);
+    }
+    if all || args.config {
+        out.push_str(&config.print());
+    }
+    print!("{out}");
+    Ok(())
+}
+
+fn memory_section(out: &mut String) {
+    let _ = writeln!(out, "#\n# Memory\n#");
+    let pools = zcx_hugepages::pools();
+    if pools.is_empty() {
+        let _ = writeln!(out, "#   hugepage pools: none (no /sys/kernel/mm/hugepages)");
+    }
+    for pool in pools {
+        let _ = writeln!(
+            out,
+            "#   hugepages {:>9}: {} free of {} (reserved {}, surplus {})",
+            human_bytes(pool.page_size_bytes as u64),
+            pool.free,
+            pool.total,
+            pool.reserved,
+            pool.surplus
+        );
+    }
+    let (soft, hard) = zcx_hugepages::memlock_limit();
+    let cap = if zcx_hugepages::has_cap_ipc_lock() { "yes (limit bypassed)" } else { "no" };
+    let _ = writeln!(out, "#   RLIMIT_MEMLOCK: {} soft, {} hard; CAP_IPC_LOCK: {cap}", limit(soft), limit(hard));
+    let _ = writeln!(out, "#   base page size: {}", human_bytes(zcx_hugepages::base_page_size() as u64));
+}
+
+fn transport_section(out: &mut String, config: &Config) {
+    let _ = writeln!(out, "#\n# Transports (ZCX_TLS={})\n#", config.transports().join(","));
+    let _ = writeln!(out, "#   shm    compiled  {}", shm_usable(config));
+    let uring = zcx_dataplane::probe_uring();
+    let uring_state = if uring.available {
+        format!(
+            "usable (send_zc: {}, fixed buffers: {}, recv: {})",
+            yes_no(uring.send_zc),
+            yes_no(uring.fixed_buffers),
+            yes_no(uring.recv)
+        )
+    } else {
+        "unusable: io_uring_setup failed".to_owned()
+    };
+    let _ = writeln!(out, "#   uring  compiled  {uring_state}");
+    let _ = writeln!(out, "#   dpdk   not compiled (cargo feature `dpdk`)");
+    let _ = writeln!(out, "#   verbs  not compiled (cargo feature `verbs`)");
+}
+
+/// shm is usable when this process can allocate memfd-backed memory and make a shareable key of it.
+fn shm_usable(config: &Config) -> String {
+    let probe = || -> zcx::Result<bool> {
+        let ctx = Context::new(&ContextParams::new(Features::RMA), config)?;
+        let memh = ctx.mem_map(&MemMapParams::alloc(4096))?;
+        let rkey = ctx.rkey_unpack(&memh.pack(MemhPackFlags::empty())?)?;
+        Ok(rkey.is_shareable())
+    };
+    match probe() {
+        Ok(true) => "usable (memfd, same-host rkey_ptr)".to_owned(),
+        Ok(false) => "unusable: memory is not shareable (no boot id?)".to_owned(),
+        Err(status) => format!("unusable: {status}"),
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn limit(bytes: u64) -> String {
+    if bytes == u64::MAX {
+        "unlimited".to_owned()
+    } else {
+        human_bytes(bytes)
+    }
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (size, unit) in UNITS {
+        if bytes >= size && bytes % size == 0 {
+            return format!("{} {unit}", bytes / size);
+        }
+    }
+    format!("{bytes} B")
+}

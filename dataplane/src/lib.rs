@@ -1,0 +1,14 @@
+//! zcx dataplane: the machinery below the public API that moves bytes.
+//!
+//! Today it holds the registration cache shared by every transport and the io_uring feature probe;
+//! the transports (shm, io_uring sockets, DPDK, verbs) and the sans-IO protocol state machines
+//! (active messages, tag matching, stream, rendezvous, RMA emulation, datagram reliability) plug in
+//! here behind one transport trait. Nothing in this crate knows the public `zcx` types.
+
+#![warn(missing_docs)]
+
+pub mod rcache;
+pub mod uring_probe;
+
+pub use rcache::{RcacheStats, RegistrationCache};
+pub use uring_probe::{probe_uring, UringSupport};
