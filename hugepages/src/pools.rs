@@ -100,9 +100,10 @@ pub(crate) fn shortage_reason(page: PageSize, pages_needed: usize, failure: &str
     } else {
         dir.join("nr_hugepages").display().to_string()
     };
+    let plural = if pages_needed == 1 { "" } else { "s" };
     format!(
-        "{failure}; need {pages_needed} pages, pool has {} free of {} pages ({} of the free ones reserved by \
-         other mappings); reserve with echo N > {knob}",
+        "{failure}; need {pages_needed} page{plural}, pool has {} free of {} pages ({} of the free ones reserved \
+         by other mappings); reserve with echo N > {knob}",
         pool.free, pool.total, pool.reserved
     )
 }
