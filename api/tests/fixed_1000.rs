@@ -21,7 +21,7 @@ fn thousand_fixed_allocations_land_exactly() {
     for i in 0..1000usize {
         let size = (i + 1) * if i % 2 == 1 { 1000 } else { 1 };
         // Walk through the range so consecutive addresses differ and alignments vary.
-        let address = base + (i * 257 * page) % (span - (2 << 20)) ;
+        let address = base + (i * 257 * page) % (span - (2 << 20));
         let address = address & !(page - 1);
         let memh = ctx.mem_map(&MemMapParams::alloc(size).alloc_fixed(address)).unwrap_or_else(|s| {
             panic!("allocation {i} of {size} bytes at {address:#x}: {s}")
@@ -30,9 +30,12 @@ fn thousand_fixed_allocations_land_exactly() {
         assert_eq!(memh.length(), size);
         // SAFETY: the handle maps `size` writable bytes at `address`.
         unsafe {
-            memh.address().write(i as u8);
             memh.address().add(size - 1).write(!(i as u8));
+            memh.address().write(i as u8);
             assert_eq!(memh.address().read(), i as u8);
+            if size > 1 {
+                assert_eq!(memh.address().add(size - 1).read(), !(i as u8));
+            }
         }
         if memh.page_size().is_some_and(|p| p.bytes() > page) {
             huge += 1;

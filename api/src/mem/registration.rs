@@ -55,7 +55,6 @@ pub(crate) struct Registration {
     pub id: u64,
     pub start: usize,
     pub end: usize,
-    pub prot: Prot,
     /// The zcx allocation that contains the range, when there is one.
     pub backing: Option<Arc<Allocation>>,
     /// Pages pinned with `mlock` for this registration (caller memory with `LOCK`).
@@ -72,7 +71,7 @@ impl Registration {
         locked: bool,
     ) -> Arc<Registration> {
         let registration =
-            Arc::new(Registration { ctx: Arc::clone(ctx), id: ctx.next_id(), start, end, prot, backing, locked });
+            Arc::new(Registration { ctx: Arc::clone(ctx), id: ctx.next_id(), start, end, backing, locked });
         ctx.rcache.insert(start, end, prot.bits(), &registration);
         tracing::trace!(id = registration.id, start, end, "registered");
         registration

@@ -40,8 +40,9 @@ pub fn run_child_with(test_name: &str, role: &str, input: &str, adjust: impl FnO
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    // The test harness prints its own lines; the child's answer lines start with "@".
-    stdout.lines().filter_map(|l| l.strip_prefix('@')).collect::<Vec<_>>().join("\n")
+    // The test harness prints its own text ("test name ... " precedes the first answer on the same
+    // line); the child's answers are what follows an "@".
+    stdout.lines().filter_map(|l| l.split_once('@').map(|(_, answer)| answer)).collect::<Vec<_>>().join("\n")
 }
 
 /// Reads all of stdin (the child side).
