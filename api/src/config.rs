@@ -36,11 +36,7 @@ const KNOWN: &[Known] = &[
         default: "try",
         doc: "Back allocated memory with hugepages: try, yes (fail without them) or no",
     },
-    Known {
-        name: "HUGEPAGE_SIZE",
-        default: "2M",
-        doc: "Hugepage size for allocations: 2M or 1G",
-    },
+    Known { name: "HUGEPAGE_SIZE", default: "2M", doc: "Hugepage size for allocations: 2M or 1G" },
     Known {
         name: "RCACHE_ENABLE",
         default: "y",
@@ -175,16 +171,17 @@ fn parse_bool(value: &str) -> Option<bool> {
 
 fn validate(name: &str, value: &str) -> Result<()> {
     let value = value.trim();
-    let ok = match name {
-        "HUGEPAGES" => matches!(value, "try" | "yes" | "y" | "on" | "1" | "no" | "n" | "off" | "0"),
-        "HUGEPAGE_SIZE" => matches!(value, "2M" | "2m" | "2MB" | "1G" | "1g" | "1GB"),
-        "RCACHE_ENABLE" => parse_bool(value).is_some(),
-        "TLS" => value.split(',').map(str::trim).filter(|s| !s.is_empty()).all(|t| {
-            matches!(t.trim_start_matches('^'), "all" | "shm" | "uring" | "tcp" | "dpdk" | "verbs")
-        }),
-        "LOG_LEVEL" => matches!(value, "error" | "warn" | "info" | "debug" | "trace"),
-        _ => true,
-    };
+    let ok =
+        match name {
+            "HUGEPAGES" => matches!(value, "try" | "yes" | "y" | "on" | "1" | "no" | "n" | "off" | "0"),
+            "HUGEPAGE_SIZE" => matches!(value, "2M" | "2m" | "2MB" | "1G" | "1g" | "1GB"),
+            "RCACHE_ENABLE" => parse_bool(value).is_some(),
+            "TLS" => value.split(',').map(str::trim).filter(|s| !s.is_empty()).all(|t| {
+                matches!(t.trim_start_matches('^'), "all" | "shm" | "uring" | "tcp" | "dpdk" | "verbs")
+            }),
+            "LOG_LEVEL" => matches!(value, "error" | "warn" | "info" | "debug" | "trace"),
+            _ => true,
+        };
     if ok {
         Ok(())
     } else {

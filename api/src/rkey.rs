@@ -35,7 +35,10 @@ impl Context {
             .map_err(|e| fail_with(Status::InvalidParam, format!("bad packed remote key: {e}")))?;
         if let Some(shm) = &wire.shm {
             if shm.map_offset.checked_add(wire.length).is_none_or(|end| end > shm.map_len) {
-                return Err(fail_with(Status::InvalidParam, "packed remote key lies outside its memfd".into()));
+                return Err(fail_with(
+                    Status::InvalidParam,
+                    "packed remote key lies outside its memfd".into(),
+                ));
             }
         }
         Ok(RemoteKey { ctx: Arc::clone(&self.inner), wire, local_view: OnceLock::new() })

@@ -11,7 +11,14 @@ fn thousand_fixed_allocations_land_exactly() {
     let span = 2 << 30;
     // SAFETY: a fresh PROT_NONE reservation; unmapped again below before any use of the range.
     let base = unsafe {
-        libc::mmap(std::ptr::null_mut(), span, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     assert_ne!(base, libc::MAP_FAILED);
     // SAFETY: unmaps the reservation made above.
@@ -23,9 +30,9 @@ fn thousand_fixed_allocations_land_exactly() {
         // Walk through the range so consecutive addresses differ and alignments vary.
         let address = base + (i * 257 * page) % (span - (2 << 20));
         let address = address & !(page - 1);
-        let memh = ctx.mem_map(&MemMapParams::alloc(size).alloc_fixed(address)).unwrap_or_else(|s| {
-            panic!("allocation {i} of {size} bytes at {address:#x}: {s}")
-        });
+        let memh = ctx
+            .mem_map(&MemMapParams::alloc(size).alloc_fixed(address))
+            .unwrap_or_else(|s| panic!("allocation {i} of {size} bytes at {address:#x}: {s}"));
         assert_eq!(memh.address() as usize, address, "allocation {i} moved");
         assert_eq!(memh.length(), size);
         // SAFETY: the handle maps `size` writable bytes at `address`.

@@ -61,7 +61,14 @@ fn free_address(len: usize, align: usize) -> usize {
     let span = len + align;
     // SAFETY: a fresh PROT_NONE reservation, unmapped again right away.
     let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), span, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     assert_ne!(p, libc::MAP_FAILED);
     // SAFETY: unmaps the reservation made above.
@@ -102,7 +109,9 @@ fn matrix_every_row_with_and_without_nonblock() {
         // ALLOCATE=0 FIXED=0 address defined: register.
         let caller = CallerMemory::new(len);
         // SAFETY: `caller` outlives `memh` (dropped at the end of the iteration, after it).
-        let p = unsafe { MemMapParams::new().address(caller.ptr) }.length(len).flags(flags(nonblock, false, false));
+        let p = unsafe { MemMapParams::new().address(caller.ptr) }
+            .length(len)
+            .flags(flags(nonblock, false, false));
         let memh = ctx.mem_map(&p).expect("register");
         assert_eq!(memh.address(), caller.ptr);
         write_read_back(&memh);
@@ -114,14 +123,18 @@ fn matrix_every_row_with_and_without_nonblock() {
 
         // ALLOCATE=1 FIXED=0 address defined: alloc+register at a hint.
         let hint = free_address(len, 4096);
-        let memh = ctx.mem_map(&MemMapParams::new().length(len).flags(flags(nonblock, false, false)).alloc_at_hint(hint));
+        let memh = ctx.mem_map(
+            &MemMapParams::new().length(len).flags(flags(nonblock, false, false)).alloc_at_hint(hint),
+        );
         let memh = memh.expect("alloc+register,hint");
         write_read_back(&memh);
 
         // ALLOCATE=0 FIXED=1 address defined: error (FIXED needs ALLOCATE).
         let caller = CallerMemory::new(len);
         // SAFETY: the call fails; nothing is registered.
-        let p = unsafe { MemMapParams::new().address(caller.ptr) }.length(len).flags(flags(nonblock, false, true));
+        let p = unsafe { MemMapParams::new().address(caller.ptr) }
+            .length(len)
+            .flags(flags(nonblock, false, true));
         assert_eq!(ctx.mem_map(&p).unwrap_err(), Status::InvalidParam);
 
         // ALLOCATE=1 FIXED=1 address defined: alloc+register exactly there.
@@ -150,7 +163,10 @@ fn fixed_on_a_live_mapping_fails_and_leaves_it_untouched() {
 fn ucp_parameter_rules() {
     let ctx = context();
     // No length, no exported buffer.
-    assert_eq!(ctx.mem_map(&MemMapParams::new().flags(MemMapFlags::ALLOCATE)).unwrap_err(), Status::InvalidParam);
+    assert_eq!(
+        ctx.mem_map(&MemMapParams::new().flags(MemMapFlags::ALLOCATE)).unwrap_err(),
+        Status::InvalidParam
+    );
     // FIXED with an unaligned address.
     let p = MemMapParams::alloc(4096).alloc_fixed(free_address(4096, 4096) + 8);
     assert_eq!(ctx.mem_map(&p).unwrap_err(), Status::InvalidParam);
@@ -160,7 +176,8 @@ fn ucp_parameter_rules() {
     let p = MemMapParams::alloc(4096).exported_memh_buffer(&exported);
     assert_eq!(ctx.mem_map(&p).unwrap_err(), Status::InvalidParam);
     // NONBLOCK | LOCK.
-    let p = MemMapParams::alloc(4096).flags(MemMapFlags::ALLOCATE | MemMapFlags::NONBLOCK | MemMapFlags::LOCK);
+    let p =
+        MemMapParams::alloc(4096).flags(MemMapFlags::ALLOCATE | MemMapFlags::NONBLOCK | MemMapFlags::LOCK);
     assert_eq!(ctx.mem_map(&p).unwrap_err(), Status::InvalidParam);
     // A non-host memory type is unsupported, not silently host memory.
     for t in [MemoryType::Cuda, MemoryType::Rocm, MemoryType::ZeDevice, MemoryType::Rdma] {
@@ -217,7 +234,9 @@ fn query_reports_address_length_type_and_page_size() {
 #[test]
 fn advise_checks_its_range_and_advice() {
     let ctx = context();
-    let memh = ctx.mem_map(&MemMapParams::alloc(1 << 20).flags(MemMapFlags::ALLOCATE | MemMapFlags::NONBLOCK)).unwrap();
+    let memh = ctx
+        .mem_map(&MemMapParams::alloc(1 << 20).flags(MemMapFlags::ALLOCATE | MemMapFlags::NONBLOCK))
+        .unwrap();
     let base = memh.address() as usize;
     let ok = |address, length, advice| memh.advise(&MemAdviseParams { address, length, advice });
     assert_eq!(ok(base, 1 << 20, MemAdvice::WillNeed), Ok(()));
@@ -234,7 +253,8 @@ fn willneed_populates_a_128_mib_nonblock_mapping() {
     // Base pages, so smaps' Rss shows population (hugetlb pages are not counted in Rss).
     let ctx = context_with(&[("ZCX_HUGEPAGES", "no")]);
     let len = 128 << 20;
-    let memh = ctx.mem_map(&MemMapParams::alloc(len).flags(MemMapFlags::ALLOCATE | MemMapFlags::NONBLOCK)).unwrap();
+    let memh =
+        ctx.mem_map(&MemMapParams::alloc(len).flags(MemMapFlags::ALLOCATE | MemMapFlags::NONBLOCK)).unwrap();
     let addr = memh.address() as usize;
     let before = zcx_hugepages::smaps_for(addr).expect("VMA").rss;
     assert!(before < len / 16, "NONBLOCK mapping already has {before} bytes resident");
@@ -257,9 +277,12 @@ fn registration_cache_reuses_same_and_sub_ranges() {
     let parent = ctx.mem_map(&MemMapParams::alloc(1 << 20)).unwrap();
     let before = ctx.rcache_stats();
     // SAFETY: sub-ranges of `parent`, which outlives the handles.
-    let sub = ctx.mem_map(&unsafe { MemMapParams::new().address(parent.address().add(4096)) }.length(8192)).unwrap();
+    let sub = ctx
+        .mem_map(&unsafe { MemMapParams::new().address(parent.address().add(4096)) }.length(8192))
+        .unwrap();
     // SAFETY: as above.
-    let same = ctx.mem_map(&unsafe { MemMapParams::new().address(parent.address()) }.length(1 << 20)).unwrap();
+    let same =
+        ctx.mem_map(&unsafe { MemMapParams::new().address(parent.address()) }.length(1 << 20)).unwrap();
     let after = ctx.rcache_stats();
     assert_eq!(after.hits - before.hits, 2);
     assert_eq!(sub.registration_id(), parent.registration_id());
@@ -280,7 +303,9 @@ fn registration_cache_is_off_with_rcache_enable_n() {
     let ctx = context_with(&[("ZCX_RCACHE_ENABLE", "n")]);
     let parent = ctx.mem_map(&MemMapParams::alloc(1 << 20)).unwrap();
     // SAFETY: a sub-range of `parent`, which outlives the handle.
-    let sub = ctx.mem_map(&unsafe { MemMapParams::new().address(parent.address().add(4096)) }.length(8192)).unwrap();
+    let sub = ctx
+        .mem_map(&unsafe { MemMapParams::new().address(parent.address().add(4096)) }.length(8192))
+        .unwrap();
     assert_ne!(sub.registration_id(), parent.registration_id());
     assert_eq!(ctx.rcache_stats().hits, 0);
     // Still shareable: the new registration found the memfd behind the range.
@@ -303,6 +328,8 @@ fn unmapping_invalidates_the_cached_registration() {
 #[test]
 fn symmetric_rkey_is_accepted_as_a_hint() {
     let ctx = context();
-    let memh = ctx.mem_map(&MemMapParams::alloc(4096).flags(MemMapFlags::ALLOCATE | MemMapFlags::SYMMETRIC_RKEY)).unwrap();
+    let memh = ctx
+        .mem_map(&MemMapParams::alloc(4096).flags(MemMapFlags::ALLOCATE | MemMapFlags::SYMMETRIC_RKEY))
+        .unwrap();
     assert!(ctx.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap().wire().symmetric);
 }

@@ -12,10 +12,13 @@ fn lock_pins_the_pages() {
     let (soft, _) = zcx_hugepages::memlock_limit();
     let len = 16 << 20;
     if !zcx_hugepages::has_cap_ipc_lock() && soft < len as u64 {
-        eprintln!("skipped: RLIMIT_MEMLOCK is {soft} bytes and no CAP_IPC_LOCK; the next test covers this case");
+        eprintln!(
+            "skipped: RLIMIT_MEMLOCK is {soft} bytes and no CAP_IPC_LOCK; the next test covers this case"
+        );
         return;
     }
-    let memh = ctx.mem_map(&MemMapParams::alloc(len).flags(MemMapFlags::ALLOCATE | MemMapFlags::LOCK)).unwrap();
+    let memh =
+        ctx.mem_map(&MemMapParams::alloc(len).flags(MemMapFlags::ALLOCATE | MemMapFlags::LOCK)).unwrap();
     let smaps = zcx_hugepages::smaps_for(memh.address() as usize).unwrap();
     // hugetlb pages are always resident and never counted as Locked; base pages must be.
     if smaps.kernel_page_size == 4096 {
@@ -31,7 +34,8 @@ fn lock_beyond_rlimit_memlock_explains_itself() {
         let config = zcx::Config::from_vars([("ZCX_HUGEPAGES", "no")]).unwrap();
         let ctx2 = Context::new(&zcx::ContextParams::new(Features::RMA), &config).unwrap();
         drop(ctx);
-        let err = ctx2.mem_map(&MemMapParams::alloc(16 << 20).flags(MemMapFlags::ALLOCATE | MemMapFlags::LOCK));
+        let err =
+            ctx2.mem_map(&MemMapParams::alloc(16 << 20).flags(MemMapFlags::ALLOCATE | MemMapFlags::LOCK));
         let detail = zcx::last_error_detail().unwrap_or_default();
         common::answer(&format!("{:?}|{detail}", err.map(|_| ())));
         return;
@@ -44,7 +48,10 @@ fn lock_beyond_rlimit_memlock_explains_itself() {
         // SAFETY: only async-signal-safe calls (setgroups/setgid/setuid) between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
-                if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(65534) != 0
+                    || libc::setuid(65534) != 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())

@@ -33,7 +33,8 @@ fn rkey_ptr_of_caller_memory_is_unreachable() {
     let ctx = context();
     let mut buf = vec![0u8; 8192];
     // SAFETY: `buf` outlives the handle.
-    let memh = ctx.mem_map(&unsafe { MemMapParams::new().address(buf.as_mut_ptr()) }.length(buf.len())).unwrap();
+    let memh =
+        ctx.mem_map(&unsafe { MemMapParams::new().address(buf.as_mut_ptr()) }.length(buf.len())).unwrap();
     let rkey = ctx.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap();
     assert!(!rkey.is_shareable());
     assert_eq!(rkey.ptr(buf.as_ptr() as u64).unwrap_err(), Status::Unreachable);
@@ -43,7 +44,8 @@ fn rkey_ptr_of_caller_memory_is_unreachable() {
 #[test]
 fn rkey_compare_is_a_total_order_equal_for_the_same_region() {
     let ctx = context();
-    let handles: Vec<_> = (0..8).map(|i| ctx.mem_map(&MemMapParams::alloc(4096 * (i + 1))).unwrap()).collect();
+    let handles: Vec<_> =
+        (0..8).map(|i| ctx.mem_map(&MemMapParams::alloc(4096 * (i + 1))).unwrap()).collect();
     let packed: Vec<_> = handles.iter().map(|h| h.rkey_pack().unwrap()).collect();
     let mut keys: Vec<_> = packed.iter().map(|p| ctx.rkey_unpack(p).unwrap()).collect();
     let again = ctx.rkey_unpack(&packed[3]).unwrap();
@@ -80,7 +82,10 @@ fn garbage_and_mutated_keys_are_invalid_param() {
     assert_eq!(ctx.rkey_unpack(&packed[..packed.len() - 1]).unwrap_err(), Status::InvalidParam);
     // An exported handle is not a remote key, and vice versa.
     assert_eq!(ctx.rkey_unpack(&exported).unwrap_err(), Status::InvalidParam);
-    assert_eq!(ctx.mem_map(&MemMapParams::new().exported_memh_buffer(&packed)).unwrap_err(), Status::InvalidParam);
+    assert_eq!(
+        ctx.mem_map(&MemMapParams::new().exported_memh_buffer(&packed)).unwrap_err(),
+        Status::InvalidParam
+    );
     let mut rng = Rng(0x5EED);
     for _ in 0..5000 {
         let mut mutated = packed.clone();

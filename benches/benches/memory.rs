@@ -35,13 +35,20 @@ fn mem_map_unmap(c: &mut Criterion) {
                 eprintln!("skipped huge2m/{size}: only {huge_free} bytes of free hugepages");
                 continue;
             }
-            for (populate, flags) in
-                [("populate", MemMapFlags::ALLOCATE), ("nonblock", MemMapFlags::ALLOCATE | MemMapFlags::NONBLOCK)]
-            {
+            for (populate, flags) in [
+                ("populate", MemMapFlags::ALLOCATE),
+                ("nonblock", MemMapFlags::ALLOCATE | MemMapFlags::NONBLOCK),
+            ] {
                 group.throughput(Throughput::Bytes(size as u64));
-                group.bench_with_input(BenchmarkId::new(format!("{pages}/{populate}"), size), &size, |b, &size| {
-                    b.iter(|| ctx.mem_map(&MemMapParams::alloc(size).flags(flags)).unwrap().unmap().unwrap())
-                });
+                group.bench_with_input(
+                    BenchmarkId::new(format!("{pages}/{populate}"), size),
+                    &size,
+                    |b, &size| {
+                        b.iter(|| {
+                            ctx.mem_map(&MemMapParams::alloc(size).flags(flags)).unwrap().unmap().unwrap()
+                        })
+                    },
+                );
             }
         }
     }

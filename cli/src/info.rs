@@ -61,7 +61,8 @@ fn memory_section(out: &mut String) {
     }
     let (soft, hard) = zcx_hugepages::memlock_limit();
     let cap = if zcx_hugepages::has_cap_ipc_lock() { "yes (limit bypassed)" } else { "no" };
-    let _ = writeln!(out, "#   RLIMIT_MEMLOCK: {} soft, {} hard; CAP_IPC_LOCK: {cap}", limit(soft), limit(hard));
+    let _ =
+        writeln!(out, "#   RLIMIT_MEMLOCK: {} soft, {} hard; CAP_IPC_LOCK: {cap}", limit(soft), limit(hard));
     let _ = writeln!(out, "#   base page size: {}", human_bytes(zcx_hugepages::base_page_size() as u64));
 }
 

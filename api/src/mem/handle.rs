@@ -222,7 +222,8 @@ impl MemHandle {
         if !self.ctx.features.contains(Features::EXPORTED_MEMH) {
             return Err(fail_with(Status::InvalidParam, "EXPORT needs the EXPORTED_MEMH feature".into()));
         }
-        let Some(shm) = self.backing_allocation().and_then(|a| locator_for(&self.ctx.identity, a, self.address))
+        let Some(shm) =
+            self.backing_allocation().and_then(|a| locator_for(&self.ctx.identity, a, self.address))
         else {
             return Err(fail_with(
                 Status::Unsupported,
@@ -275,6 +276,9 @@ fn advise_willneed_caller_memory(address: usize, length: usize) -> Result<()> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(fail_with(Status::IoError, format!("madvise WILLNEED failed: {}", std::io::Error::last_os_error())))
+        Err(fail_with(
+            Status::IoError,
+            format!("madvise WILLNEED failed: {}", std::io::Error::last_os_error()),
+        ))
     }
 }

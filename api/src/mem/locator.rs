@@ -16,7 +16,11 @@ use crate::mem::registration::{fstat_identity, Allocation};
 use crate::status::{fail_with, Result, Status};
 
 /// The locator a peer needs to map `[address, address + length)` of `allocation`, if it is memfd-backed.
-pub(crate) fn locator_for(identity: &LocalIdentity, allocation: &Allocation, address: usize) -> Option<ShmLocator> {
+pub(crate) fn locator_for(
+    identity: &LocalIdentity,
+    allocation: &Allocation,
+    address: usize,
+) -> Option<ShmLocator> {
     let boot_id = identity.boot_id?;
     let (dev, inode) = allocation.memfd_identity()?;
     let fd = allocation.mapping().memfd()?;
@@ -39,8 +43,7 @@ pub(crate) fn map_peer_memfd(identity: &LocalIdentity, locator: &ShmLocator) -> 
     if identity.boot_id != Some(locator.boot_id) {
         return Err(fail_with(Status::Unreachable, "the region is on another host (boot id differs)".into()));
     }
-    let start_time_matches =
-        || zcx_control::process_start_time(locator.pid) == Some(locator.pid_start_time);
+    let start_time_matches = || zcx_control::process_start_time(locator.pid) == Some(locator.pid_start_time);
     if !start_time_matches() {
         return Err(fail_with(Status::Unreachable, format!("process {} is gone", locator.pid)));
     }

@@ -62,7 +62,12 @@ fn new_handle(
     })
 }
 
-fn allocate(ctx: &ContextInner, placement: AllocPlacement, length: usize, flags: MemMapFlags) -> Result<Mapping> {
+fn allocate(
+    ctx: &ContextInner,
+    placement: AllocPlacement,
+    length: usize,
+    flags: MemMapFlags,
+) -> Result<Mapping> {
     let huge = PageSize::from_bytes(ctx.config.hugepage_size()).unwrap_or(PageSize::Huge2M);
     let page_policy = match ctx.config.hugepages() {
         HugepageMode::Try => PagePolicy::Prefer(huge),
@@ -153,7 +158,12 @@ fn check_mapped(address: usize, length: usize) -> Result<()> {
     Ok(())
 }
 
-fn import(ctx: &Arc<ContextInner>, buffer: &[u8], prot: Option<Prot>, flags: MemMapFlags) -> Result<MemHandle> {
+fn import(
+    ctx: &Arc<ContextInner>,
+    buffer: &[u8],
+    prot: Option<Prot>,
+    flags: MemMapFlags,
+) -> Result<MemHandle> {
     if !ctx.features.contains(Features::EXPORTED_MEMH) {
         return Err(fail_with(Status::InvalidParam, "importing needs the EXPORTED_MEMH feature".into()));
     }

@@ -265,7 +265,12 @@ mod tests {
 
     const PAGE: usize = 4096;
 
-    fn row(allocate: bool, fixed: bool, address: Option<usize>, length: usize) -> Result<MapRequest<'static>> {
+    fn row(
+        allocate: bool,
+        fixed: bool,
+        address: Option<usize>,
+        length: usize,
+    ) -> Result<MapRequest<'static>> {
         let mut flags = MemMapFlags::empty();
         flags.set(MemMapFlags::ALLOCATE, allocate);
         flags.set(MemMapFlags::FIXED, fixed);
@@ -280,13 +285,25 @@ mod tests {
         for nonblock in [false, true] {
             let _ = nonblock; // NONBLOCK does not change the row; exercised in the integration tests.
             assert_eq!(row(false, false, None, 4096), Err(Status::InvalidParam));
-            assert_eq!(row(true, false, None, 4096), Ok(MapRequest::Allocate { placement: AllocPlacement::Anywhere, length: 4096 }));
+            assert_eq!(
+                row(true, false, None, 4096),
+                Ok(MapRequest::Allocate { placement: AllocPlacement::Anywhere, length: 4096 })
+            );
             assert_eq!(row(false, true, None, 4096), Err(Status::InvalidParam));
-            assert_eq!(row(false, false, Some(a), 4096), Ok(MapRequest::Register { address: a, length: 4096 }));
+            assert_eq!(
+                row(false, false, Some(a), 4096),
+                Ok(MapRequest::Register { address: a, length: 4096 })
+            );
             assert_eq!(row(true, true, None, 4096), Err(Status::InvalidParam));
-            assert_eq!(row(true, false, Some(a), 4096), Ok(MapRequest::Allocate { placement: AllocPlacement::Hint(a), length: 4096 }));
+            assert_eq!(
+                row(true, false, Some(a), 4096),
+                Ok(MapRequest::Allocate { placement: AllocPlacement::Hint(a), length: 4096 })
+            );
             assert_eq!(row(false, true, Some(a), 4096), Err(Status::InvalidParam));
-            assert_eq!(row(true, true, Some(a), 4096), Ok(MapRequest::Allocate { placement: AllocPlacement::Fixed(a), length: 4096 }));
+            assert_eq!(
+                row(true, true, Some(a), 4096),
+                Ok(MapRequest::Allocate { placement: AllocPlacement::Fixed(a), length: 4096 })
+            );
         }
     }
 
@@ -302,12 +319,16 @@ mod tests {
     #[test]
     fn ucp_rules() {
         // No length and no exported buffer.
-        assert_eq!(classify(&MemMapParams::new().flags(MemMapFlags::ALLOCATE), PAGE), Err(Status::InvalidParam));
+        assert_eq!(
+            classify(&MemMapParams::new().flags(MemMapFlags::ALLOCATE), PAGE),
+            Err(Status::InvalidParam)
+        );
         // FIXED with an unaligned address.
         let p = MemMapParams::alloc(PAGE).alloc_fixed(0x7000_0000_0001);
         assert_eq!(classify(&p, PAGE), Err(Status::InvalidParam));
         // NONBLOCK | LOCK.
-        let p = MemMapParams::alloc(PAGE).flags(MemMapFlags::ALLOCATE | MemMapFlags::NONBLOCK | MemMapFlags::LOCK);
+        let p = MemMapParams::alloc(PAGE)
+            .flags(MemMapFlags::ALLOCATE | MemMapFlags::NONBLOCK | MemMapFlags::LOCK);
         assert_eq!(classify(&p, PAGE), Err(Status::InvalidParam));
         // Exported buffer with ALLOCATE.
         let p = MemMapParams::alloc(PAGE).exported_memh_buffer(b"x");

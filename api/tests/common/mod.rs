@@ -94,7 +94,11 @@ pub fn open_fds() -> usize {
 
 /// Number of memfd mappings in this process.
 pub fn memfd_mappings() -> usize {
-    std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps").lines().filter(|l| l.contains("/memfd:")).count()
+    std::fs::read_to_string("/proc/self/maps")
+        .expect("/proc/self/maps")
+        .lines()
+        .filter(|l| l.contains("/memfd:"))
+        .count()
 }
 
 pub fn is_root() -> bool {
