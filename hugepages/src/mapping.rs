@@ -46,6 +46,16 @@ enum AttemptError {
     Fatal(Error),
 }
 
+impl AttemptError {
+    /// The caller-facing error for an attempt with pages of `page`.
+    fn into_error(self, page: PageSize) -> Error {
+        match self {
+            AttemptError::HugeUnavailable(reason) => Error::HugepagesUnavailable { page_size: page, reason },
+            AttemptError::Fatal(error) => error,
+        }
+    }
+}
+
 impl From<Error> for AttemptError {
     fn from(error: Error) -> Self {
         AttemptError::Fatal(error)
@@ -63,49 +73,17 @@ impl Mapping {
         if opts.len == 0 {
             return Err(Error::InvalidLength);
         }
-        let (page, fallback) = match opts.page_policy {
-            PagePolicy::Never => (PageSize::Base, false),
-            PagePolicy::Require(page) => {
-                opts.placement.check_fixed_alignment(page.bytes())?;
-                (page, false)
-            }
-            PagePolicy::Prefer(page) if page.is_huge() && !opts.placement.is_aligned_to(page.bytes()) => {
-                tracing::debug!(
-                    placement = ?opts.placement,
-                    %page,
-                    "placement address is not huge-page aligned; using base pages"
-                );
-                (PageSize::Base, true)
-            }
-            PagePolicy::Prefer(page) => (page, page.is_huge()),
-        };
-        if !page.is_huge() {
-            opts.placement.check_fixed_alignment(page.bytes())?;
-            return attempt(opts, page, fallback).map_err(|error| match error {
-                AttemptError::HugeUnavailable(reason) => {
-                    Error::HugepagesUnavailable { page_size: page, reason }
+        let (page, fall_back_to_thp) = choose_page_size(opts)?;
+        if page.is_huge() {
+            match attempt(opts, page, false) {
+                Err(AttemptError::HugeUnavailable(reason)) if fall_back_to_thp => {
+                    tracing::debug!(%page, %reason, "huge pages unavailable; falling back to base pages with THP advice");
                 }
-                AttemptError::Fatal(error) => error,
-            });
-        }
-        match attempt(opts, page, false) {
-            Ok(mapping) => Ok(mapping),
-            Err(AttemptError::HugeUnavailable(reason)) if fallback => {
-                tracing::debug!(%page, %reason, "huge pages unavailable; falling back to base pages with THP advice");
-                opts.placement.check_fixed_alignment(PageSize::Base.bytes())?;
-                attempt(opts, PageSize::Base, true).map_err(|error| match error {
-                    // Base pages never report a hugepage shortage.
-                    AttemptError::HugeUnavailable(reason) => {
-                        Error::HugepagesUnavailable { page_size: PageSize::Base, reason }
-                    }
-                    AttemptError::Fatal(error) => error,
-                })
+                result => return result.map_err(|error| error.into_error(page)),
             }
-            Err(AttemptError::HugeUnavailable(reason)) => {
-                Err(Error::HugepagesUnavailable { page_size: page, reason })
-            }
-            Err(AttemptError::Fatal(error)) => Err(error),
         }
+        opts.placement.check_fixed_alignment(PageSize::Base.bytes())?;
+        attempt(opts, PageSize::Base, fall_back_to_thp).map_err(|error| error.into_error(PageSize::Base))
     }
 
     /// Map (`MAP_SHARED`, read-write) an existing memfd, e.g. one opened from
@@ -272,6 +250,25 @@ impl Mapping {
     }
 }
 
+/// The page size to try first for `opts`, and whether to fall back to base
+/// pages with THP advice (`PagePolicy::Prefer`) if it is unavailable.
+fn choose_page_size(opts: &MapOptions<'_>) -> Result<(PageSize, bool), Error> {
+    Ok(match opts.page_policy {
+        PagePolicy::Never => (PageSize::Base, false),
+        PagePolicy::Require(page) => {
+            opts.placement.check_fixed_alignment(page.bytes())?;
+            (page, false)
+        }
+        // Asking for base pages is asking for no hugepages at all, THP included.
+        PagePolicy::Prefer(PageSize::Base) => (PageSize::Base, false),
+        PagePolicy::Prefer(page) if !opts.placement.is_aligned_to(page.bytes()) => {
+            tracing::debug!(placement = ?opts.placement, %page, "placement address is not huge-page aligned; using base pages");
+            (PageSize::Base, true)
+        }
+        PagePolicy::Prefer(page) => (page, true),
+    })
+}
+
 /// One try at building the mapping `opts` describes with pages of `page`.
 fn attempt(opts: &MapOptions<'_>, page: PageSize, advise_thp: bool) -> Result<Mapping, AttemptError> {
     let mapped_len = round_up(opts.len, page.bytes()).ok_or(Error::InvalidLength)?;
@@ -367,6 +364,12 @@ impl Drop for Mapping {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mapping_can_move_between_and_be_shared_by_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Mapping>();
+    }
 
     #[test]
     fn zero_length_is_rejected() {

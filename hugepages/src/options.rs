@@ -27,7 +27,9 @@ pub struct MapOptions<'a> {
     pub placement: Placement,
     /// Whether pages are faulted in now or on first touch.
     pub populate: Populate,
-    /// `mlock` the region after populating it.
+    /// `mlock` the region after populating it (locking faults pages in even with
+    /// [`Populate::Lazy`]). Fails with [`Error::MemlockLimit`](crate::Error::MemlockLimit)
+    /// beyond `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`, hugetlb mappings included.
     pub lock: bool,
     /// Bind the region to this NUMA node (`MPOL_BIND`) before it is populated.
     pub numa_node: Option<u32>,

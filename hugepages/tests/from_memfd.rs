@@ -123,3 +123,15 @@ fn unaligned_offsets_and_empty_lengths_are_rejected() {
         Mapping::from_memfd(reopen_memfd(&owner), 0, 0, PageSize::Base, Placement::Anywhere).unwrap_err();
     assert_eq!(error, Error::InvalidLength);
 }
+
+#[test]
+fn a_peer_cannot_shrink_the_memfd_under_the_owner() {
+    let owner = memfd_mapping(MIB, PagePolicy::Never);
+    let peer_fd = reopen_memfd(&owner);
+    // SAFETY: ftruncate on an fd we own has no memory-safety preconditions.
+    let rc = unsafe { libc::ftruncate(peer_fd.as_raw_fd(), 0) };
+    assert_eq!(rc, -1, "shrinking must be refused: it would SIGBUS the owner's accesses");
+    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EPERM));
+    // SAFETY: the last byte of the owner's mapping is still backed by the file.
+    unsafe { owner.as_ptr().add(MIB - 1).write(1) };
+}
