@@ -1,0 +1,40 @@
+//! The registry of field tags used inside zcx frames.
+//!
+//! Tags live in one table so two messages never give one number two meanings: a field that
+//! appears in several frame kinds (the region description shared by rkeys and exported handles)
+//! keeps its tag everywhere.
+//!
+//! The high bit splits the space in two. Tags `0x80..=0xFF` are *critical*: a decoder that meets
+//! one it does not know must reject the frame, because ignoring it could change what the message
+//! means (a new restriction on access, say). Tags `0x00..=0x7F` are *non-critical*: unknown ones
+//! are skipped, so a newer peer can add optional information without breaking older ones. Every
+//! field defined so far is critical; the non-critical half is reserved for future additions.
+
+/// The bit that marks a tag as critical.
+pub const CRITICAL: u8 = 0x80;
+
+/// Whether an unknown field with this tag must make the frame be rejected.
+pub const fn is_critical(tag: u8) -> bool {
+    tag & CRITICAL != 0
+}
+
+/// Random identity of the exporting context (16 bytes).
+pub const CONTEXT_ID: u8 = 0x81;
+/// The exporting context's id of the memory handle (`u64`).
+pub const REGION_ID: u8 = 0x82;
+/// Address of the region's first byte in the exporting process (`u64`).
+pub const BASE: u8 = 0x83;
+/// Length of the region in bytes (`u64`).
+pub const LENGTH: u8 = 0x84;
+/// `UCP_MEM_MAP_PROT_*` bits (`u32`).
+pub const PROT: u8 = 0x85;
+/// `ucs_memory_type_t` (`u8`).
+pub const MEM_TYPE: u8 = 0x86;
+/// Capability the target checks on every remote access (16 bytes).
+pub const ACCESS_KEY: u8 = 0x87;
+/// Where a same-host peer finds the memfd behind the region (a fixed-size `ShmLocator`).
+pub const SHM_LOCATOR: u8 = 0x88;
+/// The `SYMMETRIC_RKEY` hint (`u8`, 0 or 1).
+pub const SYMMETRIC: u8 = 0x89;
+/// Per-transport registration keys (a counted list).
+pub const TRANSPORT_KEYS: u8 = 0x8A;
