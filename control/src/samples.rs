@@ -1,0 +1,52 @@
+//! Valid example values shared by the unit tests of several modules.
+
+use crate::exported_memh::ExportedMemhWire;
+use crate::region::PROT_ALL;
+use crate::rkey::RkeyWire;
+use crate::shm_locator::{ShmLocator, PAGE_SIZE_2M};
+
+/// A valid locator for a four-huge-page memfd whose region starts at byte 100.
+pub(crate) fn sample_locator() -> ShmLocator {
+    ShmLocator {
+        boot_id: *b"0123456789abcdef",
+        pid: 4242,
+        pid_start_time: 987_654,
+        fd: 17,
+        inode: 0x1122_3344_5566_7788,
+        dev: 0x2A,
+        map_offset: 100,
+        map_len: 4 * PAGE_SIZE_2M,
+        page_size: PAGE_SIZE_2M,
+    }
+}
+
+/// A valid rkey with a shm locator and no transport keys.
+pub(crate) fn sample_rkey() -> RkeyWire {
+    RkeyWire {
+        context_id: [0x5A; 16],
+        region_id: 7,
+        base: 0x7F00_0000_1000,
+        length: 65_536,
+        prot: PROT_ALL,
+        mem_type: 0,
+        access_key: *b"capability-bytes",
+        symmetric: false,
+        shm: Some(sample_locator()),
+        transport_keys: Vec::new(),
+    }
+}
+
+/// A valid exported memory handle describing the same region as [`sample_rkey`].
+pub(crate) fn sample_exported_memh() -> ExportedMemhWire {
+    let rkey = sample_rkey();
+    ExportedMemhWire {
+        context_id: rkey.context_id,
+        region_id: rkey.region_id,
+        base: rkey.base,
+        length: rkey.length,
+        prot: rkey.prot,
+        mem_type: rkey.mem_type,
+        access_key: rkey.access_key,
+        shm: sample_locator(),
+    }
+}
