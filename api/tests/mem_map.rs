@@ -333,3 +333,18 @@ fn symmetric_rkey_is_accepted_as_a_hint() {
         .unwrap();
     assert!(ctx.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap().wire().symmetric);
 }
+
+#[test]
+fn lock_never_reuses_an_unpinned_cached_registration() {
+    let ctx = context();
+    let parent = ctx.mem_map(&MemMapParams::alloc(1 << 20)).unwrap();
+    // SAFETY: a sub-range of `parent`, which outlives the handle.
+    let p =
+        unsafe { MemMapParams::new().address(parent.address()) }.length(64 << 10).flags(MemMapFlags::LOCK);
+    if !zcx_hugepages::has_cap_ipc_lock() {
+        eprintln!("skipped: pinning needs CAP_IPC_LOCK or a larger RLIMIT_MEMLOCK");
+        return;
+    }
+    let locked = ctx.mem_map(&p).unwrap();
+    assert_ne!(locked.registration_id(), parent.registration_id());
+}

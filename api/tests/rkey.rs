@@ -228,3 +228,36 @@ fn rkey_ptr_after_the_owner_exited_is_unreachable() {
     let rkey = ctx.rkey_unpack(&packed).unwrap();
     assert_eq!(rkey.ptr(rkey.base()).unwrap_err(), Status::Unreachable);
 }
+
+/// A forged key whose locator names a file that is not a sealed zcx memfd (here: a regular file this
+/// process holds open) is refused: mapping it could SIGBUS us if the file were truncated.
+#[test]
+fn rkey_ptr_refuses_a_locator_naming_a_foreign_file() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let ctx = context();
+    let memh = ctx.mem_map(&MemMapParams::alloc(4096)).unwrap();
+    let mut wire = ctx.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap().wire().clone();
+    let path = std::env::temp_dir().join(format!("zcx-foreign-{}", std::process::id()));
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(4096).unwrap();
+    let meta = file.metadata().unwrap();
+    let shm = wire.shm.as_mut().unwrap();
+    shm.fd = file.as_raw_fd();
+    shm.dev = meta.dev();
+    shm.inode = meta.ino();
+    let forged = ctx.rkey_unpack(&wire.encode()).unwrap();
+    assert_eq!(forged.ptr(forged.base()).unwrap_err(), Status::Unreachable);
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// A locator whose inode does not match the fd it names (a recycled fd number) is refused.
+#[test]
+fn rkey_ptr_refuses_a_mismatched_inode() {
+    let ctx = context();
+    let memh = ctx.mem_map(&MemMapParams::alloc(4096)).unwrap();
+    let mut wire = ctx.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap().wire().clone();
+    wire.shm.as_mut().unwrap().inode ^= 1;
+    let forged = ctx.rkey_unpack(&wire.encode()).unwrap();
+    assert_eq!(forged.ptr(forged.base()).unwrap_err(), Status::Unreachable);
+}

@@ -60,6 +60,13 @@ pub(crate) fn map_peer_memfd(identity: &LocalIdentity, locator: &ShmLocator) -> 
     if fstat_identity(raw) != Some((locator.dev, locator.inode)) || !start_time_matches() {
         return Err(fail_with(Status::Unreachable, format!("{path} is no longer the exported region")));
     }
+    // zcx seals its memfds against shrinking; anything else could be truncated under our mapping
+    // and turn our accesses into SIGBUS, so a locator naming it is refused.
+    // SAFETY: F_GET_SEALS on an open fd only returns flags.
+    let seals = unsafe { libc::fcntl(raw, libc::F_GET_SEALS) };
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        return Err(fail_with(Status::Unreachable, format!("{path} is not a sealed zcx memfd")));
+    }
     let page_size = PageSize::from_bytes(locator.page_size as usize).ok_or(Status::InvalidParam)?;
     let len = usize::try_from(locator.map_len).map_err(|_| Status::InvalidParam)?;
     Mapping::from_memfd(fd, 0, len, page_size, Placement::Anywhere)

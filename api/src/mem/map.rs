@@ -112,12 +112,15 @@ fn register(
     flags: MemMapFlags,
 ) -> Result<Arc<Registration>> {
     let end = address + length;
-    if let Some(cached) = ctx.rcache.lookup(address, end, prot.bits()) {
-        return Ok(cached);
+    let lock = flags.contains(MemMapFlags::LOCK);
+    // A cached registration may not have its pages pinned, so LOCK always registers anew.
+    if !lock {
+        if let Some(cached) = ctx.rcache.lookup(address, end, prot.bits()) {
+            return Ok(cached);
+        }
     }
     check_mapped(address, length)?;
     let backing = ctx.allocation_containing(address, end);
-    let lock = flags.contains(MemMapFlags::LOCK);
     if lock {
         // SAFETY: check_mapped proved the range is mapped; mlock does not touch the contents.
         if unsafe { libc::mlock(address as *const libc::c_void, length) } != 0 {
