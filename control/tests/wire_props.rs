@@ -1,0 +1,379 @@
+//! Property tests for the wire formats: decoders never panic on hostile input, valid messages
+//! round-trip exactly, and any single corruption of a valid frame is rejected.
+//!
+//! Case counts add up to 160,000 per run, sized so the file stays under 20 seconds in a debug
+//! build on two cores even while other builds share the machine.
+
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::test_runner::RngAlgorithm;
+use zcx_control::{
+    decode_frame, frame, tag, ExportedMemhWire, FrameKind, RkeyWire, ShmLocator, TransportKey,
+    MAX_TRANSPORT_KEYS, MAX_TRANSPORT_KEY_LEN, MEM_TYPE_MAX, PAGE_SIZE_1G, PAGE_SIZE_2M, PAGE_SIZE_4K,
+    PROT_ALL,
+};
+
+/// `cases` cases, drawn with XorShift: in debug builds the default ChaCha generator takes most
+/// of the run time, and statistical quality beyond XorShift's buys nothing here.
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig { cases, rng_algorithm: RngAlgorithm::XorShift, ..ProptestConfig::default() }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strategies for valid messages.
+
+fn arb_locator() -> impl Strategy<Value = ShmLocator> {
+    let page_size = prop_oneof![Just(PAGE_SIZE_4K), Just(PAGE_SIZE_2M), Just(PAGE_SIZE_1G)];
+    (page_size, 1u64..=1024).prop_flat_map(|(page_size, pages)| {
+        let map_len = page_size * pages;
+        (any::<[u8; 16]>(), any::<u32>(), any::<u64>(), 0..=i32::MAX, any::<u64>(), any::<u64>(), 0..map_len)
+            .prop_map(move |(boot_id, pid, pid_start_time, fd, inode, dev, map_offset)| ShmLocator {
+                boot_id,
+                pid,
+                pid_start_time,
+                fd,
+                inode,
+                dev,
+                map_offset,
+                map_len,
+                page_size,
+            })
+    })
+}
+
+/// A `(base, length)` pair that fits the address space and, with a locator, the mapping.
+fn arb_range(shm: Option<ShmLocator>) -> BoxedStrategy<(u64, u64)> {
+    let length = match shm {
+        Some(shm) => (1..=shm.map_len - shm.map_offset).boxed(),
+        None => prop_oneof![Just(0u64), any::<u64>(), 0u64..1 << 40].boxed(),
+    };
+    length.prop_flat_map(|length| ((0..=u64::MAX - length), Just(length))).boxed()
+}
+
+fn arb_transport_keys() -> impl Strategy<Value = Vec<TransportKey>> {
+    // Mostly short keys, like real ones (an io_uring buffer index, a verbs rkey), and enough
+    // long ones to reach the length cap; long ones also cost the most to generate.
+    let key_bytes = prop_oneof![
+        7 => prop::collection::vec(any::<u8>(), 0..=16),
+        1 => prop::collection::vec(any::<u8>(), 0..=MAX_TRANSPORT_KEY_LEN),
+    ];
+    let key = (any::<u8>(), key_bytes).prop_map(|(transport, key)| TransportKey { transport, key });
+    prop::collection::vec(key, 0..=MAX_TRANSPORT_KEYS)
+}
+
+/// The fields of a region description: context id, region id, prot, mem type, access key.
+fn arb_region_identity() -> impl Strategy<Value = ([u8; 16], u64, u32, u8, [u8; 16])> {
+    (
+        any::<[u8; 16]>(),
+        any::<u64>(),
+        any::<u32>().prop_map(|p| p & PROT_ALL),
+        0..=MEM_TYPE_MAX,
+        any::<[u8; 16]>(),
+    )
+}
+
+fn arb_rkey() -> impl Strategy<Value = RkeyWire> {
+    prop::option::of(arb_locator())
+        .prop_flat_map(|shm| (Just(shm), arb_range(shm)))
+        .prop_flat_map(|(shm, range)| {
+            (Just(shm), Just(range), arb_region_identity(), any::<bool>(), arb_transport_keys())
+        })
+        .prop_map(
+            |(shm, (base, length), (context_id, region_id, prot, mem_type, access_key), symmetric, keys)| {
+                RkeyWire {
+                    context_id,
+                    region_id,
+                    base,
+                    length,
+                    prot,
+                    mem_type,
+                    access_key,
+                    symmetric,
+                    shm,
+                    transport_keys: keys,
+                }
+            },
+        )
+}
+
+fn arb_exported_memh() -> impl Strategy<Value = ExportedMemhWire> {
+    arb_locator().prop_flat_map(|shm| (Just(shm), arb_range(Some(shm)), arb_region_identity())).prop_map(
+        |(shm, (base, length), (context_id, region_id, prot, mem_type, access_key))| ExportedMemhWire {
+            context_id,
+            region_id,
+            base,
+            length,
+            prot,
+            mem_type,
+            access_key,
+            shm,
+        },
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile input helpers.
+
+/// A frame with the given header fields around `body` and a correct checksum.
+fn frame_around(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut bytes = frame::MAGIC.to_vec();
+    bytes.push(frame::VERSION);
+    bytes.push(kind);
+    bytes.extend_from_slice(&u16::try_from(body.len()).unwrap().to_le_bytes());
+    bytes.extend_from_slice(body);
+    let crc = crc32fast::hash(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+/// Runs every decoder on `bytes`. None may panic; whatever decodes must re-encode to a value that
+/// decodes to itself.
+fn decode_everything(bytes: &[u8]) {
+    for kind in [FrameKind::Rkey, FrameKind::ExportedMemh] {
+        if let Ok(mut fields) = decode_frame(bytes, kind) {
+            for tag in 0..=u8::MAX {
+                let _ = fields.take(tag);
+            }
+            assert_eq!(fields.finish(), Ok(()));
+        }
+    }
+    if let Ok(rkey) = RkeyWire::decode(bytes) {
+        assert_eq!(RkeyWire::decode(&rkey.encode()), Ok(rkey));
+    }
+    if let Ok(memh) = ExportedMemhWire::decode(bytes) {
+        assert_eq!(ExportedMemhWire::decode(&memh.encode()), Ok(memh));
+    }
+}
+
+/// One corruption of a byte string.
+///
+/// Every single change to the header is caught by an explicit check (magic, version, kind, body
+/// length against the input length) and every bit flip or byte overwrite after it by the CRC,
+/// which detects all bursts up to 32 bits. An insertion or deletion that happens to leave a
+/// consistent body length is caught by the CRC with probability 1 - 2^-32, which is as good as
+/// certain at these case counts.
+#[derive(Debug, Clone)]
+enum Mutation {
+    FlipBit(Index, u8),
+    Overwrite(Index, u8),
+    Truncate(Index),
+    Append(Vec<u8>),
+    Insert(Index, u8),
+    Delete(Index),
+}
+
+fn arb_mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<Index>(), 0u8..8).prop_map(|(at, bit)| Mutation::FlipBit(at, bit)),
+        (any::<Index>(), 1u8..=u8::MAX).prop_map(|(at, delta)| Mutation::Overwrite(at, delta)),
+        any::<Index>().prop_map(Mutation::Truncate),
+        prop::collection::vec(any::<u8>(), 1..64).prop_map(Mutation::Append),
+        (any::<Index>(), any::<u8>()).prop_map(|(at, byte)| Mutation::Insert(at, byte)),
+        any::<Index>().prop_map(Mutation::Delete),
+    ]
+}
+
+impl Mutation {
+    /// `bytes` (non-empty) with this corruption applied; the result always differs from `bytes`.
+    fn apply(&self, bytes: &[u8]) -> Vec<u8> {
+        let mut out = bytes.to_vec();
+        match self {
+            Mutation::FlipBit(at, bit) => out[at.index(bytes.len())] ^= 1 << bit,
+            // XOR with a non-zero delta so the byte really changes.
+            Mutation::Overwrite(at, delta) => out[at.index(bytes.len())] ^= delta,
+            Mutation::Truncate(at) => out.truncate(at.index(bytes.len())),
+            Mutation::Append(extra) => out.extend_from_slice(extra),
+            Mutation::Insert(at, byte) => out.insert(at.index(bytes.len() + 1), *byte),
+            Mutation::Delete(at) => {
+                out.remove(at.index(bytes.len()));
+            }
+        }
+        out
+    }
+}
+
+/// The `(tag, value)` fields of a valid frame, in wire order.
+fn fields_of(bytes: &[u8], kind: FrameKind) -> Vec<(u8, Vec<u8>)> {
+    let mut fields = decode_frame(bytes, kind).unwrap();
+    let mut out = Vec::new();
+    let mut body = &bytes[frame::HEADER_LEN..bytes.len() - frame::CRC_LEN];
+    while let [tag, lo, hi, rest @ ..] = body {
+        let len = usize::from(u16::from_le_bytes([*lo, *hi]));
+        out.push((*tag, fields.take(*tag).unwrap().to_vec()));
+        body = &rest[len..];
+    }
+    fields.finish().unwrap();
+    out
+}
+
+/// A field-level corruption that keeps the envelope valid: replace one field's value with random
+/// bytes (same length or any length), drop a field, or add a field.
+#[derive(Debug, Clone)]
+enum FieldEdit {
+    Replace(Index, Vec<u8>),
+    ReplaceKeepingLength(Index, Vec<u8>),
+    Drop(Index),
+    Add(u8, Vec<u8>),
+}
+
+fn arb_field_edit() -> impl Strategy<Value = FieldEdit> {
+    let value = || prop::collection::vec(any::<u8>(), 0..100);
+    let known = [
+        tag::CONTEXT_ID,
+        tag::REGION_ID,
+        tag::BASE,
+        tag::LENGTH,
+        tag::PROT,
+        tag::MEM_TYPE,
+        tag::ACCESS_KEY,
+        tag::SHM_LOCATOR,
+        tag::SYMMETRIC,
+        tag::TRANSPORT_KEYS,
+    ];
+    let tag = prop_oneof![prop::sample::select(known.to_vec()), any::<u8>()];
+    prop_oneof![
+        1 => (any::<Index>(), value()).prop_map(|(at, v)| FieldEdit::Replace(at, v)),
+        3 => (any::<Index>(), value()).prop_map(|(at, v)| FieldEdit::ReplaceKeepingLength(at, v)),
+        1 => any::<Index>().prop_map(FieldEdit::Drop),
+        1 => (tag, value()).prop_map(|(tag, v)| FieldEdit::Add(tag, v)),
+    ]
+}
+
+impl FieldEdit {
+    /// Re-frames `fields` of `kind` with this edit applied. `Add` may repeat a tag; the frame is
+    /// then written by hand, since `FrameWriter` refuses duplicates.
+    fn apply(&self, kind: FrameKind, mut fields: Vec<(u8, Vec<u8>)>) -> Vec<u8> {
+        let count = fields.len();
+        match self {
+            FieldEdit::Replace(at, value) => fields[at.index(count)].1 = value.clone(),
+            FieldEdit::ReplaceKeepingLength(at, value) => {
+                let field = &mut fields[at.index(count)].1;
+                for (old, new) in field.iter_mut().zip(value.iter().cycle()) {
+                    *old = *new;
+                }
+            }
+            FieldEdit::Drop(at) => {
+                fields.remove(at.index(fields.len()));
+            }
+            FieldEdit::Add(tag, value) => fields.push((*tag, value.clone())),
+        }
+        let mut body = Vec::new();
+        for (tag, value) in &fields {
+            body.push(*tag);
+            body.extend_from_slice(&u16::try_from(value.len()).unwrap().to_le_bytes());
+            body.extend_from_slice(value);
+        }
+        frame_around(kind.as_u8(), &body)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties.
+//
+// One `proptest!` block per property so each has its own case count; they add up to 160,000.
+
+proptest! {
+    #![proptest_config(config(20_000))]
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
+        decode_everything(&bytes);
+    }
+}
+
+proptest! {
+    #![proptest_config(config(20_000))]
+    /// Arbitrary bytes behind a valid magic and version, so decoding gets past the first checks.
+    #[test]
+    fn arbitrary_bytes_after_a_valid_header_never_panic(
+        kind in 0u8..4,
+        tail in prop::collection::vec(any::<u8>(), 0..600),
+    ) {
+        let mut bytes = frame::MAGIC.to_vec();
+        bytes.push(frame::VERSION);
+        bytes.push(kind);
+        bytes.extend_from_slice(&tail);
+        decode_everything(&bytes);
+    }
+}
+
+proptest! {
+    #![proptest_config(config(25_000))]
+    /// A correct envelope around random bytes reaches the TLV parser and the field checks.
+    #[test]
+    fn crc_valid_garbage_body_never_panics(
+        kind in prop_oneof![Just(1u8), Just(2u8)],
+        body in prop::collection::vec(any::<u8>(), 0..600),
+    ) {
+        decode_everything(&frame_around(kind, &body));
+    }
+}
+
+proptest! {
+    #![proptest_config(config(15_000))]
+    #[test]
+    fn rkey_round_trips(key in arb_rkey()) {
+        let bytes = key.encode();
+        prop_assert!(bytes.len() <= zcx_control::MAX_FRAME_LEN);
+        prop_assert_eq!(RkeyWire::decode(&bytes), Ok(key));
+    }
+}
+
+proptest! {
+    #![proptest_config(config(10_000))]
+    #[test]
+    fn exported_memh_round_trips(memh in arb_exported_memh()) {
+        prop_assert_eq!(ExportedMemhWire::decode(&memh.encode()), Ok(memh));
+    }
+}
+
+proptest! {
+    #![proptest_config(config(25_000))]
+    #[test]
+    fn mutated_rkey_is_rejected(key in arb_rkey(), mutation in arb_mutation()) {
+        let original = key.encode();
+        let mutated = mutation.apply(&original);
+        prop_assert_ne!(&mutated, &original);
+        prop_assert!(RkeyWire::decode(&mutated).is_err());
+        prop_assert!(decode_frame(&mutated, FrameKind::Rkey).is_err());
+    }
+}
+
+proptest! {
+    #![proptest_config(config(15_000))]
+    #[test]
+    fn mutated_exported_memh_is_rejected(memh in arb_exported_memh(), mutation in arb_mutation()) {
+        let original = memh.encode();
+        let mutated = mutation.apply(&original);
+        prop_assert_ne!(&mutated, &original);
+        prop_assert!(ExportedMemhWire::decode(&mutated).is_err());
+        prop_assert!(decode_frame(&mutated, FrameKind::ExportedMemh).is_err());
+    }
+}
+
+proptest! {
+    #![proptest_config(config(20_000))]
+    /// Field-level garbage inside a correct envelope reaches the value checks. Nothing panics, and
+    /// since the fields stay in canonical order, whatever decodes re-encodes to exactly the same
+    /// bytes, unless the edit added a (non-critical, hence skipped) field.
+    #[test]
+    fn edited_rkey_fields_are_checked(key in arb_rkey(), edit in arb_field_edit()) {
+        let bytes = edit.apply(FrameKind::Rkey, fields_of(&key.encode(), FrameKind::Rkey));
+        decode_everything(&bytes);
+        if let (Ok(decoded), false) = (RkeyWire::decode(&bytes), matches!(edit, FieldEdit::Add(..))) {
+            prop_assert_eq!(decoded.encode(), bytes);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config(10_000))]
+    /// As `edited_rkey_fields_are_checked`, for exported handles.
+    #[test]
+    fn edited_exported_memh_fields_are_checked(memh in arb_exported_memh(), edit in arb_field_edit()) {
+        let bytes = edit.apply(FrameKind::ExportedMemh, fields_of(&memh.encode(), FrameKind::ExportedMemh));
+        decode_everything(&bytes);
+        if let (Ok(decoded), false) = (ExportedMemhWire::decode(&bytes), matches!(edit, FieldEdit::Add(..))) {
+            prop_assert_eq!(decoded.encode(), bytes);
+        }
+    }
+}
