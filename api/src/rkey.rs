@@ -73,7 +73,7 @@ impl RemoteKey {
         }
         let view = self.local_view.get_or_init(|| map_peer_memfd(&self.ctx.identity, locator));
         let mapping = view.as_ref().map_err(|status| *status)?;
-        // rkey_unpack checked that map_offset + length fits in map_len, so this stays inside the view.
+        // The decoder refuses a region that does not fit in its memfd (map_offset + length <= map_len), so this stays inside the view.
         let index = usize::try_from(locator.map_offset + offset).map_err(|_| Status::InvalidAddr)?;
         debug_assert!(index < mapping.mapped_len());
         // SAFETY: `index` < map_offset + length <= map_len == mapping.mapped_len(), so the result

@@ -204,7 +204,7 @@ impl MemHandle {
             shm: if self.length == 0 { None } else { shm },
             transport_keys: Vec::new(),
         };
-        Ok(PackedBuffer(wire.encode()))
+        encode_packed(wire.try_encode())
     }
 
     /// `ucp_rkey_pack` (deprecated in UCP, kept as an alias): same as `pack` without flags.
@@ -240,7 +240,7 @@ impl MemHandle {
             access_key: self.access_key,
             shm,
         };
-        Ok(PackedBuffer(wire.encode()))
+        encode_packed(wire.try_encode())
     }
 
     fn backing_allocation(&self) -> Option<&crate::mem::Allocation> {
@@ -281,4 +281,11 @@ fn advise_willneed_caller_memory(address: usize, length: usize) -> Result<()> {
             format!("madvise WILLNEED failed: {}", std::io::Error::last_os_error()),
         ))
     }
+}
+
+/// Wraps encoded bytes; an encoder refusal is an internal inconsistency, reported, never a panic.
+fn encode_packed(encoded: std::result::Result<Vec<u8>, zcx_control::WireError>) -> Result<PackedBuffer> {
+    encoded
+        .map(PackedBuffer)
+        .map_err(|e| fail_with(Status::InvalidParam, format!("cannot pack the memory handle: {e}")))
 }
