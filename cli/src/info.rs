@@ -20,10 +20,13 @@ pub struct InfoArgs {
     /// Print the configuration (`ucx_info -c`).
     #[arg(short = 'c', long)]
     config: bool,
+    /// Map memory as `<size>[,<type>]` (e.g. `1m`) and describe it (`ucp_mem_print_info`).
+    #[arg(long, value_name = "SPEC")]
+    mem: Option<String>,
 }
 
 pub fn run(args: &InfoArgs) -> Result<(), String> {
-    let all = !(args.version || args.memory || args.devices || args.config);
+    let all = !(args.version || args.memory || args.devices || args.config || args.mem.is_some());
     let config = Config::from_env().map_err(|s| format!("bad ZCX_* configuration: {s}"))?;
     let mut out = String::new();
     if all || args.version {
@@ -37,6 +40,16 @@ pub fn run(args: &InfoArgs) -> Result<(), String> {
     }
     if all || args.config {
         out.push_str(&config.print());
+    }
+    if let Some(spec) = &args.mem {
+        let ctx = Context::new(&ContextParams::new(Features::RMA), &config).map_err(|s| s.to_string())?;
+        let info = ctx.mem_print_info(spec).map_err(|s| {
+            format!(
+                "cannot map {spec:?}: {s}{}",
+                zcx::last_error_detail().map(|d| format!(" ({d})")).unwrap_or_default()
+            )
+        })?;
+        out.push_str(&info);
     }
     print!("{out}");
     Ok(())

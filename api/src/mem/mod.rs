@@ -4,6 +4,7 @@ mod handle;
 mod locator;
 mod map;
 mod params;
+mod print_info;
 mod registration;
 
 pub use handle::{MemAdvice, MemAdviseParams, MemAttr, MemHandle, MemhPackFlags, PackedBuffer};

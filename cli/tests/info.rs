@@ -1,0 +1,63 @@
+//! `zcx info` as a user runs it.
+
+use std::process::Command;
+
+fn zcx(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zcx"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run zcx");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn info_prints_every_section() {
+    let (ok, out, err) = zcx(&["info"], &[]);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("# zcx version {}", env!("CARGO_PKG_VERSION"))));
+    assert!(out.contains("hugepages     2 MiB:"), "{out}");
+    assert!(out.contains("RLIMIT_MEMLOCK:"));
+    assert!(out.contains("shm    compiled  usable"), "{out}");
+    assert!(out.contains("uring  compiled"));
+    assert!(out.contains("dpdk   not compiled"));
+    assert!(out.contains("ZCX_HUGEPAGES=try"));
+}
+
+#[test]
+fn info_sections_can_be_chosen() {
+    let (ok, out, _) = zcx(&["info", "-c"], &[("ZCX_RCACHE_ENABLE", "n")]);
+    assert!(ok);
+    assert!(out.contains("ZCX_RCACHE_ENABLE=n"));
+    assert!(!out.contains("RLIMIT_MEMLOCK"));
+}
+
+#[test]
+fn unknown_variables_are_warned_about() {
+    let (ok, _, err) = zcx(&["info", "-v"], &[("ZCX_NO_SUCH_KNOB", "1")]);
+    assert!(ok);
+    assert!(err.contains("ZCX_NO_SUCH_KNOB"), "no warning: {err}");
+}
+
+#[test]
+fn bad_configuration_is_an_error_with_a_message() {
+    let (ok, _, err) = zcx(&["info"], &[("ZCX_HUGEPAGES", "sometimes")]);
+    assert!(!ok);
+    assert!(err.contains("bad ZCX_* configuration"), "{err}");
+}
+
+#[test]
+fn mem_print_info_maps_and_describes() {
+    let (ok, out, err) = zcx(&["info", "--mem", "1m"], &[("ZCX_HUGEPAGES", "no")]);
+    assert!(ok, "{err}");
+    assert!(out.contains("allocated 1048576 bytes"), "{out}");
+    assert!(out.contains("page size 4 KiB"), "{out}");
+    let (ok, _, err) = zcx(&["info", "--mem", "1m,cuda"], &[]);
+    assert!(!ok);
+    assert!(err.contains("Unsupported operation"), "{err}");
+}
