@@ -1,6 +1,8 @@
 //! UCX's FIXED pattern: 1000 allocations of size (i+1) * (i odd ? 1000 : 1), each landing exactly at
 //! the requested address. Alone in its binary so no other test thread maps into the probed holes.
 
+mod common;
+
 use zcx::{Context, Features, MemMapParams};
 
 #[test]
@@ -9,21 +11,7 @@ fn thousand_fixed_allocations_land_exactly() {
     let page = zcx_hugepages::base_page_size();
     // One reservation provides the address range; each allocation goes at a different offset in it.
     let span = 2 << 30;
-    // SAFETY: a fresh PROT_NONE reservation; unmapped again below before any use of the range.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            span,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(base, libc::MAP_FAILED);
-    // SAFETY: unmaps the reservation made above.
-    unsafe { libc::munmap(base, span) };
-    let base = base as usize;
+    let base = common::free_address(span, page);
     let mut huge = 0;
     for i in 0..1000usize {
         let size = (i + 1) * if i % 2 == 1 { 1000 } else { 1 };

@@ -56,26 +56,6 @@ fn flags(nonblock: bool, allocate: bool, fixed: bool) -> MemMapFlags {
     f
 }
 
-/// A free, page-aligned address: map and unmap a probe region.
-fn free_address(len: usize, align: usize) -> usize {
-    let span = len + align;
-    // SAFETY: a fresh PROT_NONE reservation, unmapped again right away.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            span,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    // SAFETY: unmaps the reservation made above.
-    unsafe { libc::munmap(p, span) };
-    (p as usize + align - 1) & !(align - 1)
-}
-
 fn write_read_back(memh: &zcx::MemHandle) {
     let len = memh.length();
     // SAFETY: the handle maps `len` writable bytes at `address` while it lives.
@@ -122,7 +102,7 @@ fn matrix_every_row_with_and_without_nonblock() {
         assert_eq!(ctx.mem_map(&p).unwrap_err(), Status::InvalidParam);
 
         // ALLOCATE=1 FIXED=0 address defined: alloc+register at a hint.
-        let hint = free_address(len, 4096);
+        let hint = common::free_address(len, 4096);
         let memh = ctx.mem_map(
             &MemMapParams::new().length(len).flags(flags(nonblock, false, false)).alloc_at_hint(hint),
         );
@@ -138,7 +118,7 @@ fn matrix_every_row_with_and_without_nonblock() {
         assert_eq!(ctx.mem_map(&p).unwrap_err(), Status::InvalidParam);
 
         // ALLOCATE=1 FIXED=1 address defined: alloc+register exactly there.
-        let fixed = free_address(len, 4096);
+        let fixed = common::free_address(len, 4096);
         let p = MemMapParams::new().length(len).flags(flags(nonblock, false, false)).alloc_fixed(fixed);
         let memh = ctx.mem_map(&p).expect("alloc+register,fixed");
         assert_eq!(memh.address() as usize, fixed);
@@ -168,7 +148,7 @@ fn ucp_parameter_rules() {
         Status::InvalidParam
     );
     // FIXED with an unaligned address.
-    let p = MemMapParams::alloc(4096).alloc_fixed(free_address(4096, 4096) + 8);
+    let p = MemMapParams::alloc(4096).alloc_fixed(common::free_address(4096, 4096) + 8);
     assert_eq!(ctx.mem_map(&p).unwrap_err(), Status::InvalidParam);
     // Exported buffer with ALLOCATE.
     let exporter = ctx.mem_map(&MemMapParams::alloc(4096)).unwrap();
@@ -185,7 +165,7 @@ fn ucp_parameter_rules() {
     }
     assert!(ctx.mem_map(&MemMapParams::alloc(4096).memory_type(MemoryType::Host)).is_ok());
     // Registering memory that is not mapped.
-    let hole = free_address(1 << 20, 4096);
+    let hole = common::free_address(1 << 20, 4096);
     // SAFETY: the call fails before anything is registered (the range is not mapped).
     let p = unsafe { MemMapParams::new().address(hole as *mut u8) }.length(1 << 20);
     assert_eq!(ctx.mem_map(&p).unwrap_err(), Status::InvalidAddr);

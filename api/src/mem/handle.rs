@@ -191,7 +191,6 @@ impl MemHandle {
         if flags.contains(MemhPackFlags::EXPORT) {
             return self.pack_exported();
         }
-        let shm = self.backing_allocation().and_then(|a| locator_for(&self.ctx.identity, a, self.address));
         let wire = RkeyWire {
             context_id: self.ctx.id,
             region_id: self.region_id,
@@ -201,7 +200,7 @@ impl MemHandle {
             mem_type: MemoryType::Host as u8,
             access_key: self.access_key,
             symmetric: self.flags.contains(MemMapFlags::SYMMETRIC_RKEY),
-            shm: if self.length == 0 { None } else { shm },
+            shm: if self.length == 0 { None } else { self.shm_locator() },
             transport_keys: Vec::new(),
         };
         encode_packed(wire.try_encode())
@@ -222,9 +221,7 @@ impl MemHandle {
         if !self.ctx.features.contains(Features::EXPORTED_MEMH) {
             return Err(fail_with(Status::InvalidParam, "EXPORT needs the EXPORTED_MEMH feature".into()));
         }
-        let Some(shm) =
-            self.backing_allocation().and_then(|a| locator_for(&self.ctx.identity, a, self.address))
-        else {
+        let Some(shm) = self.shm_locator() else {
             return Err(fail_with(
                 Status::Unsupported,
                 "only memory zcx allocated (memfd-backed) can be exported".into(),
@@ -241,6 +238,11 @@ impl MemHandle {
             shm,
         };
         encode_packed(wire.try_encode())
+    }
+
+    /// How a same-host peer maps this region, when it is memfd-backed.
+    fn shm_locator(&self) -> Option<zcx_control::ShmLocator> {
+        self.backing_allocation().and_then(|a| locator_for(&self.ctx.identity, a, self.address))
     }
 
     fn backing_allocation(&self) -> Option<&crate::mem::Allocation> {

@@ -105,3 +105,25 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// A free address aligned to `align` with `len` bytes of unmapped space after it: reserve a range,
+/// then give it back. Another thread may map into it afterwards, so tests that rely on it for long
+/// run alone in their binary.
+pub fn free_address(len: usize, align: usize) -> usize {
+    let span = len + align;
+    // SAFETY: a fresh PROT_NONE reservation, unmapped again right away.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    // SAFETY: unmaps the reservation made above.
+    unsafe { libc::munmap(p, span) };
+    (p as usize + align - 1) & !(align - 1)
+}
