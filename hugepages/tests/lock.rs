@@ -56,7 +56,8 @@ fn unprivileged_lock_beyond_the_limit_names_rlimit_memlock() {
     if soft >= (16 * MIB) as u64 {
         return skip(&format!("RLIMIT_MEMLOCK soft limit {soft} does not bind a 16 MiB lock"));
     }
-    let output = Command::new(std::env::current_exe().unwrap())
+    let exe = common::PortableExe::new();
+    let output = Command::new(&exe.0)
         .args(["--exact", "unprivileged_lock_beyond_the_limit_names_rlimit_memlock", "--nocapture"])
         .env(CHILD_ROLE, "1")
         .uid(NOBODY)

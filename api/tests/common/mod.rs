@@ -21,8 +21,8 @@ pub fn run_child(test_name: &str, role: &str, input: &str) -> String {
 
 /// As [`run_child`], letting the caller adjust the command (e.g. drop privileges).
 pub fn run_child_with(test_name: &str, role: &str, input: &str, adjust: impl FnOnce(&mut Command)) -> String {
-    let exe = std::env::current_exe().expect("test binary path");
-    let mut cmd = Command::new(exe);
+    let exe = PortableExe::new();
+    let mut cmd = Command::new(&exe.0);
     cmd.args(["--exact", test_name, "--nocapture", "--test-threads=1"])
         .env(ROLE_VAR, role)
         .stdin(Stdio::piped())
@@ -126,4 +126,26 @@ pub fn free_address(len: usize, align: usize) -> usize {
     // SAFETY: unmaps the reservation made above.
     unsafe { libc::munmap(p, span) };
     (p as usize + align - 1) & !(align - 1)
+}
+
+/// A copy of this test binary that any user may execute, for children run as another user: the
+/// checkout may sit under a directory only root can enter (e.g. /root). Removed on drop.
+pub struct PortableExe(pub std::path::PathBuf);
+
+impl PortableExe {
+    pub fn new() -> PortableExe {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = std::env::current_exe().expect("test binary path");
+        let name = exe.file_name().expect("binary name").to_string_lossy().into_owned();
+        let copy = std::env::temp_dir().join(format!("zcx-{}-{name}", std::process::id()));
+        std::fs::copy(&exe, &copy).expect("copy the test binary");
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        PortableExe(copy)
+    }
+}
+
+impl Drop for PortableExe {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

@@ -75,3 +75,25 @@ pub fn present_bytes(addr: usize, len: usize) -> usize {
         .count();
     present * page
 }
+
+/// A copy of this test binary that any user may execute, for children run as another user: the
+/// checkout may sit under a directory only root can enter (e.g. /root). Removed on drop.
+pub struct PortableExe(pub std::path::PathBuf);
+
+impl PortableExe {
+    pub fn new() -> PortableExe {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = std::env::current_exe().expect("test binary path");
+        let name = exe.file_name().expect("binary name").to_string_lossy().into_owned();
+        let copy = std::env::temp_dir().join(format!("zcx-{}-{name}", std::process::id()));
+        std::fs::copy(&exe, &copy).expect("copy the test binary");
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        PortableExe(copy)
+    }
+}
+
+impl Drop for PortableExe {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
