@@ -68,6 +68,32 @@ pub(crate) struct ContextInner {
     /// Live allocations (and imports) by start address, to find the memfd behind a registered range.
     pub allocations: Mutex<BTreeMap<usize, Weak<Allocation>>>,
     next_id: AtomicU64,
+    access_keys: Mutex<KeyPool>,
+}
+
+/// Kernel randomness fetched in batches: a `getrandom` per memory handle was most of the cost of
+/// a registration-cache hit. A context is not shared across `fork` (as in UCP), so a batch is never
+/// handed out twice.
+struct KeyPool {
+    bytes: [u8; KeyPool::BATCH],
+    used: usize,
+}
+
+impl KeyPool {
+    const BATCH: usize = 1024;
+
+    fn next(&mut self) -> Result<[u8; 16]> {
+        if self.used + 16 > Self::BATCH {
+            fill_random(&mut self.bytes)?;
+            self.used = 0;
+        }
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&self.bytes[self.used..self.used + 16]);
+        // Wipe what was handed out so the pool never holds a live key.
+        self.bytes[self.used..self.used + 16].fill(0);
+        self.used += 16;
+        Ok(key)
+    }
 }
 
 /// `ucp_context_h`: the application context (`ucp_init`); dropping the last clone is `ucp_cleanup`.
@@ -100,6 +126,7 @@ impl Context {
             rcache: RegistrationCache::new(config.rcache_enabled()),
             allocations: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(1),
+            access_keys: Mutex::new(KeyPool { bytes: [0; KeyPool::BATCH], used: KeyPool::BATCH }),
         };
         tracing::debug!(name = inner.name, features = ?inner.features, "context created");
         Ok(Context { inner: Arc::new(inner) })
@@ -137,6 +164,12 @@ impl ContextInner {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// A fresh unguessable access key for a memory handle.
+    pub fn new_access_key(&self) -> Result<[u8; 16]> {
+        // The pool is only ever left consistent (a copy and an index bump), so poison is harmless.
+        self.access_keys.lock().unwrap_or_else(|p| p.into_inner()).next()
+    }
+
     /// Records a live allocation so registrations of its sub-ranges find its memfd.
     pub fn track_allocation(&self, allocation: &Arc<Allocation>) {
         self.allocations_lock().insert(allocation.start(), Arc::downgrade(allocation));
@@ -164,9 +197,15 @@ impl ContextInner {
     }
 }
 
-/// 16 bytes from the kernel's CSPRNG (`getrandom(2)`): context ids and access keys must be unguessable.
+/// 16 bytes from the kernel's CSPRNG: context ids and access keys must be unguessable.
 pub(crate) fn random_bytes() -> Result<[u8; 16]> {
     let mut buf = [0u8; 16];
+    fill_random(&mut buf)?;
+    Ok(buf)
+}
+
+/// Fills `buf` from `getrandom(2)`.
+fn fill_random(buf: &mut [u8]) -> Result<()> {
     let mut filled = 0;
     while filled < buf.len() {
         // SAFETY: the pointer and length describe the unfilled tail of `buf`, which is writable.
@@ -180,5 +219,21 @@ pub(crate) fn random_bytes() -> Result<[u8; 16]> {
         }
         filled += n as usize;
     }
-    Ok(buf)
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_keys_are_distinct_across_batches() {
+        let mut pool = KeyPool { bytes: [0; KeyPool::BATCH], used: KeyPool::BATCH };
+        let keys: Vec<_> = (0..3 * KeyPool::BATCH / 16 + 5).map(|_| pool.next().unwrap()).collect();
+        let distinct: std::collections::HashSet<_> = keys.iter().collect();
+        assert_eq!(distinct.len(), keys.len());
+        assert!(keys.iter().all(|k| k != &[0u8; 16]));
+        // Handed-out bytes do not stay in the pool.
+        assert!(pool.bytes[..pool.used].iter().all(|&b| b == 0));
+    }
 }

@@ -6,7 +6,7 @@ use zcx_control::ExportedMemhWire;
 use zcx_hugepages::{Backing, MapOptions, Mapping, PagePolicy, PageSize, Placement, Populate};
 
 use crate::config::HugepageMode;
-use crate::context::{random_bytes, Context, ContextInner, Features};
+use crate::context::{Context, ContextInner, Features};
 use crate::mem::locator::map_peer_memfd;
 use crate::mem::params::{classify, AllocPlacement, MapRequest};
 use crate::mem::registration::{Allocation, Registration};
@@ -57,7 +57,7 @@ fn new_handle(
         length,
         prot,
         flags,
-        access_key: random_bytes()?,
+        access_key: ctx.new_access_key()?,
         registration,
     })
 }
