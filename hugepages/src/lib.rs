@@ -1,5 +1,6 @@
 //! Hugepage-backed memory for zcx: anonymous and memfd mappings with explicit
-//! page-size policy, placement, populate, pinning and NUMA binding.
+//! page-size policy, placement, populate, pinning and NUMA binding; and CPU
+//! pinning ([`CpuSet`], [`pin_current_thread`]) for dedicated polling cores.
 //!
 //! The entry point is [`Mapping::new`], configured by [`MapOptions`]:
 //!
@@ -40,6 +41,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod backing;
+mod cpu;
 mod error;
 mod mapping;
 mod memfd;
@@ -56,6 +58,7 @@ mod thp;
 mod units;
 
 pub use backing::Backing;
+pub use cpu::{current_affinity, current_cpu, pin_current_thread, CpuError, CpuSet, MAX_CPUS};
 pub use error::Error;
 pub use mapping::Mapping;
 pub use memlock::{has_cap_ipc_lock, memlock_limit};
