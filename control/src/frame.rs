@@ -43,6 +43,12 @@ pub enum FrameKind {
     Rkey = 1,
     /// An exported memory handle (`ucp_memh_pack` with `EXPORT`).
     ExportedMemh = 2,
+    /// A worker address (`ucp_worker_query` with `UCP_WORKER_ATTR_FIELD_ADDRESS`, a
+    /// `ucp_address_t`).
+    WorkerAddress = 3,
+    /// A step of the connection handshake over a sockaddr connection (the request a listener sees
+    /// through `ucp_conn_request_query`, and its acceptance or `ucp_listener_reject`).
+    Handshake = 4,
 }
 
 impl FrameKind {
@@ -51,6 +57,8 @@ impl FrameKind {
         match value {
             1 => Some(FrameKind::Rkey),
             2 => Some(FrameKind::ExportedMemh),
+            3 => Some(FrameKind::WorkerAddress),
+            4 => Some(FrameKind::Handshake),
             _ => None,
         }
     }
@@ -368,10 +376,13 @@ mod tests {
 
     #[test]
     fn frame_kind_values() {
-        for kind in [FrameKind::Rkey, FrameKind::ExportedMemh] {
-            assert_eq!(FrameKind::from_u8(kind.as_u8()), Some(kind));
+        let kinds =
+            [FrameKind::Rkey, FrameKind::ExportedMemh, FrameKind::WorkerAddress, FrameKind::Handshake];
+        for (value, kind) in (1u8..).zip(kinds) {
+            assert_eq!(kind.as_u8(), value);
+            assert_eq!(FrameKind::from_u8(value), Some(kind));
         }
         assert_eq!(FrameKind::from_u8(0), None);
-        assert_eq!(FrameKind::from_u8(3), None);
+        assert_eq!(FrameKind::from_u8(5), None);
     }
 }

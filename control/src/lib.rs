@@ -1,8 +1,8 @@
 //! zcx control plane wire formats.
 //!
-//! Everything zcx processes tell each other outside the data path — packed remote keys and
-//! exported memory handles today, worker addresses and handshakes later — travels in one framing,
-//! decoded here. Those bytes come from other processes, which may be buggy or hostile, so every
+//! Everything zcx processes tell each other outside the data path — packed remote keys, exported
+//! memory handles, worker addresses and connection handshakes — travels in one framing, decoded
+//! here. Those bytes come from other processes, which may be buggy or hostile, so every
 //! decoder is *checked*: it reads through a bounds-checked [`Reader`], returns a [`WireError`]
 //! instead of panicking, caps every length and count before allocating, and validates every
 //! value before handing back a typed struct.
@@ -36,6 +36,10 @@
 //! - [`RkeyWire`]: a packed remote key.
 //! - [`ExportedMemhWire`]: an exported memory handle, imported by a same-host peer.
 //! - [`ShmLocator`]: inside both, tells a same-host peer how to map the memfd behind a region.
+//! - [`WorkerAddressWire`]: a worker address (`ucp_address_t`), one [`TransportAddress`] per
+//!   transport the worker offers.
+//! - [`HandshakeWire`]: the connection request sent over a sockaddr connection, and the
+//!   listener's acceptance or rejection.
 
 #![warn(missing_docs)]
 
@@ -44,6 +48,8 @@ mod error;
 mod exported_memh;
 mod fields;
 pub mod frame;
+mod handshake;
+mod name;
 mod region;
 mod rkey;
 #[cfg(test)]
@@ -51,13 +57,17 @@ mod samples;
 mod shm_locator;
 pub mod tag;
 mod tag_set;
+mod transport_address;
 mod transport_key;
+mod worker_address;
 
 pub use cursor::{Reader, Writer};
 pub use error::WireError;
 pub use exported_memh::ExportedMemhWire;
 pub use fields::Fields;
 pub use frame::{decode_frame, encode_frame, FrameKind, FrameWriter, MAX_FRAME_LEN};
+pub use handshake::{HandshakeWire, REJECT_STATUS_MAX, REJECT_STATUS_MIN};
+pub use name::MAX_NAME_LEN;
 pub use region::{
     MEM_TYPE_MAX, PROT_ALL, PROT_LOCAL_READ, PROT_LOCAL_WRITE, PROT_REMOTE_READ, PROT_REMOTE_WRITE,
 };
@@ -65,4 +75,9 @@ pub use rkey::RkeyWire;
 pub use shm_locator::{
     local_boot_id, process_start_time, ShmLocator, PAGE_SIZE_1G, PAGE_SIZE_2M, PAGE_SIZE_4K,
 };
+pub use transport_address::{
+    TransportAddress, MAX_SHM_SOCKET_NAME_LEN, MAX_TRANSPORT_ADDRESSES, MAX_TRANSPORT_ADDRESS_LEN,
+    TRANSPORT_DPDK, TRANSPORT_SHM, TRANSPORT_URING, TRANSPORT_VERBS, VERBS_MTUS, VERBS_QPN_LIMIT,
+};
 pub use transport_key::{TransportKey, MAX_TRANSPORT_KEYS, MAX_TRANSPORT_KEY_LEN};
+pub use worker_address::WorkerAddressWire;

@@ -1,9 +1,14 @@
 //! Valid example values shared by the unit tests of several modules.
 
+use std::net::SocketAddr;
+
 use crate::exported_memh::ExportedMemhWire;
+use crate::name::MAX_NAME_LEN;
 use crate::region::PROT_ALL;
 use crate::rkey::RkeyWire;
 use crate::shm_locator::{ShmLocator, PAGE_SIZE_2M};
+use crate::transport_address::{TransportAddress, MAX_TRANSPORT_ADDRESSES, MAX_TRANSPORT_ADDRESS_LEN};
+use crate::worker_address::WorkerAddressWire;
 
 /// A valid locator for a four-huge-page memfd whose region starts at byte 100.
 pub(crate) fn sample_locator() -> ShmLocator {
@@ -49,4 +54,29 @@ pub(crate) fn sample_exported_memh() -> ExportedMemhWire {
         access_key: rkey.access_key,
         shm: sample_locator(),
     }
+}
+
+/// A valid worker address offering each known transport once, shm included.
+pub(crate) fn sample_worker_address() -> WorkerAddressWire {
+    WorkerAddressWire {
+        worker_uid: *b"worker-uid-bytes",
+        name: "rank-3".to_owned(),
+        boot_id: Some(sample_locator().boot_id),
+        transports: vec![
+            TransportAddress::Shm { socket_name: b"zcx-4242".to_vec() },
+            TransportAddress::Verbs { gid: [0xFE; 16], qpn: 0x11, lid: 0, mtu: 1024 },
+            TransportAddress::Dpdk { mac: [0x02, 0, 0, 0, 0, 0x07], udp_port: 4791 },
+            TransportAddress::Uring { addr: SocketAddr::from(([192, 0, 2, 7], 13337)) },
+        ],
+    }
+}
+
+/// The largest valid worker address: the longest name and as many unknown transports of the
+/// longest body as the list allows.
+pub(crate) fn largest_worker_address() -> WorkerAddressWire {
+    let transports = (100..)
+        .take(MAX_TRANSPORT_ADDRESSES)
+        .map(|kind| TransportAddress::Unknown { kind, bytes: vec![7; MAX_TRANSPORT_ADDRESS_LEN] })
+        .collect();
+    WorkerAddressWire { name: "w".repeat(MAX_NAME_LEN), transports, ..sample_worker_address() }
 }

@@ -38,3 +38,28 @@ pub const SHM_LOCATOR: u8 = 0x88;
 pub const SYMMETRIC: u8 = 0x89;
 /// Per-transport registration keys (a counted list).
 pub const TRANSPORT_KEYS: u8 = 0x8A;
+/// Random identity of a worker (16 bytes).
+pub const WORKER_UID: u8 = 0x8B;
+/// A worker's name (UTF-8, at most [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes).
+pub const WORKER_NAME: u8 = 0x8C;
+/// The boot id of the host a worker runs on (16 bytes), for telling same-host peers apart.
+pub const BOOT_ID: u8 = 0x8D;
+/// How to reach a worker over each transport it offers (a counted list).
+pub const TRANSPORT_ADDRESSES: u8 = 0x8E;
+/// Which step of the connection handshake a frame is (`u8`).
+pub const HANDSHAKE_STEP: u8 = 0x8F;
+/// The client's id for the connection request (`u64`, `ucp_conn_request_attr_t::client_id`).
+pub const CLIENT_ID: u8 = 0x90;
+/// The endpoint's name (UTF-8, at most [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes).
+pub const EP_NAME: u8 = 0x91;
+/// Whether the client endpoint uses `UCP_ERR_HANDLING_MODE_PEER` (`u8`, 0 or 1).
+pub const ERR_MODE_PEER: u8 = 0x92;
+/// The sending worker's address: a whole nested [`FrameKind::WorkerAddress`](crate::FrameKind)
+/// frame.
+pub const WORKER_ADDRESS: u8 = 0x93;
+/// The client endpoint's id (`u64`), echoed in the server's answer.
+pub const CLIENT_EP_ID: u8 = 0x94;
+/// The server endpoint's id (`u64`).
+pub const SERVER_EP_ID: u8 = 0x95;
+/// The `ucs_status_t` a listener rejected a connection with (`i8`).
+pub const REJECT_STATUS: u8 = 0x96;
