@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod proto;
 pub mod rcache;
 pub mod uring_probe;
 
