@@ -1,6 +1,7 @@
 //! zcx dataplane: the machinery below the public API that moves bytes.
 //!
-//! Today it holds the registration cache shared by every transport and the io_uring feature probe;
+//! Today it holds the registration cache shared by every transport, the io_uring feature probe,
+//! the worker's wakeup eventfd and the first sans-IO protocol engine (tag matching, [`proto`]);
 //! the transports (shm, io_uring sockets, DPDK, verbs) and the sans-IO protocol state machines
 //! (active messages, tag matching, stream, rendezvous, RMA emulation, datagram reliability) plug in
 //! here behind one transport trait. Nothing in this crate knows the public `zcx` types.
@@ -10,6 +11,8 @@
 pub mod proto;
 pub mod rcache;
 pub mod uring_probe;
+pub mod wakeup;
 
 pub use rcache::{RcacheStats, RegistrationCache};
 pub use uring_probe::{probe_uring, UringSupport};
+pub use wakeup::Wakeup;
