@@ -6,8 +6,13 @@ use std::os::unix::process::CommandExt;
 
 use zcx::{Context, Features, MemMapFlags, MemMapParams, Status};
 
+/// Held while forking a child and while reading smaps' Locked: between fork and exec the child
+/// shares our locked pages copy-on-write, which halves their proportional Locked count.
+static FORK_GUARD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn lock_pins_the_pages() {
+    let _no_fork = FORK_GUARD.lock().unwrap_or_else(|p| p.into_inner());
     let ctx = Context::with_features(Features::RMA).unwrap();
     let (soft, _) = zcx_hugepages::memlock_limit();
     let len = 16 << 20;
@@ -28,6 +33,7 @@ fn lock_pins_the_pages() {
 
 #[test]
 fn lock_beyond_rlimit_memlock_explains_itself() {
+    let _no_fork = FORK_GUARD.lock().unwrap_or_else(|p| p.into_inner());
     const NAME: &str = "lock_beyond_rlimit_memlock_explains_itself";
     if common::child_role().as_deref() == Some("unprivileged") {
         let ctx = Context::with_features(Features::RMA).unwrap();

@@ -18,8 +18,13 @@ fn locked_opts(backing: Backing) -> MapOptions<'static> {
     MapOptions { len: 16 * MIB, page_policy: PagePolicy::Never, backing, lock: true, ..MapOptions::default() }
 }
 
+/// Held while forking a child and while reading smaps' Locked: between fork and exec the child
+/// shares our locked pages copy-on-write, which halves their proportional Locked count.
+static FORK_GUARD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn privileged_lock_beyond_the_limit_locks_everything() {
+    let _no_fork = FORK_GUARD.lock().unwrap_or_else(|p| p.into_inner());
     if !has_cap_ipc_lock() {
         return skip("needs CAP_IPC_LOCK to lock more than RLIMIT_MEMLOCK");
     }
@@ -46,6 +51,7 @@ fn privileged_lock_beyond_the_limit_locks_everything() {
 /// role it performs the 16 MiB locked mapping and prints the outcome.
 #[test]
 fn unprivileged_lock_beyond_the_limit_names_rlimit_memlock() {
+    let _no_fork = FORK_GUARD.lock().unwrap_or_else(|p| p.into_inner());
     if std::env::var_os(CHILD_ROLE).is_some() {
         return run_unprivileged_child();
     }
