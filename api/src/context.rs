@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use bitflags::bitflags;
-use zcx_dataplane::{RcacheStats, RegistrationCache};
+use zcx_dataplane::{RcacheStats, RegistrationCache, RemoteAccessTable};
 
 use crate::config::Config;
 use crate::mem::{Allocation, Registration};
@@ -65,6 +65,8 @@ pub(crate) struct ContextInner {
     pub config: Config,
     pub identity: LocalIdentity,
     pub rcache: RegistrationCache<Registration>,
+    /// Regions with remote protection, checked before any emulated put/get/atomic touches memory.
+    pub remote_access: RemoteAccessTable,
     /// Live allocations (and imports) by start address, to find the memfd behind a registered range.
     pub allocations: Mutex<BTreeMap<usize, Weak<Allocation>>>,
     next_id: AtomicU64,
@@ -124,6 +126,7 @@ impl Context {
             config: config.clone(),
             identity,
             rcache: RegistrationCache::new(config.rcache_enabled()),
+            remote_access: RemoteAccessTable::new(),
             allocations: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(1),
             access_keys: Mutex::new(KeyPool { bytes: [0; KeyPool::BATCH], used: KeyPool::BATCH }),

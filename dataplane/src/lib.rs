@@ -8,11 +8,13 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod proto;
 pub mod rcache;
 pub mod uring_probe;
 pub mod wakeup;
 
+pub use access::{AccessError, RegionEntry, RemoteAccess, RemoteAccessTable};
 pub use rcache::{RcacheStats, RegistrationCache};
 pub use uring_probe::{probe_uring, UringSupport};
 pub use wakeup::Wakeup;

@@ -211,7 +211,8 @@ impl MemHandle {
         self.pack(MemhPackFlags::empty())
     }
 
-    /// `ucp_mem_unmap`: deregisters, and frees memory zcx allocated once nothing else uses it.
+    /// `ucp_mem_unmap`: revokes remote access, deregisters, and frees memory zcx allocated once
+    /// nothing else uses it.
     pub fn unmap(self) -> Result<()> {
         drop(self);
         Ok(())
@@ -247,6 +248,14 @@ impl MemHandle {
 
     fn backing_allocation(&self) -> Option<&crate::mem::Allocation> {
         self.registration.as_ref()?.backing.as_deref()
+    }
+}
+
+impl Drop for MemHandle {
+    /// `ucp_mem_unmap`: peers lose access first, then the registration (and, with the last user,
+    /// the memory) goes.
+    fn drop(&mut self) {
+        self.ctx.remote_access.remove(self.region_id);
     }
 }
 
@@ -290,4 +299,48 @@ fn encode_packed(encoded: std::result::Result<Vec<u8>, zcx_control::WireError>) 
     encoded
         .map(PackedBuffer)
         .map_err(|e| fail_with(Status::InvalidParam, format!("cannot pack the memory handle: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use zcx_dataplane::{AccessError, RemoteAccess};
+
+    use crate::{Context, Features, MemMapParams, Prot};
+
+    #[test]
+    fn handles_with_remote_prot_are_in_the_access_table_until_unmapped() {
+        let ctx = Context::with_features(Features::RMA).unwrap();
+        let table = &ctx.inner.remote_access;
+        let memh = ctx.mem_map(&MemMapParams::alloc(4096)).unwrap();
+        let base = memh.address() as u64;
+        let key = memh.access_key;
+        assert_eq!(table.check(memh.region_id, &key, base + 8, 8, RemoteAccess::Atomic { size: 8 }), Ok(8));
+        let mut forged = key;
+        forged[0] ^= 0x80;
+        assert_eq!(
+            table.check(memh.region_id, &forged, base, 1, RemoteAccess::Read),
+            Err(AccessError::BadKey)
+        );
+        assert_eq!(
+            table.check(memh.region_id, &key, base + 4090, 8, RemoteAccess::Write),
+            Err(AccessError::OutOfBounds)
+        );
+        let id = memh.region_id;
+        memh.unmap().unwrap();
+        assert_eq!(table.check(id, &key, base, 1, RemoteAccess::Read), Err(AccessError::BadKey));
+
+        let read_only =
+            ctx.mem_map(&MemMapParams::alloc(4096).prot(Prot::LOCAL_READ | Prot::REMOTE_READ)).unwrap();
+        let (id, key, base) = (read_only.region_id, read_only.access_key, read_only.address() as u64);
+        assert_eq!(table.check(id, &key, base, 4, RemoteAccess::Read), Ok(0));
+        assert_eq!(table.check(id, &key, base, 4, RemoteAccess::Write), Err(AccessError::Protection));
+        let local =
+            ctx.mem_map(&MemMapParams::alloc(4096).prot(Prot::LOCAL_READ | Prot::LOCAL_WRITE)).unwrap();
+        assert_eq!(
+            table.check(local.region_id, &local.access_key, local.address() as u64, 1, RemoteAccess::Read),
+            Err(AccessError::BadKey),
+            "a region without remote prot is not remotely accessible at all"
+        );
+        assert_eq!(table.len(), 1);
+    }
 }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use zcx_control::ExportedMemhWire;
+use zcx_dataplane::RegionEntry;
 use zcx_hugepages::{Backing, MapOptions, Mapping, PagePolicy, PageSize, Placement, Populate};
 
 use crate::config::HugepageMode;
@@ -50,7 +51,7 @@ fn new_handle(
     flags: MemMapFlags,
     registration: Option<Arc<Registration>>,
 ) -> Result<MemHandle> {
-    Ok(MemHandle {
+    let handle = MemHandle {
         ctx: Arc::clone(ctx),
         region_id: ctx.next_id(),
         address,
@@ -59,7 +60,17 @@ fn new_handle(
         flags,
         access_key: ctx.new_access_key()?,
         registration,
-    })
+    };
+    if length > 0 && prot.intersects(Prot::REMOTE_READ | Prot::REMOTE_WRITE) {
+        let entry = RegionEntry {
+            base: address as u64,
+            length: length as u64,
+            prot: prot.bits(),
+            access_key: handle.access_key,
+        };
+        ctx.remote_access.insert(handle.region_id, entry);
+    }
+    Ok(handle)
 }
 
 fn allocate(

@@ -1,0 +1,224 @@
+//! The target side's remote-access table: may this peer touch these bytes?
+//!
+//! Every memory handle with remote protection is entered here under its region id with its bounds,
+//! protection and unguessable access key. A transport without native RMA (uring, dpdk) executes a
+//! peer's put/get/atomic only after [`RemoteAccessTable::check`] accepts it, and then touches exactly
+//! the range it returned; a forged key, an unknown region, bytes outside the region, a missing
+//! REMOTE_READ/REMOTE_WRITE protection or a misaligned atomic are refused before any byte is read
+//! or written.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+/// `UCP_MEM_MAP_PROT_REMOTE_READ`.
+pub const PROT_REMOTE_READ: u32 = 1 << 8;
+/// `UCP_MEM_MAP_PROT_REMOTE_WRITE`.
+pub const PROT_REMOTE_WRITE: u32 = 1 << 9;
+
+/// What a peer wants to do to the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteAccess {
+    /// `get`: needs REMOTE_READ.
+    Read,
+    /// `put`: needs REMOTE_WRITE.
+    Write,
+    /// An atomic of 4 or 8 bytes: needs both, and natural alignment.
+    Atomic {
+        /// Operand size in bytes (4 or 8).
+        size: u8,
+    },
+}
+
+/// Why an access was refused. The transport maps it to a `ucs_status_t` for the initiator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessError {
+    /// No live region with this id, or the key does not match. The two are one error on purpose,
+    /// so a peer cannot probe which region ids exist.
+    BadKey,
+    /// `[addr, addr + len)` is not inside the region: `INVALID_ADDR`.
+    OutOfBounds,
+    /// The region lacks the protection the access needs; the access is not performed.
+    Protection,
+    /// An atomic of a size other than 4 or 8, or not naturally aligned: `INVALID_PARAM`.
+    BadAtomic,
+}
+
+/// One registered region as the table knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionEntry {
+    /// Address of the region's first byte in this process.
+    pub base: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// `UCP_MEM_MAP_PROT_*` bits.
+    pub prot: u32,
+    /// The capability a peer must present.
+    pub access_key: [u8; 16],
+}
+
+/// Regions peers may access, by region id. Reads (checks) run concurrently; inserts and removals
+/// happen at `mem_map`/`unmap` time.
+#[derive(Debug, Default)]
+pub struct RemoteAccessTable {
+    regions: RwLock<HashMap<u64, RegionEntry>>,
+}
+
+impl RemoteAccessTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Enters `region` under `id` (replacing nothing: ids are unique per context).
+    pub fn insert(&self, id: u64, region: RegionEntry) {
+        self.write().insert(id, region);
+    }
+
+    /// Removes region `id`; from now on every access to it is refused.
+    pub fn remove(&self, id: u64) {
+        self.write().remove(&id);
+    }
+
+    /// Number of regions peers may access.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// True when no region is accessible.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Checks an access of `len` bytes at remote address `addr` of region `id` with `key`.
+    /// On success returns the byte offset of `addr` in the region; `[offset, offset + len)` lies
+    /// inside it.
+    pub fn check(
+        &self,
+        id: u64,
+        key: &[u8; 16],
+        addr: u64,
+        len: u64,
+        access: RemoteAccess,
+    ) -> Result<u64, AccessError> {
+        let region = *self.read().get(&id).ok_or(AccessError::BadKey)?;
+        check_region(&region, key, addr, len, access)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<u64, RegionEntry>> {
+        // Mutations are single map operations: a poisoned table is still consistent.
+        self.regions.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<u64, RegionEntry>> {
+        self.regions.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The check itself, for one region: key, protection, atomic shape, then bounds.
+pub fn check_region(
+    region: &RegionEntry,
+    key: &[u8; 16],
+    addr: u64,
+    len: u64,
+    access: RemoteAccess,
+) -> Result<u64, AccessError> {
+    if !keys_equal(&region.access_key, key) {
+        return Err(AccessError::BadKey);
+    }
+    let needed = match access {
+        RemoteAccess::Read => PROT_REMOTE_READ,
+        RemoteAccess::Write => PROT_REMOTE_WRITE,
+        RemoteAccess::Atomic { .. } => PROT_REMOTE_READ | PROT_REMOTE_WRITE,
+    };
+    if region.prot & needed != needed {
+        return Err(AccessError::Protection);
+    }
+    if let RemoteAccess::Atomic { size } = access {
+        if !matches!(size, 4 | 8) || len != u64::from(size) || addr % u64::from(size) != 0 {
+            return Err(AccessError::BadAtomic);
+        }
+    }
+    let offset = addr.checked_sub(region.base).ok_or(AccessError::OutOfBounds)?;
+    let end = offset.checked_add(len).ok_or(AccessError::OutOfBounds)?;
+    if end > region.length {
+        return Err(AccessError::OutOfBounds);
+    }
+    Ok(offset)
+}
+
+/// Compares keys in time independent of where they differ, so response timing does not leak how
+/// much of a guessed key was right.
+fn keys_equal(a: &[u8; 16], b: &[u8; 16]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: [u8; 16] = [7; 16];
+
+    fn region(prot: u32) -> RegionEntry {
+        RegionEntry { base: 0x1000, length: 0x100, prot, access_key: KEY }
+    }
+
+    const RW: u32 = PROT_REMOTE_READ | PROT_REMOTE_WRITE;
+
+    #[test]
+    fn accepts_accesses_inside_with_the_key_and_prot() {
+        let r = region(RW);
+        assert_eq!(check_region(&r, &KEY, 0x1000, 0x100, RemoteAccess::Read), Ok(0));
+        assert_eq!(check_region(&r, &KEY, 0x10f8, 8, RemoteAccess::Write), Ok(0xf8));
+        assert_eq!(check_region(&r, &KEY, 0x1100, 0, RemoteAccess::Write), Ok(0x100));
+        assert_eq!(check_region(&r, &KEY, 0x1010, 8, RemoteAccess::Atomic { size: 8 }), Ok(0x10));
+        assert_eq!(check_region(&r, &KEY, 0x1014, 4, RemoteAccess::Atomic { size: 4 }), Ok(0x14));
+    }
+
+    #[test]
+    fn refuses_forged_keys_bounds_prot_and_bad_atomics() {
+        let r = region(RW);
+        let mut forged = KEY;
+        forged[15] ^= 1;
+        assert_eq!(check_region(&r, &forged, 0x1000, 1, RemoteAccess::Read), Err(AccessError::BadKey));
+        assert_eq!(check_region(&r, &KEY, 0x0fff, 1, RemoteAccess::Read), Err(AccessError::OutOfBounds));
+        assert_eq!(check_region(&r, &KEY, 0x10f9, 8, RemoteAccess::Write), Err(AccessError::OutOfBounds));
+        assert_eq!(check_region(&r, &KEY, u64::MAX, 2, RemoteAccess::Write), Err(AccessError::OutOfBounds));
+        let read_only = region(PROT_REMOTE_READ);
+        assert_eq!(
+            check_region(&read_only, &KEY, 0x1000, 1, RemoteAccess::Write),
+            Err(AccessError::Protection)
+        );
+        assert_eq!(
+            check_region(&read_only, &KEY, 0x1000, 8, RemoteAccess::Atomic { size: 8 }),
+            Err(AccessError::Protection)
+        );
+        let local_only = region(0x3);
+        assert_eq!(
+            check_region(&local_only, &KEY, 0x1000, 1, RemoteAccess::Read),
+            Err(AccessError::Protection)
+        );
+        assert_eq!(
+            check_region(&r, &KEY, 0x1004, 8, RemoteAccess::Atomic { size: 8 }),
+            Err(AccessError::BadAtomic)
+        );
+        assert_eq!(
+            check_region(&r, &KEY, 0x1000, 4, RemoteAccess::Atomic { size: 8 }),
+            Err(AccessError::BadAtomic)
+        );
+        assert_eq!(
+            check_region(&r, &KEY, 0x1000, 2, RemoteAccess::Atomic { size: 2 }),
+            Err(AccessError::BadAtomic)
+        );
+    }
+
+    #[test]
+    fn table_lookup_and_removal() {
+        let table = RemoteAccessTable::new();
+        table.insert(3, region(RW));
+        assert_eq!(table.check(3, &KEY, 0x1000, 4, RemoteAccess::Read), Ok(0));
+        assert_eq!(table.check(4, &KEY, 0x1000, 4, RemoteAccess::Read), Err(AccessError::BadKey));
+        table.remove(3);
+        assert_eq!(table.check(3, &KEY, 0x1000, 4, RemoteAccess::Read), Err(AccessError::BadKey));
+        assert!(table.is_empty());
+    }
+}
