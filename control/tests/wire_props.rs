@@ -430,15 +430,26 @@ proptest! {
     }
 }
 
+/// One mutation of a valid encoding: the bytes change, and both the typed decoder and the frame
+/// decoder refuse them.
+fn assert_mutation_rejected(
+    original: &[u8],
+    mutation: &Mutation,
+    kind: FrameKind,
+    typed_decode_fails: impl Fn(&[u8]) -> bool,
+) -> Result<(), TestCaseError> {
+    let mutated = mutation.apply(original);
+    prop_assert_ne!(&mutated[..], original);
+    prop_assert!(typed_decode_fails(&mutated));
+    prop_assert!(decode_frame(&mutated, kind).is_err());
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(config(25_000))]
     #[test]
     fn mutated_rkey_is_rejected(key in arb_rkey(), mutation in arb_mutation()) {
-        let original = key.encode();
-        let mutated = mutation.apply(&original);
-        prop_assert_ne!(&mutated, &original);
-        prop_assert!(RkeyWire::decode(&mutated).is_err());
-        prop_assert!(decode_frame(&mutated, FrameKind::Rkey).is_err());
+        assert_mutation_rejected(&key.encode(), &mutation, FrameKind::Rkey, |b| RkeyWire::decode(b).is_err())?;
     }
 }
 
@@ -446,11 +457,7 @@ proptest! {
     #![proptest_config(config(15_000))]
     #[test]
     fn mutated_exported_memh_is_rejected(memh in arb_exported_memh(), mutation in arb_mutation()) {
-        let original = memh.encode();
-        let mutated = mutation.apply(&original);
-        prop_assert_ne!(&mutated, &original);
-        prop_assert!(ExportedMemhWire::decode(&mutated).is_err());
-        prop_assert!(decode_frame(&mutated, FrameKind::ExportedMemh).is_err());
+        assert_mutation_rejected(&memh.encode(), &mutation, FrameKind::ExportedMemh, |b| ExportedMemhWire::decode(b).is_err())?;
     }
 }
 
@@ -552,11 +559,7 @@ proptest! {
     #![proptest_config(config(5_000))]
     #[test]
     fn mutated_worker_address_is_rejected(address in arb_worker_address(), mutation in arb_mutation()) {
-        let original = address.encode();
-        let mutated = mutation.apply(&original);
-        prop_assert_ne!(&mutated, &original);
-        prop_assert!(WorkerAddressWire::decode(&mutated).is_err());
-        prop_assert!(decode_frame(&mutated, FrameKind::WorkerAddress).is_err());
+        assert_mutation_rejected(&address.encode(), &mutation, FrameKind::WorkerAddress, |b| WorkerAddressWire::decode(b).is_err())?;
     }
 }
 
@@ -564,11 +567,7 @@ proptest! {
     #![proptest_config(config(5_000))]
     #[test]
     fn mutated_handshake_is_rejected(step in arb_handshake(), mutation in arb_mutation()) {
-        let original = step.encode();
-        let mutated = mutation.apply(&original);
-        prop_assert_ne!(&mutated, &original);
-        prop_assert!(HandshakeWire::decode(&mutated).is_err());
-        prop_assert!(decode_frame(&mutated, FrameKind::Handshake).is_err());
+        assert_mutation_rejected(&step.encode(), &mutation, FrameKind::Handshake, |b| HandshakeWire::decode(b).is_err())?;
     }
 }
 
