@@ -11,10 +11,14 @@
 pub mod access;
 pub mod proto;
 pub mod rcache;
+pub mod transport;
 pub mod uring_probe;
 pub mod wakeup;
 
 pub use access::{AccessError, RegionEntry, RemoteAccess, RemoteAccessTable};
 pub use rcache::{RcacheStats, RegistrationCache};
+pub use transport::{
+    Caps, ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport, ZcopyPayload,
+};
 pub use uring_probe::{probe_uring, UringSupport};
 pub use wakeup::Wakeup;

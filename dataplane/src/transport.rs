@@ -1,0 +1,295 @@
+//! The interface every transport implements: shm, uring (io_uring TCP), dpdk and verbs.
+//!
+//! A transport moves opaque *frames* between links. A frame is whatever the protocol layer
+//! ([`crate::proto`]) built: a header followed by an optional payload. The transport keeps frame
+//! boundaries (a stream transport adds its own length prefix), preserves per-link order when
+//! [`Caps::ordered`] says so, and reports everything that happened through [`Transport::poll`].
+//! Nothing here knows about tags, requests or remote keys. `docs/transport.md` explains how each
+//! of the four transports fits.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
+
+/// One connection of a transport: to a peer worker, for one endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LinkId(pub u32);
+
+/// One listening socket of a transport that accepts by sockaddr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ListenerId(pub u32);
+
+/// What a transport can do; the protocol layer picks protocols and thresholds from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Short name, as `ZCX_TLS` spells it: `"shm"`, `"uring"`, `"dpdk"`, `"verbs"`.
+    pub name: &'static str,
+    /// Every frame is delivered, or the link is reported failed.
+    pub reliable: bool,
+    /// Frames on one link arrive in the order they were sent.
+    pub ordered: bool,
+    /// Put/get into registered memory without the target's CPU.
+    pub rma: bool,
+    /// 32/64-bit atomics without the target's CPU.
+    pub amo: bool,
+    /// Largest frame (header plus payload) one `send` accepts.
+    pub max_frame: usize,
+    /// Payloads at least this long are sent zero-copy when the caller offers a stable buffer.
+    pub zcopy_threshold: usize,
+    /// One-way latency estimate, nanoseconds.
+    pub latency_ns: u64,
+    /// Bandwidth estimate, bytes per second.
+    pub bandwidth: u64,
+}
+
+/// Why a transport operation or a link failed. The api maps each to a `ucs_status_t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlError {
+    /// Nothing listens at the address (ECONNREFUSED): `UCS_ERR_NOT_CONNECTED`.
+    NotConnected,
+    /// No route to the address (ENETUNREACH, EHOSTUNREACH): `UCS_ERR_UNREACHABLE`.
+    Unreachable,
+    /// The peer closed or reset the connection: `UCS_ERR_CONNECTION_RESET`.
+    ConnectionReset,
+    /// The peer stopped answering: `UCS_ERR_ENDPOINT_TIMEOUT`.
+    Timeout,
+    /// The address is in use (EADDRINUSE): `UCS_ERR_BUSY`.
+    Busy,
+    /// Out of queue space or memory for now; retry after the next poll: `UCS_ERR_NO_RESOURCE`.
+    NoResource,
+    /// A bad argument (unknown link, frame too large, bad address): `UCS_ERR_INVALID_PARAM`.
+    InvalidParam,
+    /// The transport cannot do this (listen on a transport without sockaddr): `UCS_ERR_UNSUPPORTED`.
+    Unsupported,
+    /// The operation was cancelled by a local close: `UCS_ERR_CANCELED`.
+    Canceled,
+    /// Any other OS error, by errno: `UCS_ERR_IO_ERROR`.
+    Os(i32),
+}
+
+impl fmt::Display for TlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlError::Os(errno) => write!(f, "{}", std::io::Error::from_raw_os_error(*errno)),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+impl std::error::Error for TlError {}
+
+impl TlError {
+    /// The error for an errno returned by a socket call.
+    pub fn from_errno(errno: i32) -> TlError {
+        match errno {
+            libc::ECONNREFUSED => TlError::NotConnected,
+            libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EADDRNOTAVAIL => TlError::Unreachable,
+            libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED | libc::ENOTCONN => TlError::ConnectionReset,
+            libc::ETIMEDOUT => TlError::Timeout,
+            libc::EADDRINUSE => TlError::Busy,
+            libc::ENOMEM | libc::ENOBUFS | libc::EAGAIN => TlError::NoResource,
+            libc::EINVAL => TlError::InvalidParam,
+            libc::ECANCELED => TlError::Canceled,
+            other => TlError::Os(other),
+        }
+    }
+}
+
+/// A payload the transport may send without copying.
+///
+/// The memory must stay valid and unchanged until the transport reports
+/// [`TlEvent::SendDone`] with this token: the api guarantees it by keeping the owning buffer
+/// inside the request until then.
+#[derive(Debug)]
+pub struct ZcopyPayload {
+    ptr: *const u8,
+    len: usize,
+    token: u64,
+}
+
+// SAFETY: the pointer is only read, and `new`'s contract makes the bytes live and immutable
+// until the send completes, whichever thread progresses the transport.
+unsafe impl Send for ZcopyPayload {}
+
+impl ZcopyPayload {
+    /// A zero-copy payload of `len` bytes at `ptr`, completed by `SendDone { token }`.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be readable and must not be written or freed until the transport
+    /// reports `SendDone` for `token` (or the link fails, which reports it too).
+    pub unsafe fn new(ptr: *const u8, len: usize, token: u64) -> ZcopyPayload {
+        ZcopyPayload { ptr, len, token }
+    }
+
+    /// The payload start.
+    pub fn ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
+    /// The payload length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty payload.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The token `SendDone` will carry.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The payload bytes.
+    ///
+    /// # Safety
+    /// Only while the contract of [`ZcopyPayload::new`] holds (until `SendDone`).
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: the caller upholds `new`'s contract: the range is live and unchanged.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// The payload part of a frame.
+#[derive(Debug)]
+pub enum Payload<'a> {
+    /// Header only.
+    None,
+    /// Copied before `send` returns; the caller may reuse it at once.
+    Copy(&'a [u8]),
+    /// Sent from the caller's memory; see [`ZcopyPayload`].
+    Zcopy(ZcopyPayload),
+}
+
+impl Payload<'_> {
+    /// Payload length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::None => 0,
+            Payload::Copy(bytes) => bytes.len(),
+            Payload::Zcopy(z) => z.len(),
+        }
+    }
+
+    /// True when there is no payload byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What `send` did with the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// The frame is queued or sent and every byte the caller passed was copied (always the case
+    /// for `Payload::None` and `Payload::Copy`). No `SendDone` follows.
+    Done,
+    /// A zero-copy payload is in flight; `SendDone { token }` follows exactly once.
+    InFlight,
+}
+
+/// Where to connect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnectTarget<'a> {
+    /// A socket address (`UCP_EP_PARAM_FIELD_SOCK_ADDR`), optionally binding the local side
+    /// first (`UCP_EP_PARAM_FIELD_LOCAL_SOCK_ADDR`; port 0 lets the kernel choose).
+    Sockaddr {
+        /// The peer.
+        remote: SocketAddr,
+        /// The local address to bind before connecting.
+        local: Option<SocketAddr>,
+    },
+    /// A transport address taken from a peer's worker address.
+    Address(&'a zcx_control::TransportAddress),
+}
+
+/// Something that happened on a transport, reported by [`Transport::poll`].
+#[derive(Debug)]
+pub enum TlEvent<'a> {
+    /// An outgoing connection is established; frames sent before this were queued and now flow.
+    Connected {
+        /// The link `connect` returned.
+        link: LinkId,
+    },
+    /// A listener accepted a connection, which is now a link of its own.
+    Accepted {
+        /// The listener.
+        listener: ListenerId,
+        /// The new link.
+        link: LinkId,
+        /// The peer's address.
+        peer: SocketAddr,
+    },
+    /// One whole frame arrived. The bytes are lent for this call only.
+    Frame {
+        /// The link it arrived on.
+        link: LinkId,
+        /// Header and payload exactly as the peer passed them to `send`.
+        bytes: &'a [u8],
+    },
+    /// A zero-copy payload is no longer used by the transport.
+    SendDone {
+        /// The link it was sent on.
+        link: LinkId,
+        /// The token of its [`ZcopyPayload`].
+        token: u64,
+        /// `Ok` when sent; the link's error when it failed first.
+        result: Result<(), TlError>,
+    },
+    /// The link is dead (connect failed, peer closed or reset, timeout). Reported once; its
+    /// in-flight zero-copy sends are reported as `SendDone` with the error before this.
+    LinkFailed {
+        /// The link.
+        link: LinkId,
+        /// Why.
+        error: TlError,
+    },
+}
+
+/// The interface of one transport instance, owned and progressed by one worker.
+pub trait Transport: Send {
+    /// What this transport can do.
+    fn caps(&self) -> &Caps;
+
+    /// The address peers use to reach this instance, for the worker address; `None` when it
+    /// cannot be reached by address (only by sockaddr).
+    fn address(&self) -> Option<zcx_control::TransportAddress>;
+
+    /// Listens on `addr` (port 0 picks one) and returns the listener and its bound address.
+    fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), TlError>;
+
+    /// Stops listening; connections it accepted live on.
+    fn close_listener(&mut self, listener: ListenerId);
+
+    /// Starts connecting; `Connected` or `LinkFailed` follows from `poll`. Frames may be sent
+    /// at once and are queued until the connection is up.
+    fn connect(&mut self, target: ConnectTarget<'_>) -> Result<LinkId, TlError>;
+
+    /// The local and remote socket addresses of a link, when it has them.
+    fn link_addrs(&self, link: LinkId) -> (Option<SocketAddr>, Option<SocketAddr>);
+
+    /// Sends `header` followed by `payload` as one frame. The frame (header plus payload) must not
+    /// exceed [`Caps::max_frame`]. Frames are sent in call order.
+    fn send(&mut self, link: LinkId, header: &[u8], payload: Payload<'_>) -> Result<SendOutcome, TlError>;
+
+    /// Closes a link. Queued frames are sent first unless `force`; with `force`, in-flight
+    /// zero-copy sends report `SendDone` with `Canceled`. No `LinkFailed` follows a local close.
+    fn close(&mut self, link: LinkId, force: bool);
+
+    /// True while the link still has queued or in-flight outgoing bytes.
+    fn has_pending_sends(&self, link: LinkId) -> bool;
+
+    /// Does all the work that is ready without blocking and reports it to `sink`; returns the
+    /// number of events reported.
+    fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize;
+
+    /// A descriptor that becomes readable when `poll` has something to do, for the worker's
+    /// `arm`/`wait`. Level or edge: the worker re-checks with `poll` after every wakeup.
+    fn event_fd(&self) -> Option<BorrowedFd<'_>>;
+
+    /// True when `poll` would report something now (completions waiting). Used by `arm`.
+    fn has_events(&self) -> bool;
+}
