@@ -104,6 +104,34 @@ impl RemoteAccessTable {
         check_region(&region, key, addr, len, access)
     }
 
+    /// Checks an access exactly like [`RemoteAccessTable::check`], then calls `f` with the
+    /// address of the first byte (`addr` itself: regions are entered at their real addresses)
+    /// while still holding the table's read lock, so a concurrent [`RemoteAccessTable::remove`],
+    /// which `unmap` calls before it frees the memory, waits until `f` returned. `f` is called for
+    /// `len == 0` too, and must then touch no byte.
+    ///
+    /// `f` gets a raw pointer: dereferencing it is the caller's `unsafe`, sound for
+    /// `[addr, addr + len)` because every entry describes live memory until it is removed. `f`
+    /// must not call back into this table's `insert` or `remove` (that would deadlock).
+    pub fn with_access<T>(
+        &self,
+        id: u64,
+        key: &[u8; 16],
+        addr: u64,
+        len: u64,
+        access: RemoteAccess,
+        f: impl FnOnce(*mut u8) -> T,
+    ) -> Result<T, AccessError> {
+        let regions = self.read();
+        let region = regions.get(&id).ok_or(AccessError::BadKey)?;
+        check_region(region, key, addr, len, access)?;
+        // The region was entered from a pointer cast to an integer, which exposed its provenance.
+        let ptr = std::ptr::with_exposed_provenance_mut::<u8>(addr as usize);
+        let result = f(ptr);
+        drop(regions);
+        Ok(result)
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<u64, RegionEntry>> {
         // Mutations are single map operations: a poisoned table is still consistent.
         self.regions.read().unwrap_or_else(|p| p.into_inner())

@@ -1,0 +1,707 @@
+//! The protocol frame headers two workers exchange over any transport, as a sans-IO codec.
+//!
+//! A transport carries whole frames: one header encoded here, then the payload the header
+//! describes (message data, an active-message header, an RMA fragment), if any. The first byte is
+//! the op code; a flags byte, when the op has one, follows it; then the op's fixed fields, every
+//! integer little-endian. Every header has a fixed length given by its op, so
+//! [`Op::decode`] returns the rest of the frame as the payload, and ops without a payload refuse
+//! trailing bytes.
+//!
+//! Decoding reads untrusted bytes: it never panics and never allocates, and it accepts only the
+//! canonical encoding (unknown flag bits, an unknown atomic op or size, an out-of-range status are
+//! errors), so a decoded header re-encodes to the very same bytes. Encoding writes into a caller's
+//! fixed array of [`MAX_HEADER_LEN`] bytes and does not allocate either.
+
+use std::fmt;
+
+use zcx_control::Reader;
+
+/// Length of the longest encoded header ([`Op::Atomic`]); a header buffer of this size fits every
+/// op.
+pub const MAX_HEADER_LEN: usize = 60;
+
+const _: () = assert!(MAX_HEADER_LEN <= 64);
+
+/// The only flag bit defined in a flags byte: the op's one boolean (`SYNC`, reply, ack, fetch,
+/// force). Any other bit set is [`ProtoError::BadFlags`].
+const FLAG: u8 = 0x01;
+
+/// Lowest `ucs_status_t` an [`Op::RmaAck`] may carry (`UCS_ERR_LAST`).
+const STATUS_MIN: i8 = -100;
+
+/// The operation of a remote atomic, numbered as `ucp_atomic_op_t` (`UCP_ATOMIC_OP_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum AtomicOp {
+    /// `UCP_ATOMIC_OP_ADD`: add the operand, wrapping.
+    Add = 0,
+    /// `UCP_ATOMIC_OP_SWAP`: store the operand.
+    Swap = 1,
+    /// `UCP_ATOMIC_OP_CSWAP`: store the operand iff the current value equals the compare value.
+    Cswap = 2,
+    /// `UCP_ATOMIC_OP_AND`: bitwise and with the operand.
+    And = 3,
+    /// `UCP_ATOMIC_OP_OR`: bitwise or with the operand.
+    Or = 4,
+    /// `UCP_ATOMIC_OP_XOR`: bitwise xor with the operand.
+    Xor = 5,
+}
+
+impl AtomicOp {
+    /// The op with wire (and `ucp_atomic_op_t`) number `value`, or `None` if there is none.
+    pub fn from_u8(value: u8) -> Option<AtomicOp> {
+        Some(match value {
+            0 => AtomicOp::Add,
+            1 => AtomicOp::Swap,
+            2 => AtomicOp::Cswap,
+            3 => AtomicOp::And,
+            4 => AtomicOp::Or,
+            5 => AtomicOp::Xor,
+            _ => return None,
+        })
+    }
+}
+
+/// One protocol frame header. The comment of each variant says what follows it in the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Connection handshake between two workers; payload: a zcx-control handshake frame, opaque
+    /// here.
+    Hello,
+    /// A whole tag message (`ucp_tag_send_nbx` up to the eager threshold); payload: the message.
+    TagEager {
+        /// The message tag.
+        tag: u64,
+        /// `ucp_tag_send_sync_nbx`: the receiver answers with [`Op::SyncAck`] once matched.
+        sync: bool,
+        /// The sender's request, echoed in the `SyncAck`; must be 0 when `!sync`.
+        sender_req: u64,
+    },
+    /// Rendezvous request of a tag message (`ucp_tag_send_nbx` above the eager threshold); no
+    /// payload. The receiver answers with [`Op::Rtr`] once the message is matched.
+    TagRts {
+        /// The message tag.
+        tag: u64,
+        /// Synchronous send: it completes only once matched (the `Rtr` says so for rendezvous).
+        sync: bool,
+        /// The sender's request, echoed in the `Rtr`.
+        sender_req: u64,
+        /// Length of the whole message.
+        total_len: u64,
+    },
+    /// A synchronous eager send was matched: complete the sender's request. No payload.
+    SyncAck {
+        /// The request from [`Op::TagEager`].
+        sender_req: u64,
+    },
+    /// Ready to receive: the receiver matched a rendezvous request ([`Op::TagRts`],
+    /// [`Op::AmRts`]) and takes `accept_len` bytes as [`Op::RndvData`]. No payload.
+    Rtr {
+        /// The request from the rendezvous request.
+        sender_req: u64,
+        /// The receiver's request, named by every data fragment.
+        recv_req: u64,
+        /// Bytes to send (less than the total when the receive buffer is shorter); 0 means send
+        /// nothing and complete.
+        accept_len: u64,
+    },
+    /// A fragment of rendezvous data; payload: the fragment.
+    RndvData {
+        /// The request from [`Op::Rtr`].
+        recv_req: u64,
+        /// Where the fragment starts in the message.
+        offset: u64,
+    },
+    /// Stream data (`ucp_stream_send_nbx`); payload: the bytes, in order.
+    Stream,
+    /// A whole active message (`ucp_am_send_nbx` up to the eager threshold); payload: the AM
+    /// header (`header_len` bytes), then the data.
+    AmEager {
+        /// The handler id.
+        am_id: u16,
+        /// `UCP_AM_SEND_FLAG_REPLY`: the handler gets a reply endpoint.
+        reply: bool,
+        /// Length of the AM header at the start of the payload.
+        header_len: u16,
+    },
+    /// Rendezvous request of an active message; payload: exactly the AM header. The receiver
+    /// answers with [`Op::Rtr`] once the handler accepted the data.
+    AmRts {
+        /// The handler id.
+        am_id: u16,
+        /// `UCP_AM_SEND_FLAG_REPLY`: the handler gets a reply endpoint.
+        reply: bool,
+        /// Length of the AM header, which is the whole payload.
+        header_len: u16,
+        /// The sender's request, echoed in the `Rtr`.
+        sender_req: u64,
+        /// Length of the data (not counting the header).
+        total_len: u64,
+    },
+    /// Emulated `ucp_put_nbx`: write the payload at `addr` of the target's region.
+    Put {
+        /// The initiator's request, echoed in the [`Op::RmaAck`].
+        req: u64,
+        /// The target's region id, from the rkey.
+        region: u64,
+        /// The region's access key, from the rkey.
+        key: [u8; 16],
+        /// Target address of the first byte.
+        addr: u64,
+        /// The initiator wants an [`Op::RmaAck`] (it always gets one on error).
+        ack: bool,
+    },
+    /// Emulated `ucp_get_nbx`: read `len` bytes at `addr`; the target answers with
+    /// [`Op::GetData`] fragments and an [`Op::RmaAck`]. No payload.
+    Get {
+        /// The initiator's request, named by the answers.
+        req: u64,
+        /// The target's region id, from the rkey.
+        region: u64,
+        /// The region's access key, from the rkey.
+        key: [u8; 16],
+        /// Target address of the first byte.
+        addr: u64,
+        /// Bytes to read.
+        len: u64,
+    },
+    /// A fragment of the result of an [`Op::Get`]; payload: the fragment.
+    GetData {
+        /// The request from the `Get`.
+        req: u64,
+        /// Where the fragment starts in the result.
+        offset: u64,
+    },
+    /// Emulated `ucp_atomic_op_nbx`; the target answers with an [`Op::RmaAck`] carrying the old
+    /// value. No payload.
+    Atomic {
+        /// The initiator's request, echoed in the `RmaAck`.
+        req: u64,
+        /// The target's region id, from the rkey.
+        region: u64,
+        /// The region's access key, from the rkey.
+        key: [u8; 16],
+        /// Target address of the operand, naturally aligned.
+        addr: u64,
+        /// What to do.
+        op: AtomicOp,
+        /// Operand size in bytes: 4 or 8.
+        size: u8,
+        /// The initiator wants the old value (a fetching atomic).
+        fetch: bool,
+        /// The operand (for 4-byte atomics, its low 32 bits).
+        value: u64,
+        /// The compare value of [`AtomicOp::Cswap`]; ignored otherwise.
+        compare: u64,
+    },
+    /// Completion of a [`Op::Put`], [`Op::Get`] or [`Op::Atomic`] at the target. No payload.
+    RmaAck {
+        /// The request from the RMA op.
+        req: u64,
+        /// 0 (`UCS_OK`) or a negative `ucs_status_t`, down to -100.
+        status: i8,
+        /// The old value of an atomic; 0 otherwise.
+        value: u64,
+    },
+    /// Flush request (`ucp_ep_flush_nbx`, `ucp_worker_flush_nbx`): answer once every earlier RMA
+    /// op from this peer completed. No payload.
+    FlushReq {
+        /// The initiator's flush id, echoed in the `FlushAck`.
+        id: u64,
+    },
+    /// Every RMA op before the [`Op::FlushReq`] completed. No payload.
+    FlushAck {
+        /// The id from the `FlushReq`.
+        id: u64,
+    },
+    /// Liveness probe on an idle link (`UCP_ERR_HANDLING_MODE_PEER`). No payload.
+    Keepalive,
+    /// The endpoint is closing (`ucp_ep_close_nbx`). No payload.
+    Disconnect {
+        /// `UCP_EP_CLOSE_MODE_FORCE`: the peer fails its endpoint instead of flushing it.
+        force: bool,
+    },
+}
+
+/// Why a frame header was rejected. Every variant means the same to the caller: the frame is not
+/// a usable message (and the link that carried it is suspect).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProtoError {
+    /// The frame ended inside the header (or inside the AM header its payload must start with).
+    Truncated,
+    /// The first byte is not a known op code.
+    UnknownOp(u8),
+    /// A flags byte has an undefined bit set.
+    BadFlags,
+    /// A field has a value its op does not allow; the string names the field.
+    BadValue(&'static str),
+    /// An op without payload (or with an exactly sized one) is followed by extra bytes.
+    TrailingBytes,
+}
+
+impl fmt::Display for ProtoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProtoError::Truncated => f.write_str("truncated frame header"),
+            ProtoError::UnknownOp(code) => write!(f, "unknown op code {code:#04x}"),
+            ProtoError::BadFlags => f.write_str("undefined flag bit set"),
+            ProtoError::BadValue(field) => write!(f, "bad value of `{field}`"),
+            ProtoError::TrailingBytes => f.write_str("trailing bytes after the frame"),
+        }
+    }
+}
+
+impl std::error::Error for ProtoError {}
+
+mod code {
+    pub const HELLO: u8 = 0x01;
+    pub const TAG_EAGER: u8 = 0x02;
+    pub const TAG_RTS: u8 = 0x03;
+    pub const SYNC_ACK: u8 = 0x04;
+    pub const RTR: u8 = 0x05;
+    pub const RNDV_DATA: u8 = 0x06;
+    pub const STREAM: u8 = 0x07;
+    pub const AM_EAGER: u8 = 0x08;
+    pub const AM_RTS: u8 = 0x09;
+    pub const PUT: u8 = 0x0A;
+    pub const GET: u8 = 0x0B;
+    pub const GET_DATA: u8 = 0x0C;
+    pub const ATOMIC: u8 = 0x0D;
+    pub const RMA_ACK: u8 = 0x0E;
+    pub const FLUSH_REQ: u8 = 0x0F;
+    pub const FLUSH_ACK: u8 = 0x10;
+    pub const KEEPALIVE: u8 = 0x11;
+    pub const DISCONNECT: u8 = 0x12;
+}
+
+impl Op {
+    /// The op code, the first byte of the frame.
+    pub fn code(&self) -> u8 {
+        match self {
+            Op::Hello => code::HELLO,
+            Op::TagEager { .. } => code::TAG_EAGER,
+            Op::TagRts { .. } => code::TAG_RTS,
+            Op::SyncAck { .. } => code::SYNC_ACK,
+            Op::Rtr { .. } => code::RTR,
+            Op::RndvData { .. } => code::RNDV_DATA,
+            Op::Stream => code::STREAM,
+            Op::AmEager { .. } => code::AM_EAGER,
+            Op::AmRts { .. } => code::AM_RTS,
+            Op::Put { .. } => code::PUT,
+            Op::Get { .. } => code::GET,
+            Op::GetData { .. } => code::GET_DATA,
+            Op::Atomic { .. } => code::ATOMIC,
+            Op::RmaAck { .. } => code::RMA_ACK,
+            Op::FlushReq { .. } => code::FLUSH_REQ,
+            Op::FlushAck { .. } => code::FLUSH_ACK,
+            Op::Keepalive => code::KEEPALIVE,
+            Op::Disconnect { .. } => code::DISCONNECT,
+        }
+    }
+
+    /// Whether a payload may follow the header ([`Op::AmRts`]: exactly `header_len` bytes).
+    pub fn has_payload(&self) -> bool {
+        matches!(
+            self,
+            Op::Hello
+                | Op::TagEager { .. }
+                | Op::RndvData { .. }
+                | Op::Stream
+                | Op::AmEager { .. }
+                | Op::AmRts { .. }
+                | Op::Put { .. }
+                | Op::GetData { .. }
+        )
+    }
+
+    /// Length of the encoded header in bytes, at most [`MAX_HEADER_LEN`].
+    pub fn encoded_len(&self) -> usize {
+        const U64: usize = 8;
+        const KEY: usize = 16;
+        // Op code, then flags byte (where the op has one), then fields.
+        1 + match self {
+            Op::Hello | Op::Stream | Op::Keepalive => 0,
+            Op::TagEager { .. } => 1 + 2 * U64,
+            Op::TagRts { .. } => 1 + 3 * U64,
+            Op::SyncAck { .. } | Op::FlushReq { .. } | Op::FlushAck { .. } => U64,
+            Op::Rtr { .. } => 3 * U64,
+            Op::RndvData { .. } | Op::GetData { .. } => 2 * U64,
+            Op::AmEager { .. } => 1 + 2 + 2,
+            Op::AmRts { .. } => 1 + 2 + 2 + 2 * U64,
+            Op::Put { .. } => 1 + 3 * U64 + KEY,
+            Op::Get { .. } => 4 * U64 + KEY,
+            // Atomic op, size, flags; req, region, key, addr, value, compare.
+            Op::Atomic { .. } => 3 + 5 * U64 + KEY,
+            // Status, req, value.
+            Op::RmaAck { .. } => 1 + 2 * U64,
+            Op::Disconnect { .. } => 1,
+        }
+    }
+
+    /// Writes the header into `out` and returns its length ([`Op::encoded_len`]); the payload, if
+    /// any, goes right after it in the frame.
+    ///
+    /// Fields are written as given: an op that breaks a rule of its frame ([`Op::TagEager`] with
+    /// `!sync` and a non-zero `sender_req`, an atomic size other than 4 or 8, a status outside
+    /// `-100..=0`) encodes, but the peer's [`Op::decode`] rejects it.
+    pub fn encode(&self, out: &mut [u8; MAX_HEADER_LEN]) -> usize {
+        let mut w = HeaderWriter { out, len: 0 };
+        w.u8(self.code());
+        match *self {
+            Op::Hello | Op::Stream | Op::Keepalive => {}
+            Op::TagEager { tag, sync, sender_req } => {
+                w.flag(sync);
+                w.u64(tag);
+                w.u64(sender_req);
+            }
+            Op::TagRts { tag, sync, sender_req, total_len } => {
+                w.flag(sync);
+                w.u64(tag);
+                w.u64(sender_req);
+                w.u64(total_len);
+            }
+            Op::SyncAck { sender_req } => w.u64(sender_req),
+            Op::Rtr { sender_req, recv_req, accept_len } => {
+                w.u64(sender_req);
+                w.u64(recv_req);
+                w.u64(accept_len);
+            }
+            Op::RndvData { recv_req: req, offset } | Op::GetData { req, offset } => {
+                w.u64(req);
+                w.u64(offset);
+            }
+            Op::AmEager { am_id, reply, header_len } => {
+                w.flag(reply);
+                w.u16(am_id);
+                w.u16(header_len);
+            }
+            Op::AmRts { am_id, reply, header_len, sender_req, total_len } => {
+                w.flag(reply);
+                w.u16(am_id);
+                w.u16(header_len);
+                w.u64(sender_req);
+                w.u64(total_len);
+            }
+            Op::Put { req, region, key, addr, ack } => {
+                w.flag(ack);
+                w.u64(req);
+                w.u64(region);
+                w.bytes(&key);
+                w.u64(addr);
+            }
+            Op::Get { req, region, key, addr, len } => {
+                w.u64(req);
+                w.u64(region);
+                w.bytes(&key);
+                w.u64(addr);
+                w.u64(len);
+            }
+            Op::Atomic { req, region, key, addr, op, size, fetch, value, compare } => {
+                w.u8(op as u8);
+                w.u8(size);
+                w.flag(fetch);
+                w.u64(req);
+                w.u64(region);
+                w.bytes(&key);
+                w.u64(addr);
+                w.u64(value);
+                w.u64(compare);
+            }
+            Op::RmaAck { req, status, value } => {
+                w.bytes(&status.to_le_bytes());
+                w.u64(req);
+                w.u64(value);
+            }
+            Op::FlushReq { id } | Op::FlushAck { id } => w.u64(id),
+            Op::Disconnect { force } => w.flag(force),
+        }
+        debug_assert_eq!(w.len, self.encoded_len());
+        w.len
+    }
+
+    /// Parses the header at the start of `frame` and returns it with the payload (the rest of
+    /// the frame; empty for ops without payload, which refuse trailing bytes).
+    pub fn decode(frame: &[u8]) -> Result<(Op, &[u8]), ProtoError> {
+        let mut r = HeaderReader(Reader::new(frame));
+        let op = match r.u8()? {
+            code::HELLO => Op::Hello,
+            code::TAG_EAGER => {
+                let sync = r.flag()?;
+                let tag = r.u64()?;
+                let sender_req = r.u64()?;
+                if !sync && sender_req != 0 {
+                    return Err(ProtoError::BadValue("sender_req"));
+                }
+                Op::TagEager { tag, sync, sender_req }
+            }
+            code::TAG_RTS => {
+                let sync = r.flag()?;
+                Op::TagRts { sync, tag: r.u64()?, sender_req: r.u64()?, total_len: r.u64()? }
+            }
+            code::SYNC_ACK => Op::SyncAck { sender_req: r.u64()? },
+            code::RTR => Op::Rtr { sender_req: r.u64()?, recv_req: r.u64()?, accept_len: r.u64()? },
+            code::RNDV_DATA => Op::RndvData { recv_req: r.u64()?, offset: r.u64()? },
+            code::STREAM => Op::Stream,
+            code::AM_EAGER => {
+                let reply = r.flag()?;
+                let am_id = r.u16()?;
+                let header_len = r.u16()?;
+                if r.remaining() < usize::from(header_len) {
+                    return Err(ProtoError::Truncated);
+                }
+                Op::AmEager { am_id, reply, header_len }
+            }
+            code::AM_RTS => {
+                let reply = r.flag()?;
+                let am_id = r.u16()?;
+                let header_len = r.u16()?;
+                let sender_req = r.u64()?;
+                let total_len = r.u64()?;
+                match r.remaining().cmp(&usize::from(header_len)) {
+                    std::cmp::Ordering::Less => return Err(ProtoError::Truncated),
+                    std::cmp::Ordering::Greater => return Err(ProtoError::TrailingBytes),
+                    std::cmp::Ordering::Equal => {}
+                }
+                Op::AmRts { am_id, reply, header_len, sender_req, total_len }
+            }
+            code::PUT => {
+                let ack = r.flag()?;
+                Op::Put { ack, req: r.u64()?, region: r.u64()?, key: r.key()?, addr: r.u64()? }
+            }
+            code::GET => {
+                Op::Get { req: r.u64()?, region: r.u64()?, key: r.key()?, addr: r.u64()?, len: r.u64()? }
+            }
+            code::GET_DATA => Op::GetData { req: r.u64()?, offset: r.u64()? },
+            code::ATOMIC => {
+                let op = AtomicOp::from_u8(r.u8()?).ok_or(ProtoError::BadValue("atomic op"))?;
+                let size = r.u8()?;
+                if !matches!(size, 4 | 8) {
+                    return Err(ProtoError::BadValue("atomic size"));
+                }
+                let fetch = r.flag()?;
+                Op::Atomic {
+                    op,
+                    size,
+                    fetch,
+                    req: r.u64()?,
+                    region: r.u64()?,
+                    key: r.key()?,
+                    addr: r.u64()?,
+                    value: r.u64()?,
+                    compare: r.u64()?,
+                }
+            }
+            code::RMA_ACK => {
+                let status = i8::from_le_bytes([r.u8()?]);
+                if !(STATUS_MIN..=0).contains(&status) {
+                    return Err(ProtoError::BadValue("status"));
+                }
+                Op::RmaAck { status, req: r.u64()?, value: r.u64()? }
+            }
+            code::FLUSH_REQ => Op::FlushReq { id: r.u64()? },
+            code::FLUSH_ACK => Op::FlushAck { id: r.u64()? },
+            code::KEEPALIVE => Op::Keepalive,
+            code::DISCONNECT => Op::Disconnect { force: r.flag()? },
+            unknown => return Err(ProtoError::UnknownOp(unknown)),
+        };
+        let payload = r.rest();
+        // AmRts checked its exact payload length above.
+        if !op.has_payload() && !payload.is_empty() {
+            return Err(ProtoError::TrailingBytes);
+        }
+        Ok((op, payload))
+    }
+}
+
+/// Appends to a header buffer. Every header fits [`MAX_HEADER_LEN`] (a unit test checks each op's
+/// length), so the writes stay in bounds.
+struct HeaderWriter<'a> {
+    out: &'a mut [u8; MAX_HEADER_LEN],
+    len: usize,
+}
+
+impl HeaderWriter<'_> {
+    fn bytes(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        self.out[self.len..end].copy_from_slice(bytes);
+        self.len = end;
+    }
+
+    fn u8(&mut self, value: u8) {
+        self.bytes(&[value]);
+    }
+
+    fn flag(&mut self, value: bool) {
+        self.u8(if value { FLAG } else { 0 });
+    }
+
+    fn u16(&mut self, value: u16) {
+        self.bytes(&value.to_le_bytes());
+    }
+
+    fn u64(&mut self, value: u64) {
+        self.bytes(&value.to_le_bytes());
+    }
+}
+
+/// zcx-control's checked [`Reader`] with this module's error type.
+struct HeaderReader<'a>(Reader<'a>);
+
+impl<'a> HeaderReader<'a> {
+    fn u8(&mut self) -> Result<u8, ProtoError> {
+        self.0.u8().map_err(|_| ProtoError::Truncated)
+    }
+
+    fn u16(&mut self) -> Result<u16, ProtoError> {
+        self.0.u16().map_err(|_| ProtoError::Truncated)
+    }
+
+    fn u64(&mut self) -> Result<u64, ProtoError> {
+        self.0.u64().map_err(|_| ProtoError::Truncated)
+    }
+
+    fn key(&mut self) -> Result<[u8; 16], ProtoError> {
+        self.0.array().map_err(|_| ProtoError::Truncated)
+    }
+
+    fn flag(&mut self) -> Result<bool, ProtoError> {
+        match self.u8()? {
+            0 => Ok(false),
+            FLAG => Ok(true),
+            _ => Err(ProtoError::BadFlags),
+        }
+    }
+
+    fn remaining(&self) -> usize {
+        self.0.remaining()
+    }
+
+    /// Everything not read yet.
+    fn rest(mut self) -> &'a [u8] {
+        let n = self.0.remaining();
+        self.0.bytes(n).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: [u8; 16] = [0xA5; 16];
+
+    /// One op of every kind, with distinct non-zero fields and every boolean set.
+    fn every_op() -> [Op; 18] {
+        [
+            Op::Hello,
+            Op::TagEager { tag: 1, sync: true, sender_req: 2 },
+            Op::TagRts { tag: 1, sync: true, sender_req: 2, total_len: 3 },
+            Op::SyncAck { sender_req: 4 },
+            Op::Rtr { sender_req: 1, recv_req: 2, accept_len: 3 },
+            Op::RndvData { recv_req: 1, offset: 2 },
+            Op::Stream,
+            Op::AmEager { am_id: 1, reply: true, header_len: 0 },
+            Op::AmRts { am_id: 1, reply: true, header_len: 0, sender_req: 2, total_len: 3 },
+            Op::Put { req: 1, region: 2, key: KEY, addr: 3, ack: true },
+            Op::Get { req: 1, region: 2, key: KEY, addr: 3, len: 4 },
+            Op::GetData { req: 1, offset: 2 },
+            Op::Atomic {
+                req: 1,
+                region: 2,
+                key: KEY,
+                addr: 3,
+                op: AtomicOp::Xor,
+                size: 8,
+                fetch: true,
+                value: 4,
+                compare: 5,
+            },
+            Op::RmaAck { req: 1, status: -100, value: 2 },
+            Op::FlushReq { id: 1 },
+            Op::FlushAck { id: 2 },
+            Op::Keepalive,
+            Op::Disconnect { force: true },
+        ]
+    }
+
+    #[test]
+    fn every_op_has_its_code_and_round_trips() {
+        let mut buf = [0; MAX_HEADER_LEN];
+        for (i, op) in every_op().into_iter().enumerate() {
+            assert_eq!(usize::from(op.code()), i + 1);
+            let len = op.encode(&mut buf);
+            assert_eq!(len, op.encoded_len());
+            assert!(len <= MAX_HEADER_LEN);
+            assert_eq!(Op::decode(&buf[..len]), Ok((op, &[][..])));
+        }
+        let atomic = every_op()[12];
+        assert_eq!(atomic.encoded_len(), MAX_HEADER_LEN);
+    }
+
+    #[test]
+    fn layout_is_little_endian_with_flags_after_the_code() {
+        let mut buf = [0; MAX_HEADER_LEN];
+        let op = Op::TagEager { tag: 0x0102_0304_0506_0708, sync: true, sender_req: 0x11 };
+        let len = op.encode(&mut buf);
+        assert_eq!(&buf[..len], &[0x02, 0x01, 8, 7, 6, 5, 4, 3, 2, 1, 0x11, 0, 0, 0, 0, 0, 0, 0][..]);
+        let op = Op::AmEager { am_id: 0x1234, reply: false, header_len: 2 };
+        let len = op.encode(&mut buf);
+        assert_eq!(&buf[..len], &[0x08, 0x00, 0x34, 0x12, 0x02, 0x00][..]);
+        let op = Op::RmaAck { req: 1, status: -7, value: 0 };
+        let len = op.encode(&mut buf);
+        assert_eq!(buf[1], 0xF9);
+        assert_eq!(len, 18);
+    }
+
+    #[test]
+    fn payload_is_the_rest_of_the_frame() {
+        let frame = [0x08, 0x01, 0x07, 0x00, 0x02, 0x00, b'h', b'h', b'd', b'a', b't', b'a'];
+        let (op, payload) = Op::decode(&frame).unwrap();
+        assert_eq!(op, Op::AmEager { am_id: 7, reply: true, header_len: 2 });
+        assert_eq!(payload, b"hhdata");
+        assert_eq!(Op::decode(&[0x07, 1, 2, 3]), Ok((Op::Stream, &[1, 2, 3][..])));
+    }
+
+    #[test]
+    fn rejects_what_its_op_does_not_allow() {
+        assert_eq!(Op::decode(&[]), Err(ProtoError::Truncated));
+        assert_eq!(Op::decode(&[0x00]), Err(ProtoError::UnknownOp(0)));
+        assert_eq!(Op::decode(&[0x13]), Err(ProtoError::UnknownOp(0x13)));
+        assert_eq!(Op::decode(&[0x12, 0x02]), Err(ProtoError::BadFlags));
+        assert_eq!(Op::decode(&[0x12, 0x01, 0x00]), Err(ProtoError::TrailingBytes));
+        assert_eq!(Op::decode(&[0x11, 0x00]), Err(ProtoError::TrailingBytes));
+
+        let mut buf = [0; MAX_HEADER_LEN];
+        let len = Op::TagEager { tag: 1, sync: false, sender_req: 9 }.encode(&mut buf);
+        assert_eq!(Op::decode(&buf[..len]), Err(ProtoError::BadValue("sender_req")));
+
+        let atomic = every_op()[12];
+        let len = atomic.encode(&mut buf);
+        let mut bad = buf;
+        bad[1] = 6;
+        assert_eq!(Op::decode(&bad[..len]), Err(ProtoError::BadValue("atomic op")));
+        let mut bad = buf;
+        bad[2] = 2;
+        assert_eq!(Op::decode(&bad[..len]), Err(ProtoError::BadValue("atomic size")));
+
+        let len = Op::RmaAck { req: 1, status: 0, value: 2 }.encode(&mut buf);
+        for status in [1i8, -101, i8::MIN, i8::MAX] {
+            buf[1] = status.to_le_bytes()[0];
+            assert_eq!(Op::decode(&buf[..len]), Err(ProtoError::BadValue("status")));
+        }
+
+        // AmEager: the AM header must fit the payload; AmRts: it must be the whole payload.
+        let len = Op::AmEager { am_id: 1, reply: false, header_len: 3 }.encode(&mut buf);
+        assert_eq!(Op::decode(&buf[..len + 2]), Err(ProtoError::Truncated));
+        let rts = Op::AmRts { am_id: 1, reply: false, header_len: 3, sender_req: 1, total_len: 9 };
+        let len = rts.encode(&mut buf);
+        assert_eq!(Op::decode(&buf[..len + 2]), Err(ProtoError::Truncated));
+        assert_eq!(Op::decode(&buf[..len + 3]), Ok((rts, &buf[len..len + 3])));
+        assert_eq!(Op::decode(&buf[..len + 4]), Err(ProtoError::TrailingBytes));
+    }
+
+    #[test]
+    fn errors_display() {
+        assert_eq!(ProtoError::UnknownOp(0x20).to_string(), "unknown op code 0x20");
+        assert_eq!(ProtoError::BadValue("status").to_string(), "bad value of `status`");
+    }
+}
