@@ -12,6 +12,7 @@ pub mod access;
 pub mod proto;
 pub mod rcache;
 pub mod transport;
+pub mod uring;
 pub mod uring_probe;
 pub mod wakeup;
 
@@ -20,5 +21,6 @@ pub use rcache::{RcacheStats, RegistrationCache};
 pub use transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport, ZcopyPayload,
 };
+pub use uring::{UringConfig, UringTransport};
 pub use uring_probe::{probe_uring, UringSupport};
 pub use wakeup::Wakeup;

@@ -1,0 +1,96 @@
+//! One TCP connection of the io_uring transport and the bookkeeping of its requests.
+
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use super::framing::FrameReader;
+use super::send_queue::SendQueue;
+use super::socket::RawAddr;
+use crate::transport::TlError;
+
+/// Where a link is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkState {
+    /// The connect request is out.
+    Connecting,
+    /// Connected: frames flow.
+    Open,
+    /// Shut down; waiting for the kernel to finish every request before the fd is closed.
+    Dead,
+}
+
+/// A link's socket, its queues and the requests it has in the ring.
+pub struct Link {
+    /// The socket.
+    pub fd: OwnedFd,
+    /// Life stage.
+    pub state: LinkState,
+    /// `Some(force)` once the user closed it: no `LinkFailed` follows.
+    pub local_close: Option<bool>,
+    /// The first error seen, reported as `LinkFailed` when the link is reaped.
+    pub error: Option<TlError>,
+    /// Zero-copy sends are still worth it (the kernel did not report copying).
+    pub zc_enabled: bool,
+    /// A connect request is out.
+    pub connect_inflight: bool,
+    /// A receive request (multishot or single) is out.
+    pub recv_armed: bool,
+    /// A cancel request is out.
+    pub cancel_inflight: bool,
+    /// Listed in the transport's to-flush list.
+    pub dirty: bool,
+    /// Frame reassembly.
+    pub reader: FrameReader,
+    /// Outgoing queue.
+    pub tx: Box<SendQueue>,
+    /// The connect target, kept at a stable address while the request is out.
+    pub remote: Box<RawAddr>,
+    /// Receive buffer when provided buffers are unavailable (empty otherwise).
+    pub fallback_buf: Vec<u8>,
+    /// Cached addresses.
+    pub local_addr: Option<SocketAddr>,
+    /// Cached peer address.
+    pub peer_addr: Option<SocketAddr>,
+}
+
+impl Link {
+    /// A link around `fd`.
+    pub fn new(fd: OwnedFd, state: LinkState, max_frame: usize, remote: RawAddr) -> Link {
+        Link {
+            fd,
+            state,
+            local_close: None,
+            error: None,
+            zc_enabled: true,
+            connect_inflight: false,
+            recv_armed: false,
+            cancel_inflight: false,
+            dirty: false,
+            reader: FrameReader::new(max_frame),
+            tx: SendQueue::new(),
+            remote: Box::new(remote),
+            fallback_buf: Vec::new(),
+            local_addr: None,
+            peer_addr: None,
+        }
+    }
+
+    /// The raw socket.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// True when no request of this link is left in the ring.
+    pub fn quiescent(&self) -> bool {
+        !self.connect_inflight
+            && !self.recv_armed
+            && !self.cancel_inflight
+            && !self.tx.submitted
+            && self.tx.zc_notifs == 0
+    }
+
+    /// True when the user may still send on it.
+    pub fn accepts_sends(&self) -> bool {
+        self.state != LinkState::Dead && self.local_close.is_none()
+    }
+}

@@ -1,0 +1,482 @@
+//! The io_uring transport over real sockets on 127.0.0.1 and ::1.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use zcx_control::TransportAddress;
+use zcx_dataplane::{
+    ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport, UringConfig,
+    UringTransport, ZcopyPayload,
+};
+
+#[derive(Debug, Clone, PartialEq)]
+enum Ev {
+    Connected(LinkId),
+    Accepted(ListenerId, LinkId),
+    Frame(LinkId, Vec<u8>),
+    SendDone(LinkId, u64, Result<(), TlError>),
+    Failed(LinkId, TlError),
+}
+
+fn own(ev: TlEvent<'_>) -> Ev {
+    match ev {
+        TlEvent::Connected { link } => Ev::Connected(link),
+        TlEvent::Accepted { listener, link, .. } => Ev::Accepted(listener, link),
+        TlEvent::Frame { link, bytes } => Ev::Frame(link, bytes.to_vec()),
+        TlEvent::SendDone { link, token, result } => Ev::SendDone(link, token, result),
+        TlEvent::LinkFailed { link, error } => Ev::Failed(link, error),
+    }
+}
+
+struct Side {
+    t: UringTransport,
+    ev: Vec<Ev>,
+}
+
+impl Side {
+    fn new() -> Side {
+        let cfg = UringConfig { advertise_ip: Some("127.0.0.1".parse().unwrap()), ..UringConfig::default() };
+        Side { t: UringTransport::new(&cfg).expect("io_uring transport"), ev: Vec::new() }
+    }
+
+    fn poll(&mut self) {
+        let ev = &mut self.ev;
+        self.t.poll(&mut |e| ev.push(own(e)));
+    }
+
+    fn frames(&self, link: LinkId) -> Vec<Vec<u8>> {
+        self.ev
+            .iter()
+            .filter_map(|e| match e {
+                Ev::Frame(l, b) if *l == link => Some(b.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Polls both sides until `done` holds; fails after five seconds.
+fn pump(a: &mut Side, b: &mut Side, what: &str, mut done: impl FnMut(&Side, &Side) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done(a, b) {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; a: {:?}, b: {:?}",
+            brief(&a.ev),
+            brief(&b.ev)
+        );
+        a.poll();
+        b.poll();
+    }
+}
+
+fn pump_one(a: &mut Side, what: &str, mut done: impl FnMut(&Side) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done(a) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}; events: {:?}", brief(&a.ev));
+        a.poll();
+    }
+}
+
+fn brief(ev: &[Ev]) -> Vec<String> {
+    ev.iter()
+        .map(|e| match e {
+            Ev::Frame(l, b) => format!("Frame({l:?}, {} bytes)", b.len()),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+/// Connects `b` to a listener of `a` on `ip`; returns (a's link, b's link).
+fn pair(a: &mut Side, b: &mut Side, ip: &str) -> (LinkId, LinkId) {
+    let (lid, bound) = a.t.listen(format!("{ip}:0").parse().unwrap()).expect("listen");
+    let lb = b.t.connect(ConnectTarget::Sockaddr { remote: bound, local: None }).expect("connect");
+    let mut la = None;
+    pump(a, b, "connect/accept", |a, b| {
+        la = a.ev.iter().find_map(|e| match e {
+            Ev::Accepted(l, link) if *l == lid => Some(*link),
+            _ => None,
+        });
+        la.is_some() && b.ev.contains(&Ev::Connected(lb))
+    });
+    // Accepted connections outlive their listener.
+    a.t.close_listener(lid);
+    (la.unwrap(), lb)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn sizes_both_ways(ip: &str) {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b, ip);
+    let sizes = [0usize, 1, 4096, 65535, 256 * 1024];
+    let mut expect = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let header = [i as u8; 8];
+        let payload = pattern(n, i as u8);
+        assert_eq!(a.t.send(la, &header, Payload::Copy(&payload)), Ok(SendOutcome::Done));
+        assert_eq!(b.t.send(lb, &header, Payload::Copy(&payload)), Ok(SendOutcome::Done));
+        expect.push([&header[..], &payload].concat());
+    }
+    // A header-only frame, and a frame of exactly max_frame bytes.
+    a.t.send(la, b"only-header", Payload::None).unwrap();
+    b.t.send(lb, b"only-header", Payload::None).unwrap();
+    expect.push(b"only-header".to_vec());
+    let max = a.t.caps().max_frame;
+    let big = pattern(max - 4, 9);
+    a.t.send(la, b"HDR!", Payload::Copy(&big)).unwrap();
+    b.t.send(lb, b"HDR!", Payload::Copy(&big)).unwrap();
+    expect.push([&b"HDR!"[..], &big].concat());
+    assert_eq!(a.t.send(la, b"HDR!!", Payload::Copy(&big)), Err(TlError::InvalidParam));
+    let n = expect.len();
+    pump(&mut a, &mut b, "all frames", |a, b| a.frames(la).len() == n && b.frames(lb).len() == n);
+    assert!(a.frames(la) == expect, "frames to a differ");
+    assert!(b.frames(lb) == expect, "frames to b differ");
+    assert!(!a.t.has_pending_sends(la));
+    let (local, peer) = b.t.link_addrs(lb);
+    assert_eq!(peer, a.t.link_addrs(la).0);
+    assert_eq!(local, a.t.link_addrs(la).1);
+}
+
+#[test]
+fn frames_of_every_size_both_ways_ipv4() {
+    sizes_both_ways("127.0.0.1");
+}
+
+#[test]
+fn frames_of_every_size_both_ways_ipv6() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipped: no IPv6 loopback");
+        return;
+    }
+    sizes_both_ways("[::1]");
+}
+
+#[test]
+fn worker_address_listener_accepts() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let addr = a.t.address().expect("address");
+    let TransportAddress::Uring { addr: sa } = &addr else { panic!("not a uring address: {addr:?}") };
+    assert_ne!(sa.port(), 0);
+    let lb = b.t.connect(ConnectTarget::Address(&addr)).unwrap();
+    b.t.send(lb, b"early", Payload::None).unwrap();
+    pump(&mut a, &mut b, "accept on ListenerId(0)", |a, _| {
+        a.ev.iter().any(|e| matches!(e, Ev::Accepted(ListenerId(0), _)))
+            && a.ev.iter().any(|e| matches!(e, Ev::Frame(_, f) if f == b"early"))
+    });
+    let pos_conn = b.ev.iter().position(|e| *e == Ev::Connected(lb));
+    assert!(pos_conn.is_some());
+}
+
+#[test]
+fn small_frames_interleave_with_large_and_batch_in_order() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+    let mut expect = Vec::new();
+    for i in 0..1000u32 {
+        let payload = if i % 97 == 0 { pattern(200_000, i as u8) } else { i.to_le_bytes().to_vec() };
+        b.t.send(lb, &i.to_be_bytes(), Payload::Copy(&payload)).unwrap();
+        expect.push([&i.to_be_bytes()[..], &payload].concat());
+    }
+    assert!(b.t.has_pending_sends(lb));
+    pump(&mut a, &mut b, "1000 frames", |a, _| a.frames(la).len() == 1000);
+    assert!(a.frames(la) == expect, "frames differ or are out of order");
+    pump(&mut a, &mut b, "send queue to drain", |_, b| !b.t.has_pending_sends(lb));
+}
+
+#[test]
+fn zero_copy_sends_report_send_done() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+    let bufs: Vec<Vec<u8>> = (0..4).map(|i| pattern(200_000 + i, i as u8)).collect();
+    let small = pattern(100, 3);
+    let mut expect = Vec::new();
+    for (i, buf) in bufs.iter().enumerate() {
+        // SAFETY: `bufs` outlives the loop below that waits for every SendDone.
+        let z = unsafe { ZcopyPayload::new(buf.as_ptr(), buf.len(), i as u64) };
+        assert_eq!(b.t.send(lb, b"zc", Payload::Zcopy(z)), Ok(SendOutcome::InFlight));
+        expect.push([&b"zc"[..], buf].concat());
+    }
+    // SAFETY: `small` outlives the wait for its SendDone.
+    let z = unsafe { ZcopyPayload::new(small.as_ptr(), small.len(), 99) };
+    b.t.send(lb, b"s", Payload::Zcopy(z)).unwrap();
+    expect.push([&b"s"[..], &small].concat());
+    pump(&mut a, &mut b, "zero-copy frames and SendDone", |a, b| {
+        a.frames(la).len() == 5 && b.ev.iter().filter(|e| matches!(e, Ev::SendDone(..))).count() == 5
+    });
+    assert!(a.frames(la) == expect);
+    for token in [0u64, 1, 2, 3, 99] {
+        assert_eq!(
+            b.ev.iter().filter(|e| **e == Ev::SendDone(lb, token, Ok(()))).count(),
+            1,
+            "token {token}"
+        );
+    }
+}
+
+#[test]
+fn connect_to_closed_port_fails_once() {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut a = Side::new();
+    let remote: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let l = a.t.connect(ConnectTarget::Sockaddr { remote, local: None }).unwrap();
+    a.t.send(l, b"queued", Payload::None).unwrap();
+    let buf = [1u8; 10];
+    // SAFETY: `buf` outlives the wait for its SendDone.
+    let z = unsafe { ZcopyPayload::new(buf.as_ptr(), buf.len(), 5) };
+    a.t.send(l, b"", Payload::Zcopy(z)).unwrap();
+    pump_one(&mut a, "LinkFailed", |a| a.ev.iter().any(|e| matches!(e, Ev::Failed(..))));
+    let until = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < until {
+        a.poll();
+    }
+    assert_eq!(
+        a.ev,
+        vec![Ev::SendDone(l, 5, Err(TlError::NotConnected)), Ev::Failed(l, TlError::NotConnected)]
+    );
+    assert!(a.t.send(l, b"x", Payload::None).is_err());
+}
+
+#[test]
+fn listen_on_busy_port_is_busy_and_bind_conflict_too() {
+    let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = std_listener.local_addr().unwrap();
+    let mut a = Side::new();
+    assert_eq!(a.t.listen(addr).map(|_| ()), Err(TlError::Busy));
+    let (_, bound) = a.t.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    assert_eq!(a.t.listen(bound).map(|_| ()), Err(TlError::Busy));
+    assert_eq!(
+        a.t.connect(ConnectTarget::Sockaddr { remote: bound, local: Some(addr) }).map(|_| ()),
+        Err(TlError::Busy)
+    );
+    let other = TransportAddress::Shm { socket_name: b"peer".to_vec() };
+    assert_eq!(a.t.connect(ConnectTarget::Address(&other)).map(|_| ()), Err(TlError::Unsupported));
+}
+
+#[test]
+fn peer_close_fails_the_link_once_and_local_close_reports_nothing() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+    b.t.send(lb, b"last words", Payload::None).unwrap();
+    b.t.close(lb, false);
+    pump(&mut a, &mut b, "LinkFailed on a", |a, _| a.ev.iter().any(|e| matches!(e, Ev::Failed(..))));
+    let until = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < until {
+        a.poll();
+        b.poll();
+    }
+    assert_eq!(a.frames(la), vec![b"last words".to_vec()]);
+    assert_eq!(a.ev.iter().filter(|e| matches!(e, Ev::Failed(..))).count(), 1);
+    assert!(a.ev.contains(&Ev::Failed(la, TlError::ConnectionReset)));
+    assert!(
+        !b.ev.iter().any(|e| matches!(e, Ev::Failed(..))),
+        "no LinkFailed after a local close: {:?}",
+        b.ev
+    );
+}
+
+#[test]
+fn force_close_cancels_queued_zero_copy_sends() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (_la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+    let buf = pattern(300, 1);
+    // SAFETY: `buf` outlives the wait for its SendDone.
+    let z = unsafe { ZcopyPayload::new(buf.as_ptr(), buf.len(), 77) };
+    b.t.send(lb, b"h", Payload::Zcopy(z)).unwrap();
+    b.t.close(lb, true);
+    pump(&mut a, &mut b, "SendDone(Canceled)", |_, b| {
+        b.ev.contains(&Ev::SendDone(lb, 77, Err(TlError::Canceled)))
+    });
+    assert!(!b.ev.iter().any(|e| matches!(e, Ev::Failed(..))));
+    assert_eq!(b.t.send(lb, b"x", Payload::None), Err(TlError::InvalidParam));
+}
+
+#[test]
+fn huge_length_prefix_fails_the_link() {
+    let mut a = Side::new();
+    let (lid, bound) = a.t.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut peer = TcpStream::connect(bound).unwrap();
+    peer.write_all(&[0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3]).unwrap();
+    pump_one(&mut a, "LinkFailed", |a| a.ev.iter().any(|e| matches!(e, Ev::Failed(..))));
+    let link = match a.ev[0] {
+        Ev::Accepted(l, link) if l == lid => link,
+        ref other => panic!("expected Accepted first, got {other:?}"),
+    };
+    assert_eq!(a.ev[1..], [Ev::Failed(link, TlError::InvalidParam)]);
+    // The transport closed the socket: the peer reads EOF (or a reset).
+    peer.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut byte = [0u8; 1];
+    assert!(matches!(peer.read(&mut byte), Ok(0) | Err(_)));
+}
+
+#[test]
+fn event_fd_wakes_a_sleeping_thread() {
+    let mut a = Side::new();
+    let (_, bound) = a.t.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut peer = TcpStream::connect(bound).unwrap();
+    pump_one(&mut a, "Accepted", |a| a.ev.iter().any(|e| matches!(e, Ev::Accepted(..))));
+    // Let the receive request settle before sleeping.
+    for _ in 0..10 {
+        a.poll();
+    }
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        let mut wire = 5u32.to_le_bytes().to_vec();
+        wire.extend_from_slice(b"hello");
+        peer.write_all(&wire).unwrap();
+        peer
+    });
+    let mut slept = 0;
+    let start = Instant::now();
+    while !a.t.has_events() {
+        let mut pfd =
+            libc::pollfd { fd: a.t.event_fd().unwrap().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut pfd, 1, 2000) };
+        slept += 1;
+        assert!(rc > 0, "no wakeup within 2 s (rc {rc})");
+        assert!(start.elapsed() < Duration::from_secs(1), "woken too late: {:?}", start.elapsed());
+    }
+    assert!(slept >= 1, "the thread never slept");
+    pump_one(&mut a, "frame after wakeup", |a| {
+        a.ev.iter().any(|e| matches!(e, Ev::Frame(_, f) if f == b"hello"))
+    });
+    drop(writer.join().unwrap());
+}
+
+fn fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Runs `name` alone in a child process (fd counts are per process, and other tests run in
+/// parallel threads).
+fn run_alone(name: &str) -> bool {
+    if std::env::var("ZCX_URING_CHILD").as_deref() == Ok(name) {
+        return true;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--test-threads=1", "--nocapture"])
+        .env("ZCX_URING_CHILD", name)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "child failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
+#[test]
+fn links_do_not_leak_descriptors() {
+    if !run_alone("links_do_not_leak_descriptors") {
+        return;
+    }
+    let before = fd_count();
+    {
+        let (mut a, mut b) = (Side::new(), Side::new());
+        let with_transports = fd_count();
+        for round in 0..20 {
+            let (la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+            b.t.send(lb, b"bye", Payload::Copy(&[round as u8; 1000])).unwrap();
+            pump(&mut a, &mut b, "frame", |a, _| !a.frames(la).is_empty());
+            if round % 2 == 0 {
+                a.t.close(la, round % 4 == 0);
+                pump(&mut a, &mut b, "peer failure", |_, b| {
+                    b.ev.iter().any(|e| matches!(e, Ev::Failed(l, _) if *l == lb))
+                });
+            } else {
+                b.t.close(lb, false);
+                pump(&mut a, &mut b, "peer failure", |a, _| {
+                    a.ev.iter().any(|e| matches!(e, Ev::Failed(l, _) if *l == la))
+                });
+                a.t.close(la, false);
+            }
+            for _ in 0..50 {
+                a.poll();
+                b.poll();
+            }
+            a.ev.clear();
+            b.ev.clear();
+        }
+        // A failed connect and a closed listener leave nothing behind either.
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let l =
+            a.t.connect(ConnectTarget::Sockaddr {
+                remote: format!("127.0.0.1:{port}").parse().unwrap(),
+                local: None,
+            })
+            .unwrap();
+        pump_one(&mut a, "connect failure", |a| a.ev.contains(&Ev::Failed(l, TlError::NotConnected)));
+        let (lid, _) = a.t.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        a.t.close_listener(lid);
+        for _ in 0..50 {
+            a.poll();
+            b.poll();
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while fd_count() != with_transports && Instant::now() < deadline {
+            a.poll();
+            b.poll();
+        }
+        assert_eq!(fd_count(), with_transports, "descriptors leaked by links");
+    }
+    assert_eq!(fd_count(), before, "descriptors leaked by dropped transports");
+}
+
+#[test]
+fn echo_with_a_second_process() {
+    if let Ok(addr) = std::env::var("ZCX_URING_PEER") {
+        // The child: connect, send 200 frames, expect each echoed, then close.
+        let mut b = Side::new();
+        let remote: SocketAddr = addr.parse().unwrap();
+        let lb = b.t.connect(ConnectTarget::Sockaddr { remote, local: None }).unwrap();
+        let mut expect = Vec::new();
+        for i in 0..200u32 {
+            let payload = pattern((i as usize * 977) % 70_000, i as u8);
+            b.t.send(lb, &i.to_le_bytes(), Payload::Copy(&payload)).unwrap();
+            expect.push([&i.to_le_bytes()[..], &payload].concat());
+        }
+        pump_one(&mut b, "echoes", |b| b.frames(lb).len() == 200);
+        assert!(b.frames(lb) == expect, "echoes differ");
+        b.t.close(lb, false);
+        pump_one(&mut b, "flush", |b| !b.t.has_pending_sends(lb));
+        return;
+    }
+    if std::env::var("ZCX_URING_CHILD").is_ok() {
+        return;
+    }
+    let mut a = Side::new();
+    let (_, bound) = a.t.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "echo_with_a_second_process", "--test-threads=1"])
+        .env("ZCX_URING_PEER", bound.to_string())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut echoed = 0;
+    let mut failed = None;
+    while failed.is_none() {
+        assert!(Instant::now() < deadline, "echo timed out after {echoed} frames");
+        a.poll();
+        for e in std::mem::take(&mut a.ev) {
+            match e {
+                Ev::Frame(l, f) => {
+                    a.t.send(l, &f, Payload::None).unwrap();
+                    echoed += 1;
+                }
+                Ev::Failed(_, err) => failed = Some(err),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(echoed, 200);
+    assert_eq!(failed, Some(TlError::ConnectionReset));
+    assert!(child.wait().unwrap().success(), "child process failed");
+}
