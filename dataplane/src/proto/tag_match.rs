@@ -147,24 +147,35 @@ impl<R, M> TagMatcher<R, M> {
     /// Matches an arriving message against the posted receives: the oldest matching receive takes
     /// it, and otherwise it joins the unexpected queue for a later `ucp_tag_recv_nbx` or probe.
     pub fn arrive(&mut self, message: Message<M>) -> Arrival<R, M> {
-        let exact = self.expected.first_indexed(message.tag);
-        let exact_seq = exact.map_or(u64::MAX, |slot| self.expected.node(slot).seq);
-        // A wildcard receive wins only if it was posted before the exact one, so the scan stops there.
-        let wildcard = self
-            .expected
-            .unindexed_before(exact_seq)
-            .find(|node| tag_matches(message.tag, node.tag, node.value.mask));
-        match wildcard.map(|node| node.slot()).or(exact) {
-            Some(slot) => {
-                let (seq, posted) = self.expected.remove(slot);
-                Arrival::Matched { recv_id: RecvId { slot, seq }, recv: posted.recv, message }
-            }
+        match self.take_expected(message.tag) {
+            Some((recv_id, recv)) => Arrival::Matched { recv_id, recv, message },
             None => {
-                let tag = message.tag;
-                self.unexpected.push(tag, true, message);
+                self.queue_unexpected(message);
                 Arrival::Queued
             }
         }
+    }
+
+    /// Takes the oldest posted receive that a message with `tag` matches, without queueing
+    /// anything: the first half of [`TagMatcher::arrive`], for a caller that wants to build the
+    /// message's payload descriptor (a copy of its bytes) only when no receive takes it.
+    pub fn take_expected(&mut self, tag: u64) -> Option<(RecvId, R)> {
+        let exact = self.expected.first_indexed(tag);
+        let exact_seq = exact.map_or(u64::MAX, |slot| self.expected.node(slot).seq);
+        let wildcard = self
+            .expected
+            .unindexed_before(exact_seq)
+            .find(|node| tag_matches(tag, node.tag, node.value.mask));
+        let slot = wildcard.map(|node| node.slot()).or(exact)?;
+        let (seq, posted) = self.expected.remove(slot);
+        Some((RecvId { slot, seq }, posted.recv))
+    }
+
+    /// Queues a message no posted receive took (the second half of [`TagMatcher::arrive`]; call it
+    /// only after [`TagMatcher::take_expected`] returned `None` for the message's tag).
+    pub fn queue_unexpected(&mut self, message: Message<M>) {
+        let tag = message.tag;
+        self.unexpected.push(tag, true, message);
     }
 
     /// The oldest unexpected message matching `(tag, tag_mask)`, left in the queue
