@@ -343,6 +343,12 @@ fn event_fd_wakes_a_sleeping_thread() {
         assert!(start.elapsed() < Duration::from_secs(1), "woken too late: {:?}", start.elapsed());
     }
     assert!(slept >= 1, "the thread never slept");
+    // Woken by the data, not by something earlier.
+    assert!(
+        start.elapsed() >= Duration::from_millis(150),
+        "woken before the data was sent: {:?}",
+        start.elapsed()
+    );
     pump_one(&mut a, "frame after wakeup", |a| {
         a.ev.iter().any(|e| matches!(e, Ev::Frame(_, f) if f == b"hello"))
     });

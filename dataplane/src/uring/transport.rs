@@ -26,9 +26,13 @@ const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// `IORING_NOTIF_USAGE_ZC_COPIED`, in the notification's result.
 const NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 
-/// Run completions cooperatively (`IORING_SETUP_COOP_TASKRUN | TASKRUN_FLAG`) instead of being
-/// interrupted for them. Off: a thread asleep in poll(2) on the eventfd would not be woken.
-const COOP_TASKRUN: bool = false;
+/// Run completions cooperatively (`IORING_SETUP_COOP_TASKRUN | TASKRUN_FLAG`): the kernel flags
+/// `IORING_SQ_TASKRUN` instead of interrupting the polling thread, and `poll` enters the kernel
+/// only when the flag (or a submission) asks for it. Measured on the bench machine (Linux 6.18):
+/// 8-byte round trip 15.6 µs against 18.7 µs with interrupts, same streaming throughput; a thread
+/// asleep in poll(2) on the eventfd is still woken (`event_fd_wakes_a_sleeping_thread`). Kernels
+/// refusing the flags get the default setup.
+const COOP_TASKRUN: bool = true;
 
 /// The buffer group of the provided-buffer ring.
 const BGID: u16 = 0;
