@@ -43,6 +43,21 @@ const KNOWN: &[Known] = &[
         doc: "Reuse registrations of the same or a containing region (registration cache): y or n",
     },
     Known {
+        name: "RNDV_THRESH",
+        default: "64K",
+        doc: "Messages at least this long use the rendezvous protocol (no bounce copy); a size like 64K or 1M",
+    },
+    Known {
+        name: "KEEPALIVE_INTERVAL",
+        default: "1s",
+        doc: "Endpoints exchange keepalives this often; a peer silent for 3 intervals fails with ENDPOINT_TIMEOUT",
+    },
+    Known {
+        name: "URING_SQPOLL",
+        default: "n",
+        doc: "Let a kernel thread poll the io_uring submission queue (costs a core): y or n",
+    },
+    Known {
         name: "LOG_LEVEL",
         default: "warn",
         doc: "Log level of the zcx binaries (error, warn, info, debug, trace)",
@@ -140,6 +155,21 @@ impl Config {
         parse_bool(self.get("RCACHE_ENABLE").unwrap_or("y")).unwrap_or(true)
     }
 
+    /// `ZCX_RNDV_THRESH` in bytes.
+    pub fn rndv_thresh(&self) -> usize {
+        self.get("RNDV_THRESH").and_then(parse_size).unwrap_or(64 << 10)
+    }
+
+    /// `ZCX_KEEPALIVE_INTERVAL`.
+    pub fn keepalive_interval(&self) -> std::time::Duration {
+        self.get("KEEPALIVE_INTERVAL").and_then(parse_duration).unwrap_or(std::time::Duration::from_secs(1))
+    }
+
+    /// `ZCX_URING_SQPOLL`.
+    pub fn uring_sqpoll(&self) -> bool {
+        parse_bool(self.get("URING_SQPOLL").unwrap_or("n")).unwrap_or(false)
+    }
+
     /// `ucp_config_print`: every variable with its value and meaning, one per line, as `KEY=value`.
     pub fn print(&self) -> String {
         let mut out = String::from("#\n# zcx configuration\n#\n");
@@ -169,13 +199,43 @@ fn parse_bool(value: &str) -> Option<bool> {
     }
 }
 
+/// `4096`, `64K`, `1M`, `1G` (binary units) → bytes.
+fn parse_size(value: &str) -> Option<usize> {
+    let value = value.trim();
+    let (digits, shift) = match value.as_bytes().last()? {
+        b'k' | b'K' => (&value[..value.len() - 1], 10),
+        b'm' | b'M' => (&value[..value.len() - 1], 20),
+        b'g' | b'G' => (&value[..value.len() - 1], 30),
+        _ => (value, 0),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(1 << shift)
+}
+
+/// `250ms`, `2s`, `1m`, or plain seconds → a duration of at least 1 ms.
+fn parse_duration(value: &str) -> Option<std::time::Duration> {
+    let value = value.trim();
+    let (digits, millis) = if let Some(d) = value.strip_suffix("ms") {
+        (d, 1)
+    } else if let Some(d) = value.strip_suffix('s') {
+        (d, 1000)
+    } else if let Some(d) = value.strip_suffix('m') {
+        (d, 60_000)
+    } else {
+        (value, 1000)
+    };
+    let ms = digits.trim().parse::<u64>().ok()?.checked_mul(millis)?;
+    (ms > 0).then(|| std::time::Duration::from_millis(ms))
+}
+
 fn validate(name: &str, value: &str) -> Result<()> {
     let value = value.trim();
     let ok =
         match name {
             "HUGEPAGES" => matches!(value, "try" | "yes" | "y" | "on" | "1" | "no" | "n" | "off" | "0"),
             "HUGEPAGE_SIZE" => matches!(value, "2M" | "2m" | "2MB" | "1G" | "1g" | "1GB"),
-            "RCACHE_ENABLE" => parse_bool(value).is_some(),
+            "RCACHE_ENABLE" | "URING_SQPOLL" => parse_bool(value).is_some(),
+            "RNDV_THRESH" => parse_size(value).is_some(),
+            "KEEPALIVE_INTERVAL" => parse_duration(value).is_some(),
             "TLS" => value.split(',').map(str::trim).filter(|s| !s.is_empty()).all(|t| {
                 matches!(t.trim_start_matches('^'), "all" | "shm" | "uring" | "tcp" | "dpdk" | "verbs")
             }),
@@ -229,6 +289,16 @@ mod tests {
         assert_eq!(c.modify("RCACHE_ENABLE", "perhaps"), Err(Status::InvalidParam));
         c.modify("ZCX_HUGEPAGES", "yes").unwrap();
         assert_eq!(c.hugepages(), HugepageMode::Yes);
+    }
+
+    #[test]
+    fn sizes_and_durations() {
+        let c = Config::from_vars([("ZCX_RNDV_THRESH", "1M"), ("ZCX_KEEPALIVE_INTERVAL", "250ms")]).unwrap();
+        assert_eq!(c.rndv_thresh(), 1 << 20);
+        assert_eq!(c.keepalive_interval(), std::time::Duration::from_millis(250));
+        assert_eq!(Config::default().rndv_thresh(), 64 << 10);
+        assert_eq!(Config::from_vars([("ZCX_RNDV_THRESH", "lots")]).unwrap_err(), Status::InvalidParam);
+        assert_eq!(Config::from_vars([("ZCX_KEEPALIVE_INTERVAL", "0s")]).unwrap_err(), Status::InvalidParam);
     }
 
     #[test]

@@ -28,20 +28,34 @@
 
 #![warn(missing_docs)]
 
+pub mod buffer;
 pub mod config;
 mod context;
+mod endpoint;
+mod listener;
 mod mem;
 pub mod photon;
+mod request;
 mod rkey;
 pub mod status;
+mod worker;
 
+pub use buffer::{MemSlice, RecvBuf, SendBuf};
 pub use config::{Config, HugepageMode};
 pub use context::{Context, ContextParams, Features};
+pub use endpoint::{
+    AmProto, AmSendParams, AtomicOp, AtomicSize, CloseMode, Endpoint, EpAttr, EpFlags, EpParams, EpRkey,
+    ErrHandler, ErrMode, ServerEpParams, TagInfo, TagMessage, TagSendParams,
+};
+pub use listener::{AcceptHandler, ConnHandler, ConnRequest, Listener, ListenerParams};
 pub use mem::{
     MemAdvice, MemAdviseParams, MemAttr, MemHandle, MemMapFlags, MemMapParams, MemhPackFlags, MemoryType,
     PackedBuffer, Prot,
 };
+pub use request::{Callback, Completion, OpInfo, Request, RequestParams};
 pub use rkey::{RemoteKey, RkeyCompareParams};
 pub use status::{last_error_detail, status_string, Result, Status};
+pub use worker::{AmDesc, AmHandler, AmMessage, ProgressThread, ThreadMode, Worker, WorkerParams};
 pub use zcx_dataplane::RcacheStats;
+pub use zcx_hugepages::CpuSet;
 pub use zcx_hugepages::PageSize;

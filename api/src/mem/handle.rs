@@ -211,6 +211,14 @@ impl MemHandle {
         self.pack(MemhPackFlags::empty())
     }
 
+    /// What keeps this handle's memory mapped, for an owned operation buffer; `None` when zcx
+    /// does not own the memory (caller memory) or the handle is empty.
+    pub(crate) fn keep_alive(&self) -> Option<std::sync::Arc<dyn Send + Sync>> {
+        let registration = self.registration.as_ref()?;
+        registration.backing.as_ref()?;
+        Some(Arc::clone(registration) as std::sync::Arc<dyn Send + Sync>)
+    }
+
     /// `ucp_mem_unmap`: revokes remote access, deregisters, and frees memory zcx allocated once
     /// nothing else uses it.
     pub fn unmap(self) -> Result<()> {

@@ -1,0 +1,103 @@
+//! `ucp_am_send_nbx`: active messages with a user header and eager or rendezvous data.
+
+use zcx_dataplane::proto::wire::Op;
+use zcx_dataplane::Payload;
+
+use crate::buffer::SendBuf;
+use crate::endpoint::Endpoint;
+use crate::request::{OpInfo, ReqCell, Request, RequestParams};
+use crate::status::{fail_with, Result, Status};
+use crate::worker::state::{send_on_ep, Core, OutKind, Phase};
+
+/// Largest AM user header (UCP guarantees at least 64 bytes; zcx allows 4 KiB).
+pub const MAX_AM_HEADER: usize = 4096;
+
+/// How the data travels (`UCP_AM_SEND_FLAG_EAGER` / `_RNDV`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AmProto {
+    /// Eager below the rendezvous threshold, rendezvous above.
+    #[default]
+    Auto,
+    /// Always eager (fails with INVALID_PARAM when the message does not fit one frame).
+    Eager,
+    /// Always rendezvous: the receiver's handler fetches the data with `recv_data`.
+    Rndv,
+}
+
+/// Parameters of an AM send.
+#[derive(Debug, Default)]
+pub struct AmSendParams {
+    /// `UCP_AM_SEND_FLAG_REPLY`: the handler gets a reply endpoint.
+    pub reply: bool,
+    /// Protocol choice.
+    pub proto: AmProto,
+    /// Completion callback and the like.
+    pub request: RequestParams,
+}
+
+impl Endpoint {
+    /// `ucp_am_send_nbx`: runs the peer's handler for `id` with `header` and `buf`'s bytes.
+    pub fn am_send<B: SendBuf>(
+        &self,
+        id: u16,
+        header: &[u8],
+        buf: B,
+        params: AmSendParams,
+    ) -> Result<Request<B>> {
+        if header.len() > MAX_AM_HEADER {
+            return Err(fail_with(
+                Status::InvalidParam,
+                format!("AM header of {} bytes exceeds {MAX_AM_HEADER}", header.len()),
+            ));
+        }
+        let bytes = buf.as_bytes();
+        let (ptr, len) = (bytes.as_ptr(), bytes.len());
+        let shared = self.shared();
+        let mut guard = shared.lock();
+        let Core { tl, st } = &mut *guard;
+        let ep = st.usable_ep(self.id())?;
+        let connecting = ep.phase == Phase::Connecting;
+        let whole = header.len() + len;
+        let eager = match params.proto {
+            AmProto::Auto => whole < st.rndv_thresh,
+            AmProto::Eager => {
+                if whole > st.max_payload {
+                    return Err(fail_with(Status::InvalidParam, "eager AM larger than one frame".into()));
+                }
+                true
+            }
+            AmProto::Rndv => false,
+        };
+        let header_len = header.len() as u16;
+        if eager {
+            let mut scratch = std::mem::take(&mut st.scratch);
+            scratch.clear();
+            scratch.extend_from_slice(header);
+            scratch.extend_from_slice(bytes);
+            let frame = Op::AmEager { am_id: id, reply: params.reply, header_len };
+            let result = if connecting {
+                let cell = ReqCell::new(shared, buf, params.request.callback);
+                let op = st.add_op(self.id(), cell.clone(), OutKind::Queued);
+                send_on_ep(&mut **tl, st, self.id(), &frame, Payload::Copy(&scratch), Some(op))
+                    .map(|_| Request::pending(cell))
+                    .inspect_err(|_| {
+                        st.ops.remove(&op);
+                    })
+            } else {
+                send_on_ep(&mut **tl, st, self.id(), &frame, Payload::Copy(&scratch), None)
+                    .map(|_| Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
+            };
+            st.scratch = scratch;
+            return result;
+        }
+        let cell = ReqCell::new(shared, buf, params.request.callback);
+        let op = st.add_op(self.id(), cell.clone(), OutKind::AwaitRtr { ptr, len });
+        let frame =
+            Op::AmRts { am_id: id, reply: params.reply, header_len, sender_req: op, total_len: len as u64 };
+        if let Err(status) = send_on_ep(&mut **tl, st, self.id(), &frame, Payload::Copy(header), None) {
+            st.ops.remove(&op);
+            return Err(status);
+        }
+        Ok(Request::pending(cell))
+    }
+}

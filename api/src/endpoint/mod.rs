@@ -1,0 +1,356 @@
+//! `ucp_ep_*`: endpoints, their parameters, query, flush and close.
+
+mod am;
+mod rma;
+mod stream;
+mod tag;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bitflags::bitflags;
+use zcx_control::{TransportAddress, WorkerAddressWire};
+use zcx_dataplane::proto::wire::Op;
+use zcx_dataplane::{ConnectTarget, Payload};
+
+use crate::listener::ConnRequest;
+use crate::request::{OpInfo, OpSink, ReqCell, Request};
+use crate::status::{fail_with, Result, Status};
+use crate::worker::lifecycle::{self, EpSetup};
+use crate::worker::state::{send_on_ep, Core, OutKind, Phase};
+use crate::worker::{Worker, WorkerShared};
+
+pub use am::{AmProto, AmSendParams};
+pub use rma::{AtomicOp, AtomicSize, EpRkey};
+pub use tag::{TagInfo, TagMessage, TagSendParams};
+
+/// An error handler (`ucp_err_handler_cb_t`): runs once per endpoint, from progress, when the
+/// endpoint fails in `ErrMode::Peer`.
+pub type ErrHandler = Arc<dyn Fn(&Endpoint, Status) + Send + Sync>;
+
+/// `ucp_err_handling_mode_t`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ErrMode {
+    /// `UCP_ERR_HANDLING_MODE_NONE`: no failure detection; a peer failure still fails the
+    /// endpoint's operations, but no handler runs and no keepalive watches the peer.
+    #[default]
+    None,
+    /// `UCP_ERR_HANDLING_MODE_PEER`: keepalive watches the peer, and the error handler runs once.
+    Peer,
+}
+
+bitflags! {
+    /// `ucp_ep_params_flags_field`.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct EpFlags: u32 {
+        /// `UCP_EP_PARAMS_FLAGS_CLIENT_SERVER`: a client of a listener (implied by a sockaddr).
+        const CLIENT_SERVER = 1 << 0;
+        /// `UCP_EP_PARAMS_FLAGS_NO_LOOPBACK`: accepted; zcx has no loopback shortcut to avoid.
+        const NO_LOOPBACK = 1 << 1;
+        /// `UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID`: send the worker's client id with the request.
+        const SEND_CLIENT_ID = 1 << 2;
+    }
+}
+
+/// `ucp_ep_close_flags_t` as a mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseMode {
+    /// Flush, then disconnect (`UCP_EP_CLOSE_MODE_FLUSH`).
+    Flush,
+    /// Drop at once; every outstanding request completes with CANCELED (`UCP_EP_CLOSE_FLAG_FORCE`).
+    Force,
+}
+
+/// `ucp_ep_params_t`: exactly one of `remote_address`, `sockaddr` and `conn_request`.
+#[derive(Default)]
+pub struct EpParams {
+    /// `UCP_EP_PARAM_FIELD_REMOTE_ADDRESS`: a peer's [`Worker::address`].
+    pub remote_address: Option<Vec<u8>>,
+    /// `UCP_EP_PARAM_FIELD_SOCK_ADDR`: a listener's address.
+    pub sockaddr: Option<SocketAddr>,
+    /// `UCP_EP_PARAM_FIELD_CONN_REQUEST`: accept this request (server side).
+    pub conn_request: Option<ConnRequest>,
+    /// `UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE`.
+    pub err_mode: ErrMode,
+    /// `UCP_EP_PARAM_FIELD_ERR_HANDLER`.
+    pub err_handler: Option<ErrHandler>,
+    /// `UCP_EP_PARAM_FIELD_USER_DATA`, returned by query.
+    pub user_data: usize,
+    /// `UCP_EP_PARAM_FIELD_FLAGS`.
+    pub flags: EpFlags,
+    /// `UCP_EP_PARAM_FIELD_NAME`; default: unique per worker.
+    pub name: Option<String>,
+    /// `UCP_EP_PARAM_FIELD_LOCAL_SOCK_ADDR`: bind the client's socket here (port 0 allowed).
+    pub local_sockaddr: Option<SocketAddr>,
+}
+
+impl EpParams {
+    /// Parameters to connect to a listener.
+    pub fn sockaddr(addr: SocketAddr) -> EpParams {
+        EpParams { sockaddr: Some(addr), flags: EpFlags::CLIENT_SERVER, ..EpParams::default() }
+    }
+
+    /// Parameters to connect to a worker by its address.
+    pub fn remote_address(address: &[u8]) -> EpParams {
+        EpParams { remote_address: Some(address.to_vec()), ..EpParams::default() }
+    }
+
+    /// Parameters to accept a connection request.
+    pub fn conn_request(request: ConnRequest) -> EpParams {
+        EpParams { conn_request: Some(request), ..EpParams::default() }
+    }
+
+    /// Sets peer error handling with `handler`.
+    pub fn with_err_handler(
+        mut self,
+        handler: impl Fn(&Endpoint, Status) + Send + Sync + 'static,
+    ) -> EpParams {
+        self.err_mode = ErrMode::Peer;
+        self.err_handler = Some(Arc::new(handler));
+        self
+    }
+}
+
+impl std::fmt::Debug for EpParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EpParams")
+            .field("remote_address", &self.remote_address.as_ref().map(Vec::len))
+            .field("sockaddr", &self.sockaddr)
+            .field("conn_request", &self.conn_request.is_some())
+            .field("err_mode", &self.err_mode)
+            .field("flags", &self.flags)
+            .field("name", &self.name)
+            .field("local_sockaddr", &self.local_sockaddr)
+            .finish()
+    }
+}
+
+/// The parameters of a server-side endpoint (from `EpParams` with a conn request, or a
+/// listener's accept template).
+#[derive(Clone, Default)]
+pub struct ServerEpParams {
+    /// Endpoint name.
+    pub name: Option<String>,
+    /// Peer error handling.
+    pub err_mode_peer: bool,
+    /// Error handler.
+    pub err_handler: Option<ErrHandler>,
+    /// User data.
+    pub user_data: usize,
+}
+
+/// `ucp_ep_attr_t`, from [`Endpoint::query`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpAttr {
+    /// `UCP_EP_ATTR_FIELD_NAME`.
+    pub name: String,
+    /// `UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR`.
+    pub local_sockaddr: Option<SocketAddr>,
+    /// `UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR`.
+    pub remote_sockaddr: Option<SocketAddr>,
+    /// `UCP_EP_ATTR_FIELD_TRANSPORTS`: the transports the endpoint uses.
+    pub transports: Vec<&'static str>,
+    /// `UCP_EP_PARAM_FIELD_USER_DATA` as given.
+    pub user_data: usize,
+    /// `OK` while usable, `INPROGRESS` while connecting, else the status operations fail with.
+    pub status: Status,
+}
+
+/// `ucp_ep_h`. Clones are the same endpoint. Dropping the last handle the application holds
+/// closes the endpoint with flush in the background (UCP requires an explicit close; zcx does it
+/// for you).
+#[derive(Clone)]
+pub struct Endpoint {
+    pub(crate) handle: Arc<EpHandle>,
+}
+
+pub(crate) struct EpHandle {
+    pub worker: Arc<WorkerShared>,
+    pub id: u64,
+    owning: bool,
+}
+
+impl Drop for EpHandle {
+    fn drop(&mut self) {
+        if !self.owning {
+            return;
+        }
+        let mut core = self.worker.lock();
+        let dead = core.st.eps.get(&self.id).is_none_or(|ep| matches!(ep.phase, Phase::Dead(_)));
+        if dead {
+            core.st.eps.remove(&self.id);
+        } else {
+            lifecycle::begin_close(&mut core, self.id, false, None);
+        }
+    }
+}
+
+impl Endpoint {
+    /// The application's handle of endpoint `id`, or a non-owning one when it holds none (an
+    /// endpoint created by a peer's connection to the worker address).
+    pub(crate) fn attach(worker: &Arc<WorkerShared>, id: u64) -> Endpoint {
+        let existing = worker.lock().st.eps.get(&id).and_then(|ep| ep.handle.upgrade());
+        let handle =
+            existing.unwrap_or_else(|| Arc::new(EpHandle { worker: Arc::clone(worker), id, owning: false }));
+        Endpoint { handle }
+    }
+
+    /// A new owning handle for endpoint `id`.
+    pub(crate) fn adopt(worker: &Arc<WorkerShared>, core: &mut Core, id: u64) -> Endpoint {
+        let handle = Arc::new(EpHandle { worker: Arc::clone(worker), id, owning: true });
+        if let Some(ep) = core.st.eps.get_mut(&id) {
+            ep.handle = Arc::downgrade(&handle);
+        }
+        Endpoint { handle }
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.handle.id
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<WorkerShared> {
+        &self.handle.worker
+    }
+
+    /// The worker the endpoint belongs to.
+    pub fn worker(&self) -> Worker {
+        Worker { shared: Arc::clone(&self.handle.worker) }
+    }
+
+    /// `ucp_ep_query`.
+    pub fn query(&self) -> Result<EpAttr> {
+        let core = self.shared().lock();
+        let ep = core.st.eps.get(&self.id()).ok_or(Status::NotConnected)?;
+        let (local, remote) = lifecycle::link_addrs(&core, ep.link);
+        let status = match ep.phase {
+            Phase::Connecting => Status::InProgress,
+            Phase::Ready | Phase::Closing => Status::Ok,
+            Phase::Dead(status) => status,
+        };
+        Ok(EpAttr {
+            name: ep.name.clone(),
+            local_sockaddr: local.or(ep.local_addr),
+            remote_sockaddr: remote.or(ep.remote_addr),
+            transports: vec!["uring"],
+            user_data: ep.user_data,
+            status,
+        })
+    }
+
+    /// `ucp_ep_flush_nbx`: completes when every operation issued on the endpoint so far has
+    /// completed at the target.
+    pub fn flush(&self) -> Result<Request<()>> {
+        let cell = ReqCell::new(self.shared(), (), None);
+        let mut core = self.shared().lock();
+        start_flush(&mut core, self.id(), cell.clone(), None)?;
+        core.send_out();
+        Ok(Request::pending(cell))
+    }
+
+    /// `ucp_ep_close_nbx`. `Flush` drains the endpoint, then disconnects (the peer's error handler
+    /// sees CONNECTION_RESET); `Force` ends every outstanding request with CANCELED at once.
+    pub fn close(&self, mode: CloseMode) -> Result<Request<()>> {
+        let cell = ReqCell::new(self.shared(), (), None);
+        let mut core = self.shared().lock();
+        let pending =
+            lifecycle::begin_close(&mut core, self.id(), mode == CloseMode::Force, Some(cell.clone()));
+        match pending {
+            Some(_) => {
+                lifecycle::finish_closes(&mut core);
+                Ok(Request::pending(cell))
+            }
+            None => Ok(Request::ready((), OpInfo::default())),
+        }
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint").field("id", &self.handle.id).finish()
+    }
+}
+
+/// Starts an endpoint flush: a `FlushReq` round trip, completed once no older operation of the
+/// endpoint remains.
+pub(crate) fn start_flush(
+    core: &mut Core,
+    ep: u64,
+    sink: Arc<dyn OpSink>,
+    parent: Option<u64>,
+) -> Result<()> {
+    let Core { tl, st } = core;
+    let op = st.add_op(ep, sink, OutKind::Flush { acked: false, parent });
+    if let Err(status) = send_on_ep(&mut **tl, st, ep, &Op::FlushReq { id: op }, Payload::None, None) {
+        st.finish_op(op, status, OpInfo::default());
+    }
+    Ok(())
+}
+
+impl Worker {
+    /// `ucp_ep_create`.
+    ///
+    /// Exactly one of `remote_address`, `sockaddr` and `conn_request` must be set; a local
+    /// sockaddr only goes with a sockaddr. Connecting is asynchronous: the call succeeds, and a
+    /// failure to connect (no listener → NOT_CONNECTED, no route → UNREACHABLE, rejected →
+    /// REJECTED) reaches the error handler and every operation issued meanwhile.
+    pub fn create_endpoint(&self, params: EpParams) -> Result<Endpoint> {
+        let EpParams {
+            remote_address,
+            sockaddr,
+            conn_request,
+            err_mode,
+            err_handler,
+            user_data,
+            flags,
+            name,
+            local_sockaddr,
+        } = params;
+        let chosen = usize::from(remote_address.is_some())
+            + usize::from(sockaddr.is_some())
+            + usize::from(conn_request.is_some());
+        if chosen != 1 {
+            return Err(fail_with(
+                Status::InvalidParam,
+                "exactly one of remote_address, sockaddr and conn_request must be set".into(),
+            ));
+        }
+        if local_sockaddr.is_some() && sockaddr.is_none() {
+            return Err(fail_with(Status::InvalidParam, "local_sockaddr needs a sockaddr".into()));
+        }
+        if let Some(name) = &name {
+            if name.len() > zcx_control::MAX_NAME_LEN || name.contains('\0') {
+                return Err(fail_with(Status::InvalidParam, "endpoint name too long or has a NUL".into()));
+            }
+        }
+        let setup = EpSetup { name, err_mode_peer: err_mode == ErrMode::Peer, err_handler, user_data };
+        if let Some(mut request) = conn_request {
+            return request.accept_with(ServerEpParams {
+                name: setup.name,
+                err_mode_peer: setup.err_mode_peer,
+                err_handler: setup.err_handler,
+                user_data,
+            });
+        }
+        let client_id = if flags.contains(EpFlags::SEND_CLIENT_ID) { self.shared.client_id } else { 0 };
+        let mut core = self.shared.lock();
+        let id = match (sockaddr, remote_address) {
+            (Some(remote), _) => lifecycle::create_client_ep(
+                &mut core,
+                ConnectTarget::Sockaddr { remote, local: local_sockaddr },
+                setup,
+                client_id,
+            )?,
+            (None, Some(bytes)) => {
+                let peer = WorkerAddressWire::decode(&bytes)
+                    .map_err(|e| fail_with(Status::InvalidParam, format!("worker address: {e}")))?;
+                let target =
+                    peer.transports.iter().find(|t| matches!(t, TransportAddress::Uring { .. })).ok_or_else(
+                        || fail_with(Status::Unreachable, "no common transport with the peer".into()),
+                    )?;
+                lifecycle::create_client_ep(&mut core, ConnectTarget::Address(target), setup, client_id)?
+            }
+            (None, None) => unreachable!("checked above"),
+        };
+        Ok(Endpoint::adopt(&self.shared, &mut core, id))
+    }
+}

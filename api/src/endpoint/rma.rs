@@ -1,0 +1,179 @@
+//! One-sided operations: `ucp_put_nbx`, `ucp_get_nbx`, `ucp_atomic_op_nbx`, and the
+//! endpoint-bound remote key of `ucp_ep_rkey_unpack`.
+//!
+//! Over the io_uring transport the target executes them: it checks the access key, the bounds and
+//! the protection against its remote-access table before touching a byte, and answers with the
+//! status. A put completes when the target acknowledged it, so its status is the target's verdict.
+
+use zcx_dataplane::proto::wire::Op;
+pub use zcx_dataplane::proto::AtomicOp;
+use zcx_dataplane::Payload;
+
+use crate::buffer::{RecvBuf, SendBuf};
+use crate::endpoint::Endpoint;
+use crate::request::{ReqCell, Request, RequestParams};
+use crate::rkey::RemoteKey;
+use crate::status::{fail_with, Result, Status};
+use crate::worker::state::{send_on_ep, BulkJob, Core, FragKind, OutKind};
+
+/// Operand size of an atomic (`UCP_FEATURE_AMO32` / `AMO64`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicSize {
+    /// 32-bit.
+    U32,
+    /// 64-bit.
+    U64,
+}
+
+impl AtomicSize {
+    fn bytes(self) -> u8 {
+        match self {
+            AtomicSize::U32 => 4,
+            AtomicSize::U64 => 8,
+        }
+    }
+}
+
+/// A remote key bound to the endpoint that unpacked it (`ucp_ep_rkey_unpack`): usable for RMA on
+/// that endpoint only.
+#[derive(Debug)]
+pub struct EpRkey {
+    ep: u64,
+    region: u64,
+    key: [u8; 16],
+    rkey: RemoteKey,
+}
+
+impl EpRkey {
+    /// The key's region as the owner described it (base, length, prot, `rkey_ptr`).
+    pub fn remote_key(&self) -> &RemoteKey {
+        &self.rkey
+    }
+}
+
+impl Endpoint {
+    /// `ucp_ep_rkey_unpack`: the key is valid on this endpoint only.
+    pub fn rkey_unpack(&self, packed: &[u8]) -> Result<EpRkey> {
+        let rkey = self.shared().ctx.rkey_unpack(packed)?;
+        let wire = rkey.wire();
+        Ok(EpRkey { ep: self.id(), region: wire.region_id, key: wire.access_key, rkey })
+    }
+
+    fn check_rkey(&self, rkey: &EpRkey) -> Result<()> {
+        if rkey.ep != self.id() {
+            return Err(fail_with(Status::InvalidParam, "remote key unpacked on another endpoint".into()));
+        }
+        Ok(())
+    }
+
+    /// `ucp_put_nbx`: writes `buf` at `remote_addr` in the region of `rkey`. Completes when the
+    /// target applied it (or refused: INVALID_ADDR outside the region, INVALID_PARAM for a bad key
+    /// or missing REMOTE_WRITE).
+    pub fn put<B: SendBuf>(
+        &self,
+        buf: B,
+        remote_addr: u64,
+        rkey: &EpRkey,
+        params: RequestParams,
+    ) -> Result<Request<B>> {
+        self.check_rkey(rkey)?;
+        let bytes = buf.as_bytes();
+        let (ptr, len) = (bytes.as_ptr(), bytes.len());
+        let shared = self.shared();
+        let mut guard = shared.lock();
+        let Core { tl, st } = &mut *guard;
+        st.usable_ep(self.id())?;
+        let cell = ReqCell::new(shared, buf, params.callback);
+        if len <= st.max_payload && len < st.rndv_thresh {
+            let op = st.add_op(self.id(), cell.clone(), OutKind::RmaAck);
+            // SAFETY: `SendBuf` guarantees the bytes did not move when the buffer moved into the cell.
+            let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+            let frame = Op::Put { req: op, region: rkey.region, key: rkey.key, addr: remote_addr, ack: true };
+            if let Err(status) = send_on_ep(&mut **tl, st, self.id(), &frame, Payload::Copy(bytes), None) {
+                st.ops.remove(&op);
+                return Err(status);
+            }
+            return Ok(Request::pending(cell));
+        }
+        let frag = FragKind::Put { region: rkey.region, key: rkey.key, addr: remote_addr };
+        let op = st.add_op(self.id(), cell.clone(), OutKind::Send { ptr, len, sent: 0, frag, acked: false });
+        if let Some(ep) = st.eps.get_mut(&self.id()) {
+            ep.bulk.push_back(BulkJob::Send { op });
+        }
+        st.bulk_active.insert(self.id());
+        crate::worker::rndv::run_bulk(&mut guard);
+        Ok(Request::pending(cell))
+    }
+
+    /// `ucp_get_nbx`: reads `buf.len()` bytes at `remote_addr` into `buf`.
+    pub fn get<B: RecvBuf>(
+        &self,
+        mut buf: B,
+        remote_addr: u64,
+        rkey: &EpRkey,
+        params: RequestParams,
+    ) -> Result<Request<B>> {
+        self.check_rkey(rkey)?;
+        let dst = buf.as_mut_bytes();
+        let (ptr, len) = (dst.as_mut_ptr(), dst.len());
+        let shared = self.shared();
+        let mut guard = shared.lock();
+        let Core { tl, st } = &mut *guard;
+        st.usable_ep(self.id())?;
+        let cell = ReqCell::new(shared, buf, params.callback);
+        let op = st.add_op(self.id(), cell.clone(), OutKind::Get { ptr, len, received: 0 });
+        let frame =
+            Op::Get { req: op, region: rkey.region, key: rkey.key, addr: remote_addr, len: len as u64 };
+        if let Err(status) = send_on_ep(&mut **tl, st, self.id(), &frame, Payload::None, None) {
+            st.ops.remove(&op);
+            return Err(status);
+        }
+        Ok(Request::pending(cell))
+    }
+
+    /// `ucp_atomic_op_nbx`: `op` on the 32- or 64-bit word at `remote_addr`. The completion's
+    /// `info.value` is the previous value (fetching form); CSWAP stores `value` only if the word
+    /// equals `compare`. A target address not aligned to the operand size → INVALID_PARAM.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic(
+        &self,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        compare: u64,
+        remote_addr: u64,
+        rkey: &EpRkey,
+        params: RequestParams,
+    ) -> Result<Request<()>> {
+        self.check_rkey(rkey)?;
+        let bytes = size.bytes();
+        if remote_addr % u64::from(bytes) != 0 {
+            return Err(fail_with(
+                Status::InvalidParam,
+                format!("atomic target {remote_addr:#x} not {bytes}-byte aligned"),
+            ));
+        }
+        let shared = self.shared();
+        let mut guard = shared.lock();
+        let Core { tl, st } = &mut *guard;
+        st.usable_ep(self.id())?;
+        let cell = ReqCell::new(shared, (), params.callback);
+        let req = st.add_op(self.id(), cell.clone(), OutKind::RmaAck);
+        let frame = Op::Atomic {
+            req,
+            region: rkey.region,
+            key: rkey.key,
+            addr: remote_addr,
+            op,
+            size: bytes,
+            fetch: true,
+            value,
+            compare,
+        };
+        if let Err(status) = send_on_ep(&mut **tl, st, self.id(), &frame, Payload::None, None) {
+            st.ops.remove(&req);
+            return Err(status);
+        }
+        Ok(Request::pending(cell))
+    }
+}

@@ -1,0 +1,261 @@
+//! Active messages (`ucp_worker_set_am_recv_handler`, `ucp_am_send_nbx`, `ucp_am_recv_data_nbx`).
+//!
+//! A handler runs from `Worker::progress`, after the worker's lock is released, with the message's
+//! header and (eager) data. Small messages arrive whole; large ones arrive as a rendezvous request
+//! whose data the handler fetches with [`AmMessage::recv_data`] (or later, after
+//! [`AmMessage::keep`], with [`crate::Worker::am_recv_data`]). A handler that wants to keep eager
+//! data past its return calls `keep` and returns `INPROGRESS`, as UCP's
+//! `UCP_AM_RECV_ATTR_FLAG_DATA` handlers do; the data is released when the [`AmDesc`] drops.
+
+use std::sync::{Arc, Mutex};
+
+use zcx_dataplane::proto::wire::Op;
+
+use crate::buffer::RecvBuf;
+use crate::endpoint::Endpoint;
+use crate::request::{OpInfo, ReqCell, Request};
+use crate::status::{fail_with, Result, Status};
+use crate::worker::state::{Phase, State};
+use crate::worker::WorkerShared;
+
+/// An AM handler (`ucp_am_recv_callback_t`). Returns `OK` when done with the message, or
+/// `INPROGRESS` after [`AmMessage::keep`] to hold on to the data.
+pub type AmHandler = Box<dyn FnMut(&mut AmMessage) -> Status + Send>;
+
+pub(crate) struct AmHandlerEntry {
+    pub handler: Arc<Mutex<AmHandler>>,
+}
+
+/// A message waiting for its handler to run.
+pub(crate) struct AmDelivery {
+    ep: u64,
+    am_id: u16,
+    reply: bool,
+    header_len: usize,
+    /// Eager: header then data. Rendezvous: the header only.
+    bytes: Vec<u8>,
+    rndv: Option<(u64, u64)>,
+}
+
+impl AmDelivery {
+    pub fn eager(ep: u64, am_id: u16, reply: bool, header_len: usize, bytes: Vec<u8>) -> AmDelivery {
+        AmDelivery { ep, am_id, reply, header_len, bytes, rndv: None }
+    }
+
+    pub fn rndv(
+        ep: u64,
+        am_id: u16,
+        reply: bool,
+        header: Vec<u8>,
+        sender_req: u64,
+        total_len: u64,
+    ) -> AmDelivery {
+        let header_len = header.len();
+        AmDelivery { ep, am_id, reply, header_len, bytes: header, rndv: Some((sender_req, total_len)) }
+    }
+}
+
+/// The data of an active message, owned: eager bytes, or the right to fetch rendezvous bytes
+/// (`void *data` with `UCP_AM_RECV_ATTR_FLAG_DATA` / `_RNDV`). Dropping it is
+/// `ucp_am_data_release`; an unfetched rendezvous is then declined so the sender completes.
+pub struct AmDesc {
+    worker: Arc<WorkerShared>,
+    ep: u64,
+    header_len: usize,
+    bytes: Vec<u8>,
+    rndv: Option<(u64, u64)>,
+}
+
+impl AmDesc {
+    /// The user header the sender passed.
+    pub fn header(&self) -> &[u8] {
+        &self.bytes[..self.header_len]
+    }
+
+    /// The eager data; `None` for a rendezvous message (fetch it with `am_recv_data`).
+    pub fn data(&self) -> Option<&[u8]> {
+        match self.rndv {
+            None => Some(&self.bytes[self.header_len..]),
+            Some(_) => None,
+        }
+    }
+
+    /// Length of the data, whichever way it travels.
+    pub fn data_len(&self) -> usize {
+        match self.rndv {
+            None => self.bytes.len() - self.header_len,
+            Some((_, total)) => usize::try_from(total).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// True for a rendezvous message (`UCP_AM_RECV_ATTR_FLAG_RNDV`).
+    pub fn is_rndv(&self) -> bool {
+        self.rndv.is_some()
+    }
+}
+
+impl Drop for AmDesc {
+    fn drop(&mut self) {
+        if let Some((sender_req, _)) = self.rndv.take() {
+            // Declined: tell the sender no bytes are wanted, so its request completes.
+            let mut core = self.worker.lock();
+            let link =
+                core.st.eps.get(&self.ep).filter(|ep| !matches!(ep.phase, Phase::Dead(_))).map(|ep| ep.link);
+            if let Some(link) = link {
+                core.st.reply(link, &Op::Rtr { sender_req, recv_req: 0, accept_len: 0 }, None);
+                core.send_out();
+            }
+        }
+        State::recycle(&self.worker.pool, std::mem::take(&mut self.bytes));
+    }
+}
+
+impl std::fmt::Debug for AmDesc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmDesc")
+            .field("header_len", &self.header_len)
+            .field("data_len", &self.data_len())
+            .finish()
+    }
+}
+
+/// What an AM handler receives (`ucp_am_recv_param_t` plus header and data).
+pub struct AmMessage {
+    am_id: u16,
+    desc: Option<AmDesc>,
+    reply_ep: Option<Endpoint>,
+    worker: Arc<WorkerShared>,
+}
+
+impl AmMessage {
+    /// The AM id the handler was registered for.
+    pub fn id(&self) -> u16 {
+        self.am_id
+    }
+
+    /// The user header; empty after `keep`.
+    pub fn header(&self) -> &[u8] {
+        self.desc.as_ref().map(AmDesc::header).unwrap_or(&[])
+    }
+
+    /// The eager data (`None` for rendezvous, or after `keep`).
+    pub fn data(&self) -> Option<&[u8]> {
+        self.desc.as_ref().and_then(AmDesc::data)
+    }
+
+    /// Length of the data, eager or rendezvous.
+    pub fn data_len(&self) -> usize {
+        self.desc.as_ref().map_or(0, AmDesc::data_len)
+    }
+
+    /// True for a rendezvous message (`UCP_AM_RECV_ATTR_FLAG_RNDV`).
+    pub fn is_rndv(&self) -> bool {
+        self.desc.as_ref().is_some_and(AmDesc::is_rndv)
+    }
+
+    /// The endpoint to reply on, when the sender asked for one (`UCP_AM_SEND_FLAG_REPLY`).
+    pub fn reply_ep(&self) -> Option<&Endpoint> {
+        self.reply_ep.as_ref()
+    }
+
+    /// Takes the message's data out of the handler (return `INPROGRESS`): the data stays valid
+    /// until the returned descriptor drops. `None` when already kept.
+    pub fn keep(&mut self) -> Option<AmDesc> {
+        self.desc.take()
+    }
+
+    /// `ucp_am_recv_data_nbx` from inside the handler: receives the data into `buf`.
+    pub fn recv_data<B: RecvBuf>(&mut self, buf: B) -> Result<Request<B>> {
+        let desc =
+            self.desc.take().ok_or_else(|| fail_with(Status::NoElem, "AM data already taken".into()))?;
+        Worker::am_recv_data_inner(&self.worker, desc, buf)
+    }
+}
+
+use crate::worker::Worker;
+
+impl Worker {
+    /// `ucp_worker_set_am_recv_handler`: runs `handler` for every message with `id`; `None`
+    /// removes the handler (later messages with `id` are dropped with a warning).
+    pub fn set_am_handler(&self, id: u16, handler: Option<AmHandler>) {
+        let mut core = self.shared.lock();
+        match handler {
+            Some(handler) => {
+                core.st.am_handlers.insert(id, AmHandlerEntry { handler: Arc::new(Mutex::new(handler)) });
+            }
+            None => {
+                core.st.am_handlers.remove(&id);
+            }
+        }
+    }
+
+    /// `ucp_am_recv_data_nbx`: receives a kept message's data into `buf`. Eager data is copied at
+    /// once; rendezvous data is fetched from the sender. A buffer shorter than the data →
+    /// `MESSAGE_TRUNCATED`.
+    pub fn am_recv_data<B: RecvBuf>(&self, desc: AmDesc, buf: B) -> Result<Request<B>> {
+        Worker::am_recv_data_inner(&self.shared, desc, buf)
+    }
+
+    fn am_recv_data_inner<B: RecvBuf>(
+        shared: &Arc<WorkerShared>,
+        mut desc: AmDesc,
+        mut buf: B,
+    ) -> Result<Request<B>> {
+        let Some((sender_req, total_len)) = desc.rndv.take() else {
+            let data = desc.data().unwrap_or(&[]);
+            let dst = buf.as_mut_bytes();
+            if data.len() > dst.len() {
+                return Err(Status::MessageTruncated);
+            }
+            dst[..data.len()].copy_from_slice(data);
+            let length = data.len();
+            return Ok(Request::ready(buf, OpInfo { length, ..OpInfo::default() }));
+        };
+        let dst = buf.as_mut_bytes();
+        let (ptr, cap) = (dst.as_mut_ptr(), dst.len());
+        let cell = ReqCell::new(shared, buf, None);
+        let mut core = shared.lock();
+        let link = core.st.usable_ep(desc.ep)?.link;
+        let recv_req = core.st.new_id();
+        crate::worker::rndv::start_recv(
+            &mut core.st,
+            link,
+            desc.ep,
+            recv_req,
+            sender_req,
+            total_len,
+            cell.clone(),
+            ptr,
+            cap,
+            0,
+        );
+        core.send_out();
+        Ok(Request::pending(cell))
+    }
+}
+
+/// Runs one message's handler (from progress, without the worker's lock).
+pub(crate) fn run_am(shared: &Arc<WorkerShared>, delivery: AmDelivery) {
+    let handler = shared.lock().st.am_handlers.get(&delivery.am_id).map(|entry| Arc::clone(&entry.handler));
+    let desc = AmDesc {
+        worker: Arc::clone(shared),
+        ep: delivery.ep,
+        header_len: delivery.header_len,
+        bytes: delivery.bytes,
+        rndv: delivery.rndv,
+    };
+    let Some(handler) = handler else {
+        tracing::warn!(am_id = delivery.am_id, "active message without a handler dropped");
+        return;
+    };
+    let reply_ep = delivery.reply.then(|| Endpoint::attach(shared, delivery.ep));
+    let mut message =
+        AmMessage { am_id: delivery.am_id, desc: Some(desc), reply_ep, worker: Arc::clone(shared) };
+    let status = {
+        let mut handler = handler.lock().unwrap_or_else(|p| p.into_inner());
+        (*handler)(&mut message)
+    };
+    if status == Status::InProgress && message.desc.is_some() {
+        tracing::warn!(am_id = message.am_id, "AM handler returned INPROGRESS without keeping the data");
+    }
+}

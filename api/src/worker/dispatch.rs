@@ -1,0 +1,383 @@
+//! What the worker does with each transport event and each frame from a peer.
+//!
+//! Runs while the transport is being polled, so it cannot send: replies go to `State::out` and
+//! endpoints that became ready to `State::to_flush`; `progress` sends both right after the poll.
+//! Every frame comes from a peer and is checked before it is acted on: an unknown request id, a
+//! fragment outside its operation's buffer or a frame on a link that has no endpoint is dropped
+//! (or fails the link), never trusted.
+
+use zcx_control::HandshakeWire;
+use zcx_dataplane::proto::rma_exec;
+use zcx_dataplane::proto::wire::Op;
+use zcx_dataplane::proto::Message;
+use zcx_dataplane::{LinkId, TlEvent};
+
+use crate::request::OpInfo;
+use crate::status::Status;
+use crate::worker::am::AmDelivery;
+use crate::worker::lifecycle::fail_ep;
+use crate::worker::state::{status_of, BulkJob, Deferred, Incoming, OutKind, Phase, State, Unexpected};
+use crate::worker::stream::deliver_stream;
+
+/// Handles one transport event.
+pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>) {
+    st.events += 1;
+    match event {
+        TlEvent::Connected { link } => {
+            if let Some(ep) = st.link_eps.get(&link).and_then(|id| st.eps.get_mut(id)) {
+                ep.last_rx = std::time::Instant::now();
+            }
+        }
+        TlEvent::Accepted { listener, link, peer } => {
+            st.incoming.insert(link, Incoming { listener, peer });
+        }
+        TlEvent::Frame { link, bytes } => on_frame(st, link, bytes),
+        TlEvent::SendDone { token, .. } => {
+            crate::worker::state::return_token(st, token);
+            if let Some(ep) = st.ops.get(&token).map(|op| op.ep) {
+                st.bulk_active.insert(ep);
+            }
+        }
+        TlEvent::LinkFailed { link, error } => {
+            st.incoming.remove(&link);
+            if let Some(ep) = st.link_eps.remove(&link) {
+                fail_ep(st, ep, status_of(error), false);
+            }
+        }
+    }
+}
+
+fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
+    let (op, payload) = match Op::decode(bytes) {
+        Ok(decoded) => decoded,
+        Err(err) => {
+            tracing::warn!(?link, %err, "malformed frame from peer; closing the link");
+            protocol_violation(st, link);
+            return;
+        }
+    };
+    if let Op::Hello = op {
+        on_hello(st, link, payload);
+        return;
+    }
+    let Some(&ep) = st.link_eps.get(&link) else {
+        tracing::warn!(?link, "frame before the connection request; closing the link");
+        protocol_violation(st, link);
+        return;
+    };
+    if let Some(state) = st.eps.get_mut(&ep) {
+        state.rx_seen = true;
+        if matches!(state.phase, Phase::Dead(_)) {
+            return;
+        }
+    }
+    match op {
+        Op::Hello => {}
+        Op::TagEager { tag, sync, sender_req } => {
+            on_tag_eager(st, link, ep, tag, sync.then_some(sender_req), payload)
+        }
+        Op::TagRts { tag, sync: _, sender_req, total_len } => {
+            on_tag_rts(st, link, ep, tag, sender_req, total_len)
+        }
+        Op::SyncAck { sender_req } => {
+            if matches!(st.ops.get(&sender_req), Some(op) if op.ep == ep && matches!(op.kind, OutKind::SyncAck))
+            {
+                st.finish_op(sender_req, Status::Ok, OpInfo::default());
+            }
+        }
+        Op::Rtr { sender_req, recv_req, accept_len } => on_rtr(st, ep, sender_req, recv_req, accept_len),
+        Op::RndvData { recv_req, offset } => on_rndv_data(st, ep, recv_req, offset, payload),
+        Op::Stream => deliver_stream(st, ep, payload),
+        Op::AmEager { am_id, reply, header_len } => {
+            let data = st.pooled_copy(payload);
+            st.deferred.push(Deferred::Am(AmDelivery::eager(ep, am_id, reply, header_len as usize, data)));
+        }
+        Op::AmRts { am_id, reply, header_len: _, sender_req, total_len } => {
+            let header = st.pooled_copy(payload);
+            st.deferred.push(Deferred::Am(AmDelivery::rndv(ep, am_id, reply, header, sender_req, total_len)));
+        }
+        Op::Put { req, region, key, addr, ack } => {
+            let result = rma_exec::put(&st.ctx.remote_access, region, &key, addr, payload);
+            match result {
+                Ok(()) if ack => st.reply(link, &Op::RmaAck { req, status: 0, value: 0 }, None),
+                Ok(()) => {}
+                Err(err) => {
+                    st.reply(link, &Op::RmaAck { req, status: rma_exec::status_of(err), value: 0 }, None)
+                }
+            }
+        }
+        Op::Get { req, region, key, addr, len } => {
+            let checked = st.ctx.remote_access.with_access(
+                region,
+                &key,
+                addr,
+                len,
+                zcx_dataplane::RemoteAccess::Read,
+                |_| (),
+            );
+            match checked {
+                Ok(()) => {
+                    if let Some(state) = st.eps.get_mut(&ep) {
+                        state.bulk.push_back(BulkJob::GetReply { req, region, key, addr, len, offset: 0 });
+                        st.bulk_active.insert(ep);
+                    }
+                }
+                Err(err) => {
+                    st.reply(link, &Op::RmaAck { req, status: rma_exec::status_of(err), value: 0 }, None)
+                }
+            }
+        }
+        Op::GetData { req, offset } => on_get_data(st, ep, req, offset, payload),
+        Op::Atomic { req, region, key, addr, op, size, fetch: _, value, compare } => {
+            let reply =
+                match rma_exec::atomic(&st.ctx.remote_access, region, &key, addr, op, size, value, compare) {
+                    Ok(old) => Op::RmaAck { req, status: 0, value: old },
+                    Err(err) => Op::RmaAck { req, status: rma_exec::status_of(err), value: 0 },
+                };
+            st.reply(link, &reply, None);
+        }
+        Op::RmaAck { req, status, value } => on_rma_ack(st, ep, req, status, value),
+        Op::FlushReq { id } => st.reply(link, &Op::FlushAck { id }, None),
+        Op::FlushAck { id } => {
+            if let Some(op) = st.ops.get_mut(&id) {
+                if op.ep == ep {
+                    if let OutKind::Flush { acked, .. } = &mut op.kind {
+                        *acked = true;
+                    }
+                }
+            }
+            st.recheck_flushes(ep);
+        }
+        Op::Keepalive => {}
+        Op::Disconnect { force: _ } => {
+            // The peer closed its endpoint: ours can carry nothing more.
+            fail_ep(st, ep, Status::ConnectionReset, true);
+        }
+    }
+}
+
+/// A peer broke the protocol: fail whatever uses the link and drop the connection.
+fn protocol_violation(st: &mut State, link: LinkId) {
+    st.incoming.remove(&link);
+    match st.link_eps.get(&link).copied() {
+        Some(ep) => fail_ep(st, ep, Status::ConnectionReset, true),
+        None => st.to_close.push((link, true)),
+    }
+}
+
+fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
+    let hello = match HandshakeWire::decode(payload) {
+        Ok(hello) => hello,
+        Err(err) => {
+            tracing::warn!(?link, %err, "malformed handshake; closing the link");
+            protocol_violation(st, link);
+            return;
+        }
+    };
+    match hello {
+        HandshakeWire::ConnRequest { client_id, ep_name, err_mode_peer, client_address, client_ep_id } => {
+            let Some(incoming) = st.incoming.remove(&link) else {
+                tracing::warn!(?link, "connection request on a link that is not a new connection");
+                protocol_violation(st, link);
+                return;
+            };
+            let request = crate::listener::ConnRequestData {
+                link,
+                peer: incoming.peer,
+                client_id,
+                ep_name,
+                err_mode_peer,
+                client_ep_id,
+                client_worker: client_address.name,
+            };
+            crate::listener::on_conn_request(st, incoming.listener, request);
+        }
+        HandshakeWire::Accept { server_address: _, server_ep_id: _, client_ep_id } => {
+            let Some(&ep) = st.link_eps.get(&link) else { return };
+            if ep != client_ep_id {
+                tracing::warn!(?link, "handshake answer for another endpoint");
+                protocol_violation(st, link);
+                return;
+            }
+            if let Some(state) = st.eps.get_mut(&ep) {
+                if state.phase == Phase::Connecting {
+                    state.phase = Phase::Ready;
+                    state.rx_seen = true;
+                    st.to_flush.push(ep);
+                }
+            }
+        }
+        HandshakeWire::Reject { reason_status, client_ep_id } => {
+            let Some(&ep) = st.link_eps.get(&link) else { return };
+            if ep != client_ep_id {
+                protocol_violation(st, link);
+                return;
+            }
+            let status = Status::from_code(i32::from(reason_status)).unwrap_or(Status::Rejected);
+            fail_ep(st, ep, status, true);
+        }
+    }
+}
+
+fn on_tag_eager(st: &mut State, link: LinkId, ep: u64, tag: u64, sync_req: Option<u64>, payload: &[u8]) {
+    match st.tags.take_expected(tag) {
+        Some((_, recv)) => {
+            let n = payload.len().min(recv.cap);
+            if n > 0 {
+                // SAFETY: `recv.ptr..+cap` is the buffer of a posted receive, owned by its request
+                // until the sink completes; `n <= cap`.
+                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), recv.ptr, n) };
+            }
+            let status = if payload.len() > recv.cap { Status::MessageTruncated } else { Status::Ok };
+            st.complete_sink(&recv.sink, status, OpInfo { length: n, sender_tag: tag, value: 0 });
+            if let Some(sender_req) = sync_req {
+                st.reply(link, &Op::SyncAck { sender_req }, None);
+            }
+        }
+        None => {
+            let data = st.pooled_copy(payload);
+            let length = data.len();
+            st.tags.queue_unexpected(Message {
+                sender: ep,
+                tag,
+                length,
+                data: Unexpected::Eager { data, sync_req },
+            });
+        }
+    }
+}
+
+fn on_tag_rts(st: &mut State, link: LinkId, ep: u64, tag: u64, sender_req: u64, total_len: u64) {
+    match st.tags.take_expected(tag) {
+        Some((_, recv)) => {
+            let recv_req = st.new_id();
+            crate::worker::rndv::start_recv(
+                st, link, ep, recv_req, sender_req, total_len, recv.sink, recv.ptr, recv.cap, tag,
+            );
+        }
+        None => {
+            let length = usize::try_from(total_len).unwrap_or(usize::MAX);
+            st.tags.queue_unexpected(Message {
+                sender: ep,
+                tag,
+                length,
+                data: Unexpected::Rts { sender_req, total_len },
+            });
+        }
+    }
+}
+
+fn on_rtr(st: &mut State, ep: u64, sender_req: u64, recv_req: u64, accept_len: u64) {
+    let Some(op) = st.ops.get_mut(&sender_req) else { return };
+    if op.ep != ep {
+        return;
+    }
+    let OutKind::AwaitRtr { ptr, len } = op.kind else { return };
+    let accept = usize::try_from(accept_len).unwrap_or(usize::MAX).min(len);
+    if accept == 0 {
+        st.finish_op(sender_req, Status::Ok, OpInfo { length: 0, ..OpInfo::default() });
+        return;
+    }
+    op.kind = OutKind::Send {
+        ptr,
+        len: accept,
+        sent: 0,
+        frag: crate::worker::state::FragKind::Rndv { recv_req },
+        acked: true,
+    };
+    if let Some(state) = st.eps.get_mut(&ep) {
+        state.bulk.push_back(BulkJob::Send { op: sender_req });
+    }
+    st.bulk_active.insert(ep);
+}
+
+fn on_rndv_data(st: &mut State, ep: u64, recv_req: u64, offset: u64, payload: &[u8]) {
+    let Some(recv) = st.rndv_recvs.get_mut(&recv_req) else { return };
+    if recv.ep != ep {
+        return;
+    }
+    let fits = usize::try_from(offset)
+        .ok()
+        .and_then(|off| off.checked_add(payload.len()).map(|end| (off, end)))
+        .filter(|&(_, end)| end <= recv.accept);
+    let Some((off, _)) = fits else {
+        tracing::warn!(
+            recv_req,
+            offset,
+            len = payload.len(),
+            "rendezvous fragment outside the receive buffer"
+        );
+        if let Some(recv) = st.rndv_recvs.remove(&recv_req) {
+            st.complete_sink(&recv.sink, Status::IoError, OpInfo::default());
+        }
+        return;
+    };
+    if !payload.is_empty() {
+        // SAFETY: `[off, off + len)` lies inside the receive's `accept` bytes, which are inside the
+        // buffer its request owns until the sink completes.
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), recv.ptr.add(off), payload.len()) };
+    }
+    recv.received += payload.len();
+    if recv.received >= recv.accept {
+        let recv = st.rndv_recvs.remove(&recv_req).expect("present above");
+        let status = if recv.accept < recv.total { Status::MessageTruncated } else { Status::Ok };
+        st.complete_sink(
+            &recv.sink,
+            status,
+            OpInfo { length: recv.accept, sender_tag: recv.sender_tag, value: 0 },
+        );
+    }
+}
+
+fn on_get_data(st: &mut State, ep: u64, req: u64, offset: u64, payload: &[u8]) {
+    let Some(op) = st.ops.get_mut(&req) else { return };
+    if op.ep != ep {
+        return;
+    }
+    let OutKind::Get { ptr, len, received } = &mut op.kind else { return };
+    let fits = usize::try_from(offset)
+        .ok()
+        .filter(|off| off.checked_add(payload.len()).is_some_and(|end| end <= *len));
+    let Some(off) = fits else {
+        st.finish_op(req, Status::IoError, OpInfo::default());
+        return;
+    };
+    if !payload.is_empty() {
+        // SAFETY: `[off, off + len)` is inside the get's buffer, owned by its request until it completes.
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), ptr.add(off), payload.len()) };
+    }
+    *received += payload.len();
+}
+
+fn on_rma_ack(st: &mut State, ep: u64, req: u64, status: i8, value: u64) {
+    let Some(op) = st.ops.get_mut(&req) else { return };
+    if op.ep != ep {
+        return;
+    }
+    let status = if status == 0 {
+        Status::Ok
+    } else {
+        Status::from_code(i32::from(status)).unwrap_or(Status::IoError)
+    };
+    match &mut op.kind {
+        OutKind::Get { len, received, .. } => {
+            let (len, received) = (*len, *received);
+            let status = if status == Status::Ok && received != len { Status::IoError } else { status };
+            st.finish_op(req, status, OpInfo { length: received, ..OpInfo::default() });
+        }
+        OutKind::RmaAck => st.finish_op(req, status, OpInfo { value, ..OpInfo::default() }),
+        OutKind::Send { frag: crate::worker::state::FragKind::Put { .. }, acked, sent, len, .. } => {
+            if status != Status::Ok {
+                let sent = *sent;
+                *acked = true;
+                // Stop sending: the target refused this put.
+                *len = sent;
+                st.finish_op(req, status, OpInfo::default());
+            } else if *sent >= *len {
+                // Only the last fragment asks for an ack, so it covers the whole put.
+                st.finish_op(req, Status::Ok, OpInfo::default());
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,435 @@
+//! `ucp_worker_*`: the progress engine that owns the transports, the endpoints and every
+//! operation in flight.
+
+pub(crate) mod am;
+pub(crate) mod dispatch;
+pub(crate) mod lifecycle;
+pub(crate) mod rndv;
+pub(crate) mod state;
+pub(crate) mod stream;
+mod wakeup;
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use zcx_control::WorkerAddressWire;
+use zcx_dataplane::proto::wire::Op;
+use zcx_dataplane::{Payload, Transport, UringConfig, UringTransport, Wakeup};
+use zcx_hugepages::CpuSet;
+
+use crate::context::Context;
+use crate::endpoint::Endpoint;
+use crate::request::{CancelTarget, OpInfo, ReqCell, Request};
+use crate::status::{fail_with, Result, Status};
+use state::{status_of, Core, Deferred, OutKind, Phase, State};
+
+pub use am::{AmDesc, AmHandler, AmMessage};
+
+/// `ucp_worker_params_t::thread_mode`. zcx workers are always safe to use from several threads
+/// (the worker serialises them internally), so the mode documents intent and is reported back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ThreadMode {
+    /// `UCS_THREAD_MODE_SINGLE`.
+    #[default]
+    Single,
+    /// `UCS_THREAD_MODE_SERIALIZED`.
+    Serialized,
+    /// `UCS_THREAD_MODE_MULTI`.
+    Multi,
+}
+
+/// `ucp_worker_params_t`.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerParams {
+    /// `UCP_WORKER_PARAM_FIELD_NAME`: shows in logs, endpoint names and the worker address.
+    pub name: Option<String>,
+    /// `UCP_WORKER_PARAM_FIELD_THREAD_MODE`.
+    pub thread_mode: ThreadMode,
+    /// `UCP_WORKER_PARAM_FIELD_CPU_MASK`: the CPUs the progress thread
+    /// ([`Worker::start_progress_thread`]) is pinned to.
+    pub cpu_mask: Option<CpuSet>,
+    /// `UCP_WORKER_PARAM_FIELD_CLIENT_ID`: sent with connection requests, reported to the server
+    /// by [`crate::ConnRequest::client_id`].
+    pub client_id: u64,
+}
+
+/// `ucp_worker_h`. Cheap to clone; every clone is the same worker. Dropping the last clone (and
+/// every endpoint, listener and request of it) is `ucp_worker_destroy`.
+#[derive(Clone)]
+pub struct Worker {
+    pub(crate) shared: Arc<WorkerShared>,
+}
+
+pub(crate) struct WorkerShared {
+    pub ctx: Context,
+    pub name: String,
+    pub client_id: u64,
+    pub thread_mode: ThreadMode,
+    pub cpu_mask: Option<CpuSet>,
+    pub wakeup: Wakeup,
+    pub epoll: OwnedFd,
+    pub pool: Arc<Mutex<Vec<Vec<u8>>>>,
+    pub address: Vec<u8>,
+    core: Mutex<Core>,
+    progress_calls: std::sync::atomic::AtomicU32,
+}
+
+impl Context {
+    /// `ucp_worker_create`.
+    pub fn create_worker(&self, params: &WorkerParams) -> Result<Worker> {
+        let config = self.config();
+        let uring_config = UringConfig { sqpoll: config.uring_sqpoll(), ..UringConfig::default() };
+        let tl = UringTransport::new(&uring_config)
+            .map_err(|e| fail_with(status_of(e), format!("io_uring transport unavailable: {e}")))?;
+        let tl: Box<dyn Transport> = Box::new(tl);
+        let uid = crate::context::random_bytes()?;
+        let name = params.name.clone().unwrap_or_else(|| format!("{}:{}", self.inner.name, hex4(&uid)));
+        let address = WorkerAddressWire {
+            worker_uid: uid,
+            name: name.clone(),
+            boot_id: zcx_control::local_boot_id(),
+            transports: tl.address().into_iter().collect(),
+        };
+        let address_bytes = address
+            .try_encode()
+            .map_err(|e| fail_with(Status::InvalidParam, format!("worker address: {e}")))?;
+        let wakeup = Wakeup::new().map_err(|e| fail_with(Status::IoError, format!("eventfd: {e}")))?;
+        let epoll = wakeup::epoll_set(&[wakeup.as_fd()], tl.event_fd())?;
+        let caps = tl.caps().clone();
+        let st = State::new(self.inner.clone(), address, caps.max_frame, caps.zcopy_threshold);
+        let pool = Arc::clone(&st.pool);
+        tracing::debug!(name, transport = caps.name, "worker created");
+        Ok(Worker {
+            shared: Arc::new(WorkerShared {
+                ctx: self.clone(),
+                name,
+                client_id: params.client_id,
+                thread_mode: params.thread_mode,
+                cpu_mask: params.cpu_mask.clone(),
+                wakeup,
+                epoll,
+                pool,
+                address: address_bytes,
+                core: Mutex::new(Core { tl, st }),
+                progress_calls: Default::default(),
+            }),
+        })
+    }
+}
+
+fn hex4(bytes: &[u8; 16]) -> String {
+    bytes[..4].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Worker {
+    /// `ucp_worker_progress`: does all pending work, runs callbacks, and returns the number of
+    /// events processed (0 when there was nothing to do).
+    pub fn progress(&self) -> usize {
+        self.shared.progress()
+    }
+
+    /// `ucp_worker_query(UCP_WORKER_ATTR_FIELD_ADDRESS)`: the packed, versioned worker address a
+    /// peer passes to [`crate::EpParams::remote_address`].
+    pub fn address(&self) -> &[u8] {
+        &self.shared.address
+    }
+
+    /// The worker's name (`UCP_WORKER_ATTR_FIELD_NAME`).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The thread mode it was created with (`UCP_WORKER_ATTR_FIELD_THREAD_MODE`).
+    pub fn thread_mode(&self) -> ThreadMode {
+        self.shared.thread_mode
+    }
+
+    /// The context the worker belongs to.
+    pub fn context(&self) -> &Context {
+        &self.shared.ctx
+    }
+
+    /// `ucp_worker_get_efd`: readable when the worker has something to do. Use it after
+    /// [`Worker::arm`] returned `Ok`.
+    pub fn event_fd(&self) -> BorrowedFd<'_> {
+        self.shared.epoll.as_fd()
+    }
+
+    /// `ucp_worker_arm`: `Ok` when nothing is pending, so it is safe to sleep on the event fd;
+    /// `Err(BUSY)` when events are pending (including a `signal`, which this consumes) and
+    /// `progress` must be called first.
+    pub fn arm(&self) -> Result<()> {
+        self.shared.arm()
+    }
+
+    /// `ucp_worker_wait`: sleeps until the worker has something to do (returns at once when it
+    /// already has). Keepalive timers also wake it.
+    pub fn wait(&self) -> Result<()> {
+        match self.shared.arm() {
+            Err(Status::Busy) => return Ok(()),
+            Err(other) => return Err(other),
+            Ok(()) => {}
+        }
+        let timeout = self.shared.lock().st.keepalive / 2;
+        wakeup::wait_readable(self.shared.epoll.as_fd(), Some(timeout))
+    }
+
+    /// `ucp_worker_signal`: wakes a `wait` or the event fd, from any thread. Signals before the
+    /// next `arm` coalesce.
+    pub fn signal(&self) {
+        self.shared.wakeup.signal();
+    }
+
+    /// `ucp_worker_fence`: later RMA and AMO operations are performed after earlier ones. The
+    /// io_uring transport is one ordered byte stream per endpoint executed in order at the
+    /// target, so ordering already holds and this only checks the worker.
+    pub fn fence(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// `ucp_worker_flush_nbx`: completes when every operation issued on every endpoint so far has
+    /// completed at its target.
+    pub fn flush(&self) -> Result<Request<()>> {
+        let cell = ReqCell::new(&self.shared, (), None);
+        let mut core = self.shared.lock();
+        let eps: Vec<u64> = core
+            .st
+            .eps
+            .iter()
+            .filter(|(_, ep)| matches!(ep.phase, Phase::Ready | Phase::Connecting))
+            .map(|(&id, _)| id)
+            .collect();
+        if eps.is_empty() {
+            return Ok(Request::ready((), OpInfo::default()));
+        }
+        let parent = core.st.add_op(u64::MAX, cell.clone(), OutKind::FlushAll { remaining: eps.len() });
+        for ep in eps {
+            let child = ReqCell::new(&self.shared, (), None);
+            crate::endpoint::start_flush(&mut core, ep, child, Some(parent))?;
+        }
+        core.send_out();
+        Ok(Request::pending(cell))
+    }
+
+    /// Starts a thread that busy-polls this worker until the returned handle drops, pinned to the
+    /// worker's `cpu_mask` when it has one. Callbacks then run on that thread.
+    pub fn start_progress_thread(&self) -> Result<ProgressThread> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = self.clone();
+        let flag = Arc::clone(&stop);
+        let cpus = self.shared.cpu_mask.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("zcx-progress-{}", self.shared.name))
+            .spawn(move || {
+                if let Some(cpus) = cpus {
+                    if let Err(err) = zcx_hugepages::pin_current_thread(&cpus) {
+                        tracing::warn!(%err, "progress thread not pinned");
+                    }
+                }
+                while !flag.load(Ordering::Relaxed) {
+                    if worker.progress() == 0 {
+                        std::hint::spin_loop();
+                    }
+                }
+            })
+            .map_err(|e| fail_with(Status::NoResource, format!("progress thread: {e}")))?;
+        Ok(ProgressThread { stop, handle: Some(handle) })
+    }
+
+    /// Number of endpoints the worker holds (open, closing, or failed but still referenced).
+    pub fn endpoint_count(&self) -> usize {
+        self.shared.lock().st.eps.len()
+    }
+}
+
+/// A busy-polling progress thread; dropping it stops and joins the thread.
+pub struct ProgressThread {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Drop for ProgressThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").field("name", &self.shared.name).finish()
+    }
+}
+
+impl WorkerShared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+        // Core invariants hold between statements that can panic only on a zcx bug; keep serving.
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn progress(self: &Arc<Self>) -> usize {
+        let (deferred, events) = {
+            let mut guard = self.lock();
+            let core = &mut *guard;
+            core.st.events = 0;
+            {
+                let Core { tl, st } = core;
+                tl.poll(&mut |event| dispatch::on_event(st, event));
+            }
+            core.after_poll();
+            let calls = self.progress_calls.fetch_add(1, Ordering::Relaxed);
+            if calls % 64 == 0 {
+                core.tick(Instant::now());
+            }
+            let events = core.st.events;
+            if core.st.deferred.is_empty() {
+                return events;
+            }
+            (std::mem::take(&mut core.st.deferred), events)
+        };
+        let count = deferred.len();
+        for item in deferred {
+            self.run_deferred(item);
+        }
+        events.max(count)
+    }
+
+    fn run_deferred(self: &Arc<Self>, item: Deferred) {
+        match item {
+            Deferred::Callback(callback, status, info) => callback(status, &info),
+            Deferred::ErrHandler { ep, handler, status } => {
+                let endpoint = Endpoint::attach(self, ep);
+                handler(&endpoint, status);
+                drop(endpoint);
+                lifecycle::forget_if_unowned(&mut self.lock().st, ep);
+            }
+            Deferred::ConnRequest { listener, request } => {
+                crate::listener::run_conn_handler(self, listener, request)
+            }
+            Deferred::Accepted { listener, ep } => crate::listener::run_accept_handler(self, listener, ep),
+            Deferred::Am(delivery) => am::run_am(self, delivery),
+        }
+    }
+
+    fn arm(&self) -> Result<()> {
+        if self.wakeup.drain() {
+            return Err(Status::Busy);
+        }
+        let core = self.lock();
+        if let Some(fd) = core.tl.event_fd() {
+            wakeup::drain_eventfd(fd);
+        }
+        if core.tl.has_events() || !core.st.deferred.is_empty() || !core.st.out.is_empty() {
+            return Err(Status::Busy);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn cancel(&self, target: CancelTarget) {
+        let mut core = self.lock();
+        match target {
+            CancelTarget::None => {}
+            CancelTarget::TagRecv(id) => {
+                if let Some(recv) = core.st.tags.cancel(id) {
+                    core.st.complete_sink(&recv.sink, Status::Canceled, OpInfo::default());
+                }
+            }
+            CancelTarget::StreamRecv { ep, id } => {
+                stream::cancel_stream_recv(&mut core.st, ep, id);
+            }
+        }
+        // Callbacks of cancelled requests run from the next progress, as UCP's do.
+    }
+}
+
+impl Core {
+    /// Sends the replies built during the poll.
+    pub(crate) fn send_out(&mut self) {
+        let Core { tl, st } = self;
+        for frame in st.out.drain(..) {
+            let header = &frame.header[..frame.header_len as usize];
+            let payload = match &frame.payload {
+                Some(bytes) => Payload::Copy(bytes),
+                None => Payload::None,
+            };
+            if let Err(e) = tl.send(frame.link, header, payload) {
+                tracing::debug!(link = ?frame.link, %e, "reply not sent");
+            }
+        }
+    }
+
+    /// Everything that follows a poll: replies, newly connected endpoints, closes, bulk pacing.
+    fn after_poll(&mut self) {
+        if !self.st.out.is_empty() {
+            self.send_out();
+        }
+        if !self.st.to_flush.is_empty() {
+            let eps = std::mem::take(&mut self.st.to_flush);
+            for ep in eps {
+                state::flush_queued(&mut *self.tl, &mut self.st, ep);
+            }
+        }
+        if !self.st.to_close.is_empty() {
+            let links = std::mem::take(&mut self.st.to_close);
+            for (link, force) in links {
+                self.tl.close(link, force);
+            }
+        }
+        rndv::run_bulk(self);
+        if self.st.eps.values().any(|ep| ep.phase == Phase::Closing) {
+            lifecycle::finish_closes(self);
+        }
+    }
+
+    /// Keepalive: sends one on idle endpoints, fails endpoints whose peer went silent, and gives
+    /// up on connections that never completed.
+    pub(crate) fn tick(&mut self, now: Instant) {
+        if now < self.st.next_tick {
+            return;
+        }
+        let interval = self.st.keepalive;
+        self.st.next_tick = now + interval / 4;
+        let connect_timeout = (interval * 10).max(Duration::from_secs(10));
+        let mut to_fail = Vec::new();
+        let mut to_ping = Vec::new();
+        for (&id, ep) in self.st.eps.iter_mut() {
+            if ep.rx_seen {
+                ep.last_rx = now;
+                ep.rx_seen = false;
+            }
+            if ep.tx_seen {
+                ep.last_tx = now;
+                ep.tx_seen = false;
+            }
+            match ep.phase {
+                Phase::Ready | Phase::Closing => {
+                    if now.duration_since(ep.last_tx) >= interval {
+                        to_ping.push(id);
+                    }
+                    if ep.err_mode_peer && now.duration_since(ep.last_rx) >= interval * 3 {
+                        to_fail.push((id, Status::EndpointTimeout));
+                    }
+                }
+                Phase::Connecting => {
+                    if now.duration_since(ep.created) >= connect_timeout {
+                        to_fail.push((id, Status::Unreachable));
+                    }
+                }
+                Phase::Dead(_) => {}
+            }
+        }
+        for id in to_ping {
+            let _ = state::send_on_ep(&mut *self.tl, &mut self.st, id, &Op::Keepalive, Payload::None, None);
+        }
+        for (id, status) in to_fail {
+            tracing::warn!(ep = id, ?status, "peer silent; endpoint failed");
+            lifecycle::fail_ep(&mut self.st, id, status, true);
+        }
+        self.after_poll();
+    }
+}

@@ -1,0 +1,514 @@
+//! What a worker keeps between progress calls: endpoints, operations in flight, receive queues.
+//!
+//! Everything here lives behind the worker's lock and is touched only by the thread holding it.
+//! No user code runs while the lock is held: completions that have a callback, error handlers,
+//! connection handlers and AM handlers are queued as [`Deferred`] and run by `progress` after it
+//! releases the lock, so a callback may call any zcx function.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
+use zcx_dataplane::proto::TagMatcher;
+use zcx_dataplane::{LinkId, ListenerId, Payload, SendOutcome, TlError, Transport, ZcopyPayload};
+
+use crate::context::ContextInner;
+use crate::endpoint::{EpHandle, ErrHandler};
+use crate::listener::ListenerHandlers;
+use crate::request::{Callback, OpInfo, OpSink};
+use crate::status::Status;
+use crate::worker::am::AmHandlerEntry;
+
+/// Largest payload of one fragment: the transport's frame minus our header.
+pub(crate) fn max_payload(max_frame: usize) -> usize {
+    max_frame - MAX_HEADER_LEN
+}
+
+/// How many zero-copy fragments of one operation may sit in the transport at once: enough to
+/// keep the link busy, few enough that a small message queued behind them waits little.
+pub(crate) const FRAGMENT_WINDOW: u32 = 4;
+
+/// A transport error as the `ucs_status_t` the user sees.
+pub(crate) fn status_of(error: TlError) -> Status {
+    match error {
+        TlError::NotConnected => Status::NotConnected,
+        TlError::Unreachable => Status::Unreachable,
+        TlError::ConnectionReset => Status::ConnectionReset,
+        TlError::Timeout => Status::EndpointTimeout,
+        TlError::Busy => Status::Busy,
+        TlError::NoResource => Status::NoResource,
+        TlError::InvalidParam => Status::InvalidParam,
+        TlError::Unsupported => Status::Unsupported,
+        TlError::Canceled => Status::Canceled,
+        TlError::Os(_) => Status::IoError,
+    }
+}
+
+/// Where an endpoint is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// The client sent its connection request and waits for the server's answer; frames queue.
+    Connecting,
+    /// Traffic flows.
+    Ready,
+    /// Closing with flush: waiting for the endpoint's operations to end before disconnecting.
+    Closing,
+    /// Failed or closed; every operation fails with this status.
+    Dead(Status),
+}
+
+/// A frame queued on an endpoint that is not connected yet.
+pub(crate) struct QueuedFrame {
+    pub header: [u8; MAX_HEADER_LEN],
+    pub header_len: u8,
+    pub payload: QueuedPayload,
+    /// The operation that completes when the frame leaves (an eager send issued early).
+    pub completes: Option<u64>,
+}
+
+pub(crate) enum QueuedPayload {
+    None,
+    Owned(Vec<u8>),
+    /// Borrowed from an operation's buffer, which its record keeps alive.
+    Zcopy {
+        ptr: *const u8,
+        len: usize,
+        token: u64,
+    },
+}
+
+// SAFETY: a Zcopy payload points into an operation's buffer, which the operation's record keeps
+// alive and unmodified until the fragment's token returns; the pointer carries no thread affinity.
+unsafe impl Send for QueuedPayload {}
+
+/// A stream receive waiting for bytes.
+pub(crate) struct StreamRecv {
+    pub id: u64,
+    pub sink: Arc<dyn OpSink>,
+    pub ptr: *mut u8,
+    pub cap: usize,
+    pub filled: usize,
+    pub waitall: bool,
+}
+
+// SAFETY: `ptr` is into the buffer owned by `sink`'s request, alive until the sink completes.
+unsafe impl Send for StreamRecv {}
+
+/// Received stream bytes no receive has taken yet, and receives waiting for bytes.
+#[derive(Default)]
+pub(crate) struct StreamRx {
+    pub chunks: VecDeque<Vec<u8>>,
+    /// Bytes of `chunks[0]` already consumed.
+    pub head_offset: usize,
+    pub posted: VecDeque<StreamRecv>,
+}
+
+/// Work that sends many fragments, paced so it never floods the transport.
+pub(crate) enum BulkJob {
+    /// Fragments of an operation's own buffer (`OutOp::Send`).
+    Send { op: u64 },
+    /// The target side of a get: fragments of our registered memory, each checked again.
+    GetReply { req: u64, region: u64, key: [u8; 16], addr: u64, len: u64, offset: u64 },
+}
+
+/// One endpoint as the worker keeps it.
+pub(crate) struct EpState {
+    pub name: String,
+    pub link: LinkId,
+    pub phase: Phase,
+    pub err_mode_peer: bool,
+    pub err_handler: Option<ErrHandler>,
+    pub err_reported: bool,
+    pub user_data: usize,
+    pub queued: VecDeque<QueuedFrame>,
+    pub bulk: VecDeque<BulkJob>,
+    pub stream: StreamRx,
+    pub created: Instant,
+    pub last_rx: Instant,
+    pub last_tx: Instant,
+    pub rx_seen: bool,
+    pub tx_seen: bool,
+    pub local_addr: Option<SocketAddr>,
+    pub remote_addr: Option<SocketAddr>,
+    /// The canonical handle given to the application, if it still holds one.
+    pub handle: Weak<EpHandle>,
+    /// The close request waiting for the endpoint to drain.
+    pub close_op: Option<u64>,
+}
+
+/// An operation waiting for something from the peer or the transport.
+pub(crate) struct OutOp {
+    pub ep: u64,
+    pub sink: Arc<dyn OpSink>,
+    pub kind: OutKind,
+    /// Zero-copy fragments the transport still holds; the buffer must outlive them.
+    pub tokens: u32,
+    /// Set when the operation has its final status but waits for `tokens` to return.
+    pub result: Option<(Status, OpInfo)>,
+}
+
+pub(crate) enum OutKind {
+    /// An eager frame queued before the endpoint connected.
+    Queued,
+    /// A synchronous eager tag send, waiting for the receiver's match.
+    SyncAck,
+    /// A buffer sent in fragments: a rendezvous payload (after `Rtr`), a stream or a put.
+    Send { ptr: *const u8, len: usize, sent: usize, frag: FragKind, acked: bool },
+    /// A rendezvous sender waiting for the receiver's `Rtr`.
+    AwaitRtr { ptr: *const u8, len: usize },
+    /// A get waiting for its data and its ack.
+    Get { ptr: *mut u8, len: usize, received: usize },
+    /// A put or atomic waiting for its ack.
+    RmaAck,
+    /// An endpoint flush: done when acked and no older operation of the endpoint remains.
+    Flush { acked: bool, parent: Option<u64> },
+    /// A worker flush over several endpoints.
+    FlushAll { remaining: usize },
+    /// An endpoint close with flush.
+    Close,
+}
+
+// SAFETY: the raw pointers are into the buffer owned by the operation's request cell (`sink`),
+// which lives at least as long as this record; they carry no thread affinity.
+unsafe impl Send for OutKind {}
+
+/// What the fragments of an `OutKind::Send` are.
+#[derive(Clone, Copy)]
+pub(crate) enum FragKind {
+    Rndv { recv_req: u64 },
+    Stream,
+    Put { region: u64, key: [u8; 16], addr: u64 },
+}
+
+/// A receive posted to the tag matcher.
+pub(crate) struct PostedTagRecv {
+    pub sink: Arc<dyn OpSink>,
+    pub ptr: *mut u8,
+    pub cap: usize,
+}
+
+// SAFETY: as for `StreamRecv`.
+unsafe impl Send for PostedTagRecv {}
+
+/// A tag message that arrived before its receive.
+pub(crate) enum Unexpected {
+    Eager { data: Vec<u8>, sync_req: Option<u64> },
+    Rts { sender_req: u64, total_len: u64 },
+}
+
+/// The receiving side of a rendezvous: where the data goes.
+pub(crate) struct RndvRecv {
+    pub ep: u64,
+    pub sink: Arc<dyn OpSink>,
+    pub ptr: *mut u8,
+    pub accept: usize,
+    pub total: usize,
+    pub received: usize,
+    pub sender_tag: u64,
+}
+
+// SAFETY: as for `StreamRecv`.
+unsafe impl Send for RndvRecv {}
+
+/// A connection accepted by a listener, waiting for the client's request.
+pub(crate) struct Incoming {
+    pub listener: ListenerId,
+    pub peer: SocketAddr,
+}
+
+/// A listener: its handlers and the parameters of endpoints it accepts itself.
+pub(crate) struct ListenerEntry {
+    pub handlers: ListenerHandlers,
+}
+
+/// User code to run once the worker's lock is released.
+pub(crate) enum Deferred {
+    Callback(Callback, Status, OpInfo),
+    ErrHandler { ep: u64, handler: ErrHandler, status: Status },
+    ConnRequest { listener: ListenerId, request: crate::listener::ConnRequestData },
+    Accepted { listener: ListenerId, ep: u64 },
+    Am(crate::worker::am::AmDelivery),
+}
+
+/// A reply built while the transport is being polled, sent right after.
+pub(crate) struct OutFrame {
+    pub link: LinkId,
+    pub header: [u8; MAX_HEADER_LEN],
+    pub header_len: u8,
+    pub payload: Option<Vec<u8>>,
+}
+
+/// Everything but the transport.
+pub(crate) struct State {
+    pub ctx: Arc<ContextInner>,
+    pub eps: HashMap<u64, EpState>,
+    pub link_eps: HashMap<LinkId, u64>,
+    pub incoming: HashMap<LinkId, Incoming>,
+    pub listeners: HashMap<ListenerId, ListenerEntry>,
+    pub tags: TagMatcher<PostedTagRecv, Unexpected>,
+    pub am_handlers: HashMap<u16, AmHandlerEntry>,
+    pub ops: HashMap<u64, OutOp>,
+    pub rndv_recvs: HashMap<u64, RndvRecv>,
+    pub deferred: Vec<Deferred>,
+    pub out: Vec<OutFrame>,
+    pub events: usize,
+    pub rndv_thresh: usize,
+    pub max_payload: usize,
+    pub zcopy_threshold: usize,
+    pub keepalive: Duration,
+    pub next_tick: Instant,
+    /// Reused byte buffers (AM and unexpected eager copies), so the steady state does not allocate.
+    pub pool: Arc<Mutex<Vec<Vec<u8>>>>,
+    pub scratch: Vec<u8>,
+    /// Endpoints with bulk jobs to pace.
+    pub bulk_active: std::collections::HashSet<u64>,
+    /// Endpoints whose connection was accepted during the poll: send what they queued.
+    pub to_flush: Vec<u64>,
+    /// Links to close after the poll.
+    pub to_close: Vec<(LinkId, bool)>,
+    /// This worker's address, sent in handshakes.
+    pub address: zcx_control::WorkerAddressWire,
+    next_id: u64,
+}
+
+/// The worker's locked core: the transport and the state beside it, borrowed separately so frames
+/// can be handled while the transport is being polled.
+pub(crate) struct Core {
+    pub tl: Box<dyn Transport>,
+    pub st: State,
+}
+
+impl State {
+    pub fn new(
+        ctx: Arc<ContextInner>,
+        address: zcx_control::WorkerAddressWire,
+        max_frame: usize,
+        zcopy_threshold: usize,
+    ) -> State {
+        let config = &ctx.config;
+        let max_payload = max_payload(max_frame);
+        State {
+            rndv_thresh: config.rndv_thresh().min(max_payload),
+            keepalive: config.keepalive_interval(),
+            ctx,
+            eps: HashMap::new(),
+            link_eps: HashMap::new(),
+            incoming: HashMap::new(),
+            listeners: HashMap::new(),
+            tags: TagMatcher::new(),
+            am_handlers: HashMap::new(),
+            ops: HashMap::new(),
+            rndv_recvs: HashMap::new(),
+            deferred: Vec::new(),
+            out: Vec::new(),
+            events: 0,
+            max_payload,
+            zcopy_threshold,
+            next_tick: Instant::now(),
+            pool: Arc::new(Mutex::new(Vec::new())),
+            scratch: Vec::new(),
+            bulk_active: std::collections::HashSet::new(),
+            to_flush: Vec::new(),
+            to_close: Vec::new(),
+            address,
+            next_id: 1,
+        }
+    }
+
+    /// A fresh id for an endpoint, an operation or a receive (never 0, never reused).
+    pub fn new_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// A byte buffer from the pool holding a copy of `bytes`.
+    pub fn pooled_copy(&self, bytes: &[u8]) -> Vec<u8> {
+        let mut buf = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(bytes);
+        buf
+    }
+
+    /// Gives a buffer back to the pool (large ones are freed so the pool stays small).
+    pub fn recycle(pool: &Mutex<Vec<Vec<u8>>>, buf: Vec<u8>) {
+        if buf.capacity() <= 256 << 10 {
+            let mut pool = pool.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.len() < 256 {
+                pool.push(buf);
+            }
+        }
+    }
+
+    /// Queues a header-only (or small) reply built while polling.
+    pub fn reply(&mut self, link: LinkId, op: &Op, payload: Option<Vec<u8>>) {
+        let mut header = [0u8; MAX_HEADER_LEN];
+        let header_len = op.encode(&mut header) as u8;
+        self.out.push(OutFrame { link, header, header_len, payload });
+    }
+
+    /// Records an operation's final status; it completes now, or when its fragments return.
+    pub fn finish_op(&mut self, id: u64, status: Status, info: OpInfo) {
+        let Some(op) = self.ops.get_mut(&id) else { return };
+        if op.result.is_none() {
+            op.result = Some((status, info));
+        }
+        if op.tokens == 0 {
+            self.complete_op(id);
+        }
+    }
+
+    /// Removes a finished operation and completes its request.
+    fn complete_op(&mut self, id: u64) {
+        let Some(op) = self.ops.remove(&id) else { return };
+        let (status, info) = op.result.unwrap_or((Status::Ok, OpInfo::default()));
+        self.complete_sink(&op.sink, status, info);
+        let ep = op.ep;
+        if let OutKind::Flush { parent: Some(parent), .. } = op.kind {
+            self.child_flush_done(parent);
+        }
+        self.recheck_flushes(ep);
+    }
+
+    /// Completes a request and queues its callback.
+    pub fn complete_sink(&mut self, sink: &Arc<dyn OpSink>, status: Status, info: OpInfo) {
+        self.events += 1;
+        if let Some((callback, status, info)) = sink.complete(status, info) {
+            self.deferred.push(Deferred::Callback(callback, status, info));
+        }
+    }
+
+    fn child_flush_done(&mut self, parent: u64) {
+        let done = match self.ops.get_mut(&parent) {
+            Some(OutOp { kind: OutKind::FlushAll { remaining }, .. }) => {
+                *remaining -= 1;
+                *remaining == 0
+            }
+            _ => false,
+        };
+        if done {
+            self.finish_op(parent, Status::Ok, OpInfo::default());
+        }
+    }
+
+    /// True while an operation of endpoint `ep` older than `id` (other than flushes and closes)
+    /// is in flight.
+    fn has_older_ops(&self, ep: u64, id: u64) -> bool {
+        self.ops.iter().any(|(&other, op)| {
+            other < id && op.ep == ep && !matches!(op.kind, OutKind::Flush { .. } | OutKind::Close)
+        })
+    }
+
+    /// Completes the endpoint's acked flushes that no longer wait for older operations, and a
+    /// pending close once nothing is in flight.
+    pub fn recheck_flushes(&mut self, ep: u64) {
+        let ready: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, op)| op.ep == ep && matches!(op.kind, OutKind::Flush { acked: true, .. }))
+            .map(|(&id, _)| id)
+            .filter(|&id| !self.has_older_ops(ep, id))
+            .collect();
+        for id in ready {
+            self.finish_op(id, Status::Ok, OpInfo::default());
+        }
+    }
+
+    /// Registers an operation and returns its id.
+    pub fn add_op(&mut self, ep: u64, sink: Arc<dyn OpSink>, kind: OutKind) -> u64 {
+        let id = self.new_id();
+        self.ops.insert(id, OutOp { ep, sink, kind, tokens: 0, result: None });
+        id
+    }
+
+    /// The endpoint's state, if it can carry a new operation; otherwise the status that operation
+    /// fails with.
+    pub fn usable_ep(&self, ep: u64) -> Result<&EpState, Status> {
+        match self.eps.get(&ep) {
+            None => Err(Status::NotConnected),
+            Some(state) => match state.phase {
+                Phase::Dead(status) => Err(status),
+                Phase::Closing => Err(Status::Canceled),
+                _ => Ok(state),
+            },
+        }
+    }
+}
+
+/// Sends one frame on an endpoint: at once when it is connected, queued (copying borrowed bytes)
+/// while it still connects. Returns whether the frame left now.
+pub(crate) fn send_on_ep(
+    tl: &mut dyn Transport,
+    st: &mut State,
+    ep_id: u64,
+    op: &Op,
+    payload: Payload<'_>,
+    completes: Option<u64>,
+) -> Result<SendOutcome, Status> {
+    let ep = st.eps.get_mut(&ep_id).ok_or(Status::NotConnected)?;
+    let mut header = [0u8; MAX_HEADER_LEN];
+    let header_len = op.encode(&mut header);
+    match ep.phase {
+        Phase::Ready | Phase::Closing => {
+            ep.tx_seen = true;
+            tl.send(ep.link, &header[..header_len], payload).map_err(status_of)
+        }
+        Phase::Connecting => {
+            let (payload, outcome) = match payload {
+                Payload::None => (QueuedPayload::None, SendOutcome::Done),
+                Payload::Copy(bytes) => (QueuedPayload::Owned(bytes.to_vec()), SendOutcome::Done),
+                Payload::Zcopy(z) => (
+                    QueuedPayload::Zcopy { ptr: z.ptr(), len: z.len(), token: z.token() },
+                    SendOutcome::InFlight,
+                ),
+            };
+            ep.queued.push_back(QueuedFrame { header, header_len: header_len as u8, payload, completes });
+            Ok(outcome)
+        }
+        Phase::Dead(status) => Err(status),
+    }
+}
+
+/// Sends the frames an endpoint queued while connecting, in order.
+pub(crate) fn flush_queued(tl: &mut dyn Transport, st: &mut State, ep_id: u64) {
+    let Some(ep) = st.eps.get_mut(&ep_id) else { return };
+    let link = ep.link;
+    let frames = std::mem::take(&mut ep.queued);
+    for frame in frames {
+        let header = &frame.header[..frame.header_len as usize];
+        let sent = match &frame.payload {
+            QueuedPayload::None => tl.send(link, header, Payload::None),
+            QueuedPayload::Owned(bytes) => tl.send(link, header, Payload::Copy(bytes)),
+            QueuedPayload::Zcopy { ptr, len, token } => {
+                // SAFETY: the payload is the buffer of operation `token`, whose record keeps it alive
+                // and unchanged until the transport returns the token.
+                let z = unsafe { ZcopyPayload::new(*ptr, *len, *token) };
+                tl.send(link, header, Payload::Zcopy(z))
+            }
+        };
+        if let QueuedPayload::Zcopy { token, .. } = frame.payload {
+            if !matches!(sent, Ok(SendOutcome::InFlight)) {
+                // The token was counted when the frame was queued; it will not come back.
+                return_token(st, token);
+            }
+        }
+        if let Some(op) = frame.completes {
+            let status = match sent {
+                Ok(_) => Status::Ok,
+                Err(e) => status_of(e),
+            };
+            st.finish_op(op, status, OpInfo::default());
+        }
+    }
+}
+
+/// A zero-copy fragment of operation `token` is no longer used by the transport.
+pub(crate) fn return_token(st: &mut State, token: u64) {
+    let Some(op) = st.ops.get_mut(&token) else { return };
+    op.tokens = op.tokens.saturating_sub(1);
+    if op.tokens == 0 && op.result.is_some() {
+        st.complete_op(token);
+    }
+}
