@@ -70,7 +70,12 @@ impl RemoteAccessTable {
     }
 
     /// Enters `region` under `id` (replacing nothing: ids are unique per context).
-    pub fn insert(&self, id: u64, region: RegionEntry) {
+    ///
+    /// # Safety
+    /// `[region.base, region.base + region.length)` must be memory of this process that stays
+    /// mapped, readable and (with REMOTE_WRITE) writable until [`RemoteAccessTable::remove`]
+    /// returns for `id`: peers' puts, gets and atomics are executed on it after the check alone.
+    pub unsafe fn insert(&self, id: u64, region: RegionEntry) {
         self.write().insert(id, region);
     }
 
@@ -242,7 +247,8 @@ mod tests {
     #[test]
     fn table_lookup_and_removal() {
         let table = RemoteAccessTable::new();
-        table.insert(3, region(RW));
+        // SAFETY: the check is all this test exercises; no access is executed on the region.
+        unsafe { table.insert(3, region(RW)) };
         assert_eq!(table.check(3, &KEY, 0x1000, 4, RemoteAccess::Read), Ok(0));
         assert_eq!(table.check(4, &KEY, 0x1000, 4, RemoteAccess::Read), Err(AccessError::BadKey));
         table.remove(3);

@@ -72,7 +72,8 @@ impl Drop for Page {
 
 fn table_with(page: &Page, prot: u32) -> RemoteAccessTable {
     let table = RemoteAccessTable::new();
-    table.insert(ID, page.entry(prot));
+    // SAFETY: the page stays mapped until after the table drops.
+    unsafe { table.insert(ID, page.entry(prot)) };
     table
 }
 
@@ -232,7 +233,8 @@ fn remove_waits_for_in_flight_puts() {
     const LEN: usize = 64 * PAGE;
     for round in 0..300 {
         let page = Page::with_len(LEN);
-        table.insert(ID, page.entry(RW));
+        // SAFETY: the mapping is removed from the table before it is unmapped.
+        unsafe { table.insert(ID, page.entry(RW)) };
         let base = page.base();
         let started = Arc::new(AtomicBool::new(false));
         let writer = {

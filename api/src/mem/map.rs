@@ -68,7 +68,10 @@ fn new_handle(
             prot: prot.bits(),
             access_key: handle.access_key,
         };
-        ctx.remote_access.insert(handle.region_id, entry);
+        // SAFETY: the range is mapped read-write for as long as the handle lives: zcx allocated it,
+        // or the caller promised so through the unsafe `MemMapParams::address`; the handle's Drop
+        // removes the entry before the memory can be released.
+        unsafe { ctx.remote_access.insert(handle.region_id, entry) };
     }
     Ok(handle)
 }
