@@ -3,7 +3,15 @@
 //! Photon programs register raw buffers by address and size, look up their private keys, and
 //! learn a peer's buffer through a rendezvous. [`Registry`] is that table for one [`Context`];
 //! the free functions use a process-wide registry set up by [`init`], like `photon_init`.
-//! `get_buffer_remote` needs the rendezvous exchange and arrives with endpoints.
+//! The rendezvous interface (post a buffer to a peer, wait for the peer's, `get_buffer_remote`,
+//! FIN) is in [`rendezvous`]'s functions, re-exported here.
+
+mod rendezvous;
+
+pub use rendezvous::{
+    get_buffer_remote, post_recv_buffer, post_send_buffer, send_fin, wait_fin, wait_recv_buffer,
+    wait_send_buffer, PhotonRequest, RemoteBuffer,
+};
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
