@@ -174,7 +174,10 @@ impl Worker {
             Ok(()) => {}
         }
         let timeout = self.shared.lock().st.keepalive / 2;
-        wakeup::wait_readable(self.shared.epoll.as_fd(), Some(timeout))
+        wakeup::wait_readable(self.shared.epoll.as_fd(), Some(timeout))?;
+        // Keepalive deadlines may have passed while asleep.
+        self.shared.lock().tick(Instant::now());
+        Ok(())
     }
 
     /// `ucp_worker_signal`: wakes a `wait` or the event fd, from any thread. Signals before the
@@ -283,7 +286,7 @@ impl WorkerShared {
             }
             core.after_poll();
             let calls = self.progress_calls.fetch_add(1, Ordering::Relaxed);
-            if calls % 64 == 0 {
+            if calls % 16 == 0 {
                 core.tick(Instant::now());
             }
             let events = core.st.events;
