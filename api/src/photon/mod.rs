@@ -4,7 +4,7 @@
 //! learn a peer's buffer through a rendezvous. [`Registry`] is that table for one [`Context`];
 //! the free functions use a process-wide registry set up by [`init`], like `photon_init`.
 //! The rendezvous interface (post a buffer to a peer, wait for the peer's, `get_buffer_remote`,
-//! FIN) is in [`rendezvous`]'s functions, re-exported here.
+//! FIN) is [`post_recv_buffer`] and its siblings below.
 
 mod rendezvous;
 
