@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 zcx_require_cargo
 # UCX's libraries: the status-code cross-check against libucs, and the side-by-side benchmarks.
-zcx_apt_install ucx-utils libucx-dev
+zcx_apt_install ucx-utils libucx-dev iproute2
 # 1100 x 2 MiB: the hugepage tests and the 1 GiB map bench, run in parallel, with room to spare.
 # No 1 GiB pages: an empty 1 GiB pool is how the tests provoke the fallback path.
 zcx_reserve_hugepages 1100 0
