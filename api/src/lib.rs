@@ -69,7 +69,9 @@ pub use mem::{
 pub use request::{Callback, Completion, OpInfo, Request, RequestParams};
 pub use rkey::{RemoteKey, RkeyCompareParams};
 pub use status::{last_error_detail, status_string, Result, Status};
-pub use worker::{AmDesc, AmHandler, AmMessage, ProgressThread, ThreadMode, Worker, WorkerParams};
+pub use worker::{
+    AmDesc, AmHandler, AmMessage, ProgressThread, ThreadMode, WakeupEvents, Worker, WorkerParams,
+};
 pub use zcx_dataplane::RcacheStats;
 pub use zcx_hugepages::CpuSet;
 pub use zcx_hugepages::PageSize;

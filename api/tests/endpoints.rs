@@ -395,3 +395,87 @@ fn query_reports_names_addresses_and_user_data() {
     let server_attr = pair.server_ep.query().unwrap();
     assert_eq!(server_attr.remote_sockaddr, attr.local_sockaddr);
 }
+
+#[test]
+fn a_small_message_overtakes_a_large_transfer() {
+    let pair = Pair::new();
+    let big_len = 32 << 20;
+    // The large message lands in registered memory, so the test can see its first bytes arrive.
+    let landing = pair.server.context().mem_map(&MemMapParams::alloc(big_len)).unwrap();
+    // SAFETY: the handle maps `big_len` bytes.
+    unsafe { std::ptr::write_bytes(landing.address(), 0, big_len) };
+    let big_recv = pair
+        .server
+        .tag_recv(landing.slice(0, big_len).unwrap(), 1, u64::MAX, RequestParams::default())
+        .unwrap();
+    let small_recv = pair.server.tag_recv(vec![0u8; 8], 2, u64::MAX, RequestParams::default()).unwrap();
+    let big_send = pair.client_ep.tag_send(pattern(big_len, 1), 1, TagSendParams::default()).unwrap();
+    // Wait until the large payload streams (its first byte, 1, has landed) before the small send.
+    progress_until(&pair.both(), "first fragment", || {
+        // SAFETY: inside the mapping; the value is only read.
+        let first = unsafe { std::ptr::read_volatile(landing.address()) };
+        first != 0
+    });
+    pair.client_ep.tag_send(pattern(8, 2), 2, TagSendParams::default()).unwrap();
+    progress_until(&pair.both(), "small message", || small_recv.is_done());
+    assert_eq!(small_recv.status(), Status::Ok);
+    assert!(!big_recv.is_done(), "the small message waited for the whole large transfer");
+    wait(&pair.both(), big_recv).unwrap();
+    // SAFETY: as above; the transfer is complete.
+    let landed = unsafe { std::slice::from_raw_parts(landing.address(), big_len) };
+    assert!(landed == pattern(big_len, 1).as_slice());
+    wait(&pair.both(), big_send).unwrap();
+}
+
+#[test]
+fn worker_params_are_reported_back() {
+    let ctx = context();
+    let params = WorkerParams {
+        name: Some("reporter".into()),
+        thread_mode: zcx::ThreadMode::Multi,
+        cpu_mask: Some(zcx::CpuSet::single(0).unwrap()),
+        client_id: 77,
+        events: zcx::WakeupEvents::TAG_RECV | zcx::WakeupEvents::RX,
+    };
+    let w = ctx.create_worker(&params).unwrap();
+    assert_eq!(w.name(), "reporter");
+    assert_eq!(w.thread_mode(), zcx::ThreadMode::Multi);
+    assert_eq!(w.wakeup_events(), zcx::WakeupEvents::TAG_RECV | zcx::WakeupEvents::RX);
+    assert!(w.cpu_mask().unwrap().contains(0));
+    let address = zcx_control::WorkerAddressWire::decode(w.address()).unwrap();
+    assert_eq!(address.name, "reporter");
+    assert!(matches!(address.transports[0], zcx_control::TransportAddress::Uring { .. }));
+}
+
+#[test]
+fn client_id_reaches_the_conn_request() {
+    let ctx = context();
+    let client =
+        ctx.create_worker(&WorkerParams { client_id: 0xC1_1E47, ..WorkerParams::default() }).unwrap();
+    let server = ctx.create_worker(&WorkerParams::default()).unwrap();
+    let seen = Arc::new(Mutex::new(None));
+    let s = Arc::clone(&seen);
+    let listener = server
+        .listen(ListenerParams {
+            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+            conn_handler: Some(Box::new(move |req| {
+                *s.lock().unwrap() =
+                    Some((req.client_id(), req.client_addr(), req.client_ep_name().to_owned()));
+            })),
+            ..Default::default()
+        })
+        .unwrap();
+    let params = EpParams {
+        flags: zcx::EpFlags::CLIENT_SERVER | zcx::EpFlags::SEND_CLIENT_ID,
+        name: Some("named-ep".into()),
+        local_sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+        ..EpParams::sockaddr(listener.sockaddr())
+    };
+    let ep = client.create_endpoint(params).unwrap();
+    progress_until(&[&client, &server], "conn request", || seen.lock().unwrap().is_some());
+    let (id, addr, name) = seen.lock().unwrap().take().unwrap();
+    assert_eq!(id, 0xC1_1E47);
+    assert_eq!(name, "named-ep");
+    assert_eq!(addr, ep.query().unwrap().local_sockaddr);
+    assert_eq!(ep.query().unwrap().name, "named-ep");
+}

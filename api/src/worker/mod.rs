@@ -41,6 +41,29 @@ pub enum ThreadMode {
     Multi,
 }
 
+bitflags::bitflags! {
+    /// `ucp_wakeup_event_types` (`UCP_WORKER_PARAM_FIELD_EVENTS`), same bit values. zcx's event fd
+    /// reports every kind of event whatever the mask says (a superset is allowed by UCP), so the
+    /// mask is kept for [`Worker::wakeup_events`] only.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct WakeupEvents: u32 {
+        /// `UCP_WAKEUP_RMA`
+        const RMA = 1 << 0;
+        /// `UCP_WAKEUP_AMO`
+        const AMO = 1 << 1;
+        /// `UCP_WAKEUP_TAG_SEND`
+        const TAG_SEND = 1 << 2;
+        /// `UCP_WAKEUP_TAG_RECV`
+        const TAG_RECV = 1 << 3;
+        /// `UCP_WAKEUP_TX`
+        const TX = 1 << 10;
+        /// `UCP_WAKEUP_RX`
+        const RX = 1 << 11;
+        /// `UCP_WAKEUP_EDGE`
+        const EDGE = 1 << 16;
+    }
+}
+
 /// `ucp_worker_params_t`.
 #[derive(Clone, Debug, Default)]
 pub struct WorkerParams {
@@ -54,6 +77,8 @@ pub struct WorkerParams {
     /// `UCP_WORKER_PARAM_FIELD_CLIENT_ID`: sent with connection requests, reported to the server
     /// by [`crate::ConnRequest::client_id`].
     pub client_id: u64,
+    /// `UCP_WORKER_PARAM_FIELD_EVENTS`.
+    pub events: WakeupEvents,
 }
 
 /// `ucp_worker_h`. Cheap to clone; every clone is the same worker. Dropping the last clone (and
@@ -69,6 +94,7 @@ pub(crate) struct WorkerShared {
     pub client_id: u64,
     pub thread_mode: ThreadMode,
     pub cpu_mask: Option<CpuSet>,
+    pub events: WakeupEvents,
     pub wakeup: Wakeup,
     pub epoll: OwnedFd,
     pub pool: Arc<Mutex<Vec<Vec<u8>>>>,
@@ -109,6 +135,7 @@ impl Context {
                 client_id: params.client_id,
                 thread_mode: params.thread_mode,
                 cpu_mask: params.cpu_mask.clone(),
+                events: params.events,
                 wakeup,
                 epoll,
                 pool,
@@ -145,6 +172,16 @@ impl Worker {
     /// The thread mode it was created with (`UCP_WORKER_ATTR_FIELD_THREAD_MODE`).
     pub fn thread_mode(&self) -> ThreadMode {
         self.shared.thread_mode
+    }
+
+    /// The wakeup events it was created with.
+    pub fn wakeup_events(&self) -> WakeupEvents {
+        self.shared.events
+    }
+
+    /// The CPUs its progress thread is pinned to (`UCP_WORKER_PARAM_FIELD_CPU_MASK`).
+    pub fn cpu_mask(&self) -> Option<&CpuSet> {
+        self.shared.cpu_mask.as_ref()
     }
 
     /// The context the worker belongs to.
