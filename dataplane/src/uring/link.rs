@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use super::framing::FrameReader;
+use super::framing::{FrameReader, RxBuf};
 use super::send_queue::SendQueue;
 use super::socket::RawAddr;
 use crate::transport::TlError;
@@ -45,8 +45,16 @@ pub struct Link {
     pub tx: Box<SendQueue>,
     /// The connect target, kept at a stable address while the request is out.
     pub remote: Box<RawAddr>,
-    /// Receive buffer when provided buffers are unavailable (empty otherwise).
-    pub fallback_buf: Vec<u8>,
+    /// The link's own receive buffer, for single-shot receives: when provided buffers are
+    /// unavailable, and in bulk mode.
+    pub rx: RxBuf,
+    /// Bulk mode: large frames are flowing, so receive single-shot straight into `rx` instead of
+    /// into provided buffers that would have to be reassembled by copying.
+    pub bulk: bool,
+    /// The poll round (`UringTransport::polls`) of the last small frame sent directly.
+    pub direct_round: u64,
+    /// Switch to bulk mode once the multishot receive has ended (a cancel is out for it).
+    pub want_bulk: bool,
     /// Cached addresses.
     pub local_addr: Option<SocketAddr>,
     /// Cached peer address.
@@ -69,7 +77,10 @@ impl Link {
             reader: FrameReader::new(max_frame),
             tx: SendQueue::new(),
             remote: Box::new(remote),
-            fallback_buf: Vec::new(),
+            rx: RxBuf::default(),
+            bulk: false,
+            want_bulk: false,
+            direct_round: u64::MAX,
             local_addr: None,
             peer_addr: None,
         }

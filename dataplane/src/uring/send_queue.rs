@@ -40,10 +40,13 @@ struct Batch {
 
 impl Batch {
     fn clear(&mut self) {
-        self.buf.clear();
-        if self.buf.capacity() > KEEP_CAPACITY {
+        // Give memory back only once traffic has calmed down: shrinking after every large batch
+        // would make the next one reallocate and fault its pages in again, which costs more than
+        // the copy itself when streaming.
+        if self.buf.capacity() > KEEP_CAPACITY && self.buf.len() < self.buf.capacity() / 8 {
             self.buf.shrink_to(KEEP_CAPACITY);
         }
+        self.buf.clear();
         self.segs.clear();
         self.max_zcopy = 0;
     }
@@ -112,6 +115,17 @@ impl SendQueue {
         if let Some((ptr, len, token)) = zcopy {
             self.pending.segs.push(Seg::Zcopy { ptr, len, token });
             self.pending.max_zcopy = self.pending.max_zcopy.max(len);
+        }
+    }
+
+    /// Appends what is left of a frame of which the first `sent` bytes (length prefix, header,
+    /// then `copy`) already went out directly.
+    pub fn push_rest(&mut self, header: &[u8], copy: &[u8], mut sent: usize) {
+        let prefix = framing::prefix(header.len() + copy.len());
+        for part in [&prefix[..], header, copy] {
+            let skip = sent.min(part.len());
+            sent -= skip;
+            self.pending.append_copy(&part[skip..]);
         }
     }
 

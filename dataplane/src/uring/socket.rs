@@ -168,6 +168,28 @@ pub fn peer_addr(fd: RawFd) -> Option<SocketAddr> {
     raw.socket_addr()
 }
 
+/// Sends the length prefix, `header` and `payload` of one frame with a single non-blocking
+/// `sendmsg(2)`; returns the bytes the kernel took (0 when the socket is full or failed: the
+/// queued path then sends the rest and reports any error).
+pub fn send_frame_now(fd: RawFd, prefix: &[u8], header: &[u8], payload: &[u8]) -> usize {
+    let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3];
+    let mut n = 0;
+    for part in [prefix, header, payload] {
+        if !part.is_empty() {
+            iov[n] = libc::iovec { iov_base: part.as_ptr() as *mut libc::c_void, iov_len: part.len() };
+            n += 1;
+        }
+    }
+    // SAFETY: msghdr is plain old data; all-zero is an empty message.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = n as _;
+    // SAFETY: the message points at `n` iovecs describing live, readable slices; the call is
+    // non-blocking and the kernel only reads them during it.
+    let rc = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    rc.max(0) as usize
+}
+
 /// `shutdown(2)`, ignoring errors (the socket may not be connected yet).
 pub fn shutdown(fd: RawFd, how: i32) {
     // SAFETY: shutdown(2) on a descriptor we own; failure is harmless.

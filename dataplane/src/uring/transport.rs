@@ -45,6 +45,40 @@ const KIND_RECV: u64 = 3;
 const KIND_SEND: u64 = 4;
 const KIND_CANCEL: u64 = 5;
 const KIND_LISTENER_CANCEL: u64 = 6;
+/// A cancel whose own completion needs no handling: the cancelled request's final completion
+/// does the work (re-arming from the polling thread, or switching to bulk receives).
+const KIND_QUIET_CANCEL: u64 = 7;
+
+/// A link whose reassembly still misses this many bytes of a frame stops its multishot receive
+/// and receives the rest (and what follows) single-shot into its own buffer: no copy.
+const BULK_MISSING: usize = 32 << 10;
+/// A bulk-mode receive at a frame boundary shorter than this goes back to multishot.
+const BULK_EXIT: usize = 4 << 10;
+/// Size of a bulk-mode link buffer: room for several of the largest frames per receive.
+const BULK_BUFFER: usize = 1 << 20;
+
+/// Frames at least this long go straight to the socket whenever its queue is empty; shorter ones
+/// only for the first frame of a link per poll round, so bursts of small frames are still batched
+/// into one `sendmsg` by the ring.
+const DIRECT_ALWAYS: usize = 16 << 10;
+
+/// Consecutive polls from one thread other than the owner before the long-lived requests move
+/// to it (see [`UringTransport::migrate`]); alternating threads do not make them bounce.
+const MIGRATE_AFTER_POLLS: u32 = 64;
+
+/// A cheap identity of the calling thread (never 0).
+fn thread_token() -> u64 {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local!(static TOKEN: Cell<u64> = const { Cell::new(0) });
+    TOKEN.with(|t| {
+        if t.get() == 0 {
+            t.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        t.get()
+    })
+}
 
 const INDEX_BITS: u32 = 20;
 const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
@@ -117,6 +151,12 @@ pub struct UringTransport {
     listeners: Vec<Option<Listener>>,
     deferred: Vec<Deferred>,
     cqes: Vec<cqueue::Entry>,
+    /// The thread that armed the multishot receives and accepts (its token).
+    owner: u64,
+    /// Consecutive polls by a thread other than `owner`.
+    foreign_polls: u32,
+    /// Poll rounds so far.
+    polls: u64,
 }
 
 impl UringTransport {
@@ -180,6 +220,9 @@ impl UringTransport {
             listeners: Vec::new(),
             deferred: Vec::new(),
             cqes: Vec::with_capacity(entries as usize * 2),
+            owner: thread_token(),
+            foreign_polls: 0,
+            polls: 0,
         };
         let (_, bound) = this.listen(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
         let ip = cfg.advertise_ip.unwrap_or_else(socket::default_advertise_ip);
@@ -247,13 +290,17 @@ impl UringTransport {
         }
         link.recv_armed = true;
         let fd = Fd(link.raw_fd());
+        if link.want_bulk {
+            link.want_bulk = false;
+            link.bulk = true;
+            link.reader.drain_into(&mut link.rx);
+        }
         let entry = match &self.buf_ring {
-            Some(ring) => opcode::RecvMulti::new(fd, ring.bgid()).build(),
-            None => {
-                if link.fallback_buf.is_empty() {
-                    link.fallback_buf = vec![0; self.cfg.recv_buffer_size];
-                }
-                opcode::Recv::new(fd, link.fallback_buf.as_mut_ptr(), link.fallback_buf.len() as u32).build()
+            Some(ring) if !link.bulk => opcode::RecvMulti::new(fd, ring.bgid()).build(),
+            _ => {
+                let min_cap = if link.bulk { BULK_BUFFER } else { self.cfg.recv_buffer_size };
+                let (ptr, len) = link.rx.spare(min_cap);
+                opcode::Recv::new(fd, ptr, len.min(u32::MAX as usize) as u32).build()
             }
         };
         self.push_sqe(entry.user_data(user_data(KIND_RECV, id)));
@@ -424,7 +471,7 @@ impl UringTransport {
         let flags = cqe.flags();
         match kind {
             KIND_ACCEPT => self.on_accept(id as usize, res, flags),
-            KIND_LISTENER_CANCEL => {}
+            KIND_LISTENER_CANCEL | KIND_QUIET_CANCEL => {}
             KIND_CONNECT | KIND_RECV | KIND_SEND | KIND_CANCEL => {
                 let index = self.index(LinkId(id));
                 if kind == KIND_RECV {
@@ -563,10 +610,27 @@ impl UringTransport {
                 sink(TlEvent::Frame { link: id, bytes });
             };
             let fed = match (bid, self.buf_ring.as_ref()) {
-                (Some(bid), Some(ring)) => reader.feed(ring.data(bid, res as usize), &mut deliver),
+                (Some(bid), Some(ring)) => {
+                    let fed = reader.feed(ring.data(bid, res as usize), &mut deliver);
+                    if reader.missing() >= BULK_MISSING && !link.want_bulk {
+                        link.want_bulk = true;
+                        if more {
+                            let ud = user_data(KIND_RECV, id.0);
+                            self.push_sqe(
+                                opcode::AsyncCancel::new(ud)
+                                    .build()
+                                    .user_data(user_data(KIND_QUIET_CANCEL, 0)),
+                            );
+                        }
+                    }
+                    fed
+                }
                 _ => {
-                    let n = (res as usize).min(link.fallback_buf.len());
-                    reader.feed(&link.fallback_buf[..n], &mut deliver)
+                    let fed = link.rx.filled(res as usize, MAX_FRAME, &mut deliver);
+                    if link.bulk && link.rx.is_empty() && (res as usize) < BULK_EXIT {
+                        link.bulk = false;
+                    }
+                    fed
                 }
             };
             if let Err(too_large) = fed {
@@ -626,6 +690,35 @@ impl UringTransport {
                 .user_data(user_data(KIND_CONNECT, id.0)),
         );
         Ok(id)
+    }
+
+    /// Moves the long-lived requests (multishot receives and accepts) to the calling thread.
+    ///
+    /// io_uring runs the deferred part of a request (the receive once the socket is readable)
+    /// as task work of the thread that *submitted* it, and with `COOP_TASKRUN` that thread only
+    /// runs it when it next enters the kernel. A transport created on one thread and progressed
+    /// on another would have every receive copied by the first thread, whenever it happens to
+    /// make a system call. Cancelling them makes their final completion re-arm them from here.
+    fn migrate(&mut self, me: u64) {
+        self.owner = me;
+        self.foreign_polls = 0;
+        for index in 0..self.links.len() {
+            let Some(link) = self.links[index].as_ref() else { continue };
+            if link.recv_armed && link.state == LinkState::Open {
+                let ud = user_data(KIND_RECV, self.link_id(index as u32).0);
+                self.push_sqe(
+                    opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_QUIET_CANCEL, 0)),
+                );
+            }
+        }
+        for lid in 0..self.listeners.len() {
+            if matches!(&self.listeners[lid], Some(l) if l.accept_armed) {
+                let ud = user_data(KIND_ACCEPT, lid as u32);
+                self.push_sqe(
+                    opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_QUIET_CANCEL, 0)),
+                );
+            }
+        }
     }
 
     fn drain_on_drop(&mut self) {
@@ -750,6 +843,31 @@ impl Transport for UringTransport {
         if header.len() + payload.len() > MAX_FRAME {
             return Err(TlError::InvalidParam);
         }
+        let frame_len = header.len() + payload.len();
+        if l.state == LinkState::Open
+            && l.tx.is_idle()
+            && (frame_len >= DIRECT_ALWAYS || l.direct_round != self.polls)
+        {
+            // Nothing is queued or in flight: hand the frame to the kernel at once, with no copy
+            // and no wait for the next poll; only what the socket does not take is queued.
+            let bytes = match payload {
+                Payload::None => Some(&[][..]),
+                Payload::Copy(bytes) => Some(bytes),
+                Payload::Zcopy(_) => None,
+            };
+            if let Some(bytes) = bytes {
+                let prefix = super::framing::prefix(header.len() + bytes.len());
+                l.direct_round = self.polls;
+                let sent = socket::send_frame_now(l.raw_fd(), &prefix, header, bytes);
+                if sent == prefix.len() + header.len() + bytes.len() {
+                    return Ok(SendOutcome::Done);
+                }
+                check_room(l, header.len() + bytes.len() - sent)?;
+                l.tx.push_rest(header, bytes, sent);
+                self.mark_dirty(index);
+                return Ok(SendOutcome::Done);
+            }
+        }
         let outcome = match payload {
             Payload::None => {
                 check_room(l, header.len())?;
@@ -800,6 +918,16 @@ impl Transport for UringTransport {
 
     fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
         let mut count = 0;
+        self.polls += 1;
+        let me = thread_token();
+        if me != self.owner {
+            self.foreign_polls += 1;
+            if self.foreign_polls >= MIGRATE_AFTER_POLLS {
+                self.migrate(me);
+            }
+        } else {
+            self.foreign_polls = 0;
+        }
         self.flush_dirty();
         self.submit();
         count += self.flush_deferred(sink);
