@@ -200,17 +200,16 @@ pub(crate) fn finish_closes(core: &mut Core) {
         }
         let Some(ep) = st.eps.get_mut(&ep_id) else { continue };
         let link = ep.link;
-        ep.phase = Phase::Dead(Status::Canceled);
-        let close_op = ep.close_op.take();
+        ep.close_op = None;
+        // The endpoint is gone for good: receives still posted on it (stream receives, incoming
+        // rendezvous) end with CANCELED as in UCP, and the close operation with OK. Not a failure
+        // of the peer: no error handler.
+        ep.err_reported = true;
+        fail_ep(st, ep_id, Status::Canceled, false);
         let mut header = [0u8; MAX_HEADER_LEN];
         let n = Op::Disconnect { force: false }.encode(&mut header);
         let _ = tl.send(link, &header[..n], Payload::None);
         tl.close(link, false);
-        st.link_eps.remove(&link);
-        if let Some(op) = close_op {
-            st.finish_op(op, Status::Ok, OpInfo::default());
-        }
-        forget_if_unowned(st, ep_id);
     }
 }
 
