@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::net::Ipv4Addr;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -69,8 +70,13 @@ fn ip_cmd(args: &[&str]) -> Result<String, String> {
     }
 }
 
+/// True while `pid` runs (a zombie no longer owns anything).
 fn pid_alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may itself contain ") ".
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
 }
 
 /// Deletes `zcx-a-<pid>-<n>` / `zcx-b-<pid>-<n>` namespaces whose creating process is gone.
@@ -91,14 +97,29 @@ fn remove_stale_namespaces() {
     }
 }
 
+/// The first capability `ip netns` and veth set-up need that this process lacks.
+fn missing_capability() -> Option<&'static str> {
+    const CAP_NET_ADMIN: u32 = 12;
+    const CAP_SYS_ADMIN: u32 = 21;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    [(CAP_NET_ADMIN, "CAP_NET_ADMIN"), (CAP_SYS_ADMIN, "CAP_SYS_ADMIN")]
+        .into_iter()
+        .find(|&(bit, _)| effective & (1 << bit) == 0)
+        .map(|(_, name)| name)
+}
+
 impl TwoHosts {
     /// Creates the two namespaces, the veth pair and the addresses. `Err` carries the reason the
     /// machine cannot do it (not root, no CAP_NET_ADMIN, no `ip`): the caller prints it as a skip.
     pub fn new() -> Result<TwoHosts, String> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err("network namespaces need root (CAP_NET_ADMIN)".into());
+        if let Some(missing) = missing_capability() {
+            return Err(format!("network namespaces need root ({missing} is missing)"));
         }
         match Command::new("ip").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status() {
             Ok(s) if s.success() => {}
@@ -199,6 +220,17 @@ impl TwoHosts {
             .stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
+        }
+        // SAFETY: prctl is async-signal-safe. The death signal fires when the spawning thread
+        // ends, which is after this test reaped its children; if the test process is killed, the
+        // children die with it instead of running on in the namespaces.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
         }
         Proc::start(cmd, format!("{role}@{}", self.ns(host)))
     }

@@ -702,6 +702,7 @@ fn connecting_to_a_closed_port_or_an_absent_host_fails() {
     let absent = &client["status1"];
     assert!(absent == "Unreachable" || absent == "TimedOut", "absent host: {absent}");
     assert_eq!(client["status2"], "Unreachable", "no route");
+    println!("statuses: closed port {closed_port}, absent host {absent}, no route {}", client["status2"]);
     for i in 0..3 {
         assert_eq!(client[&format!("handler{i}")], "1", "the error handler runs once");
         assert_eq!(client[&format!("op{i}")], client[&format!("status{i}")], "a pending send fails alike");
