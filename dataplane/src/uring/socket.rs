@@ -168,10 +168,27 @@ pub fn peer_addr(fd: RawFd) -> Option<SocketAddr> {
     raw.socket_addr()
 }
 
+/// Frames up to this long are gathered into one buffer and sent with `send(2)`.
+const SMALL_FRAME: usize = 512;
+
 /// Sends the length prefix, `header` and `payload` of one frame with a single non-blocking
 /// `sendmsg(2)`; returns the bytes the kernel took (0 when the socket is full or failed: the
 /// queued path then sends the rest and reports any error).
 pub fn send_frame_now(fd: RawFd, prefix: &[u8], header: &[u8], payload: &[u8]) -> usize {
+    let total = prefix.len() + header.len() + payload.len();
+    if total <= SMALL_FRAME {
+        // Gathered on the stack: send(2) skips the msghdr and iovec import of sendmsg(2).
+        let mut buf = [0u8; SMALL_FRAME];
+        let mut at = 0;
+        for part in [prefix, header, payload] {
+            buf[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        // SAFETY: `buf[..total]` is initialised and readable; the call is non-blocking.
+        let rc =
+            unsafe { libc::send(fd, buf.as_ptr().cast(), total, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        return rc.max(0) as usize;
+    }
     let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3];
     let mut n = 0;
     for part in [prefix, header, payload] {
