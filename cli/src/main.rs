@@ -1,6 +1,7 @@
-//! The `zcx` command: `zcx info` (the `ucx_info` of zcx); `zcx perf` joins it with endpoints.
+//! The `zcx` command: `zcx info` (the `ucx_info` of zcx) and `zcx perf` (its `ucx_perftest`).
 
 mod info;
+mod perf;
 
 use clap::{Parser, Subcommand};
 
@@ -15,6 +16,9 @@ struct Cli {
 enum Command {
     /// Version, hugepage pools, memlock limit, transports and configuration (like ucx_info).
     Info(info::InfoArgs),
+    /// End-to-end benchmarks over endpoints: latency and bandwidth of tag, put and AM (like
+    /// ucx_perftest). With no options: every test, server and client on this host.
+    Perf(perf::PerfArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -28,6 +32,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
+        Command::Perf(args) => perf::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
