@@ -486,3 +486,37 @@ fn echo_with_a_second_process() {
     assert_eq!(failed, Some(TlError::ConnectionReset));
     assert!(child.wait().unwrap().success(), "child process failed");
 }
+
+#[test]
+fn transports_keep_working_on_another_thread_after_their_creator_exits() {
+    // Created and connected on a thread that then exits: its receives and accepts die with it
+    // (io_uring cancels a thread's requests when it exits), and polling from here re-arms them.
+    let (mut a, mut b, la, lb) = std::thread::spawn(|| {
+        let (mut a, mut b) = (Side::new(), Side::new());
+        let (la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+        (a, b, la, lb)
+    })
+    .join()
+    .unwrap();
+    let mut expect = Vec::new();
+    for i in 0..300u32 {
+        let payload = if i % 50 == 0 { pattern(150_000, i as u8) } else { pattern(i as usize, i as u8) };
+        b.t.send(lb, &i.to_be_bytes(), Payload::Copy(&payload)).unwrap();
+        expect.push([&i.to_be_bytes()[..], &payload].concat());
+        // Interleave polling so links switch between multishot and bulk receives as they go.
+        if i % 7 == 0 {
+            a.poll();
+            b.poll();
+        }
+    }
+    pump(&mut a, &mut b, "300 frames", |a, _| a.frames(la).len() == 300);
+    assert!(a.frames(la) == expect, "frames differ or are out of order");
+    // And back, polled from yet another thread.
+    let handle = std::thread::spawn(move || {
+        for i in 0..100u32 {
+            a.t.send(la, &i.to_le_bytes(), Payload::None).unwrap();
+        }
+        pump(&mut a, &mut b, "100 replies", |_, b| b.frames(lb).len() == 100);
+    });
+    handle.join().unwrap();
+}

@@ -32,6 +32,14 @@ const NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 /// 8-byte round trip 15.6 µs against 18.7 µs with interrupts, same streaming throughput; a thread
 /// asleep in poll(2) on the eventfd is still woken (`event_fd_wakes_a_sleeping_thread`). Kernels
 /// refusing the flags get the default setup.
+///
+/// Not `IORING_SETUP_DEFER_TASKRUN`: it requires `SINGLE_ISSUER`, which makes every submission
+/// from a thread other than the ring's creator (or enabler) fail with `EEXIST`, and a worker is
+/// created on one thread and may be progressed by others over time (one at a time, behind its
+/// lock). Instead [`UringTransport::migrate`] moves the receives to whichever thread keeps
+/// polling. `SO_BUSY_POLL` does nothing on loopback (there is no NAPI queue to poll), and
+/// entering the kernel with `GETEVENTS` on every spin costs a system call per spin for nothing:
+/// the receive runs as soon as the spinning thread sees `IORING_SQ_TASKRUN` and enters once.
 const COOP_TASKRUN: bool = true;
 
 /// The buffer group of the provided-buffer ring.
