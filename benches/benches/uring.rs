@@ -5,7 +5,7 @@
 //! one-way latency is half of it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -19,14 +19,22 @@ const MESSAGE: usize = 1 << 20;
 /// Messages the streamer may have unacknowledged.
 const WINDOW: u64 = 8;
 
+/// CPUs of the process, read once before any thread is pinned: a thread spawned by a pinned one
+/// inherits its single-CPU mask, and `available_parallelism` would then say 1 and put both
+/// threads on the same CPU, where they only take turns at each scheduler tick.
+fn cpu_count() -> usize {
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 fn pin(cpu: usize) {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if let Ok(set) = CpuSet::single(cpu % cpus) {
+    if let Ok(set) = CpuSet::single(cpu % cpu_count()) {
         let _ = pin_current_thread(&set);
     }
 }
 
 fn transport() -> UringTransport {
+    cpu_count();
     let cfg = UringConfig { advertise_ip: Some("127.0.0.1".parse().unwrap()), ..UringConfig::default() };
     UringTransport::new(&cfg).expect("io_uring transport")
 }
