@@ -520,3 +520,28 @@ fn transports_keep_working_on_another_thread_after_their_creator_exits() {
     });
     handle.join().unwrap();
 }
+
+#[test]
+fn a_send_waiting_for_room_survives_the_exit_of_the_thread_that_submitted_it() {
+    let big = pattern(200_000, 9);
+    let sent = big.clone();
+    let (mut a, mut b, la, lb) = std::thread::spawn(move || {
+        let (mut a, mut b) = (Side::new(), Side::new());
+        let (la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+        // `a` does not read: the socket buffers fill and b's send request waits for room.
+        for i in 0..100u32 {
+            b.t.send(lb, &i.to_be_bytes(), Payload::Copy(&sent)).unwrap();
+            b.poll();
+        }
+        assert!(b.t.has_pending_sends(lb), "the socket took 20 MB without a reader");
+        (a, b, la, lb)
+    })
+    .join()
+    .unwrap();
+    pump(&mut a, &mut b, "100 frames", |a, _| a.frames(la).len() == 100);
+    for (i, f) in a.frames(la).iter().enumerate() {
+        assert!(f[..4] == (i as u32).to_be_bytes() && f[4..] == big[..], "frame {i} differs");
+    }
+    assert!(!b.ev.iter().any(|e| matches!(e, Ev::Failed(..))), "{:?}", brief(&b.ev));
+    pump(&mut a, &mut b, "send queue to drain", |_, b| !b.t.has_pending_sends(lb));
+}

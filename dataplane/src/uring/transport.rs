@@ -575,12 +575,18 @@ impl UringTransport {
             if cqueue::more(flags) {
                 link.tx.zc_notifs += 1;
             }
-            if res < 0 {
+            if res == -libc::ECANCELED && link.state == LinkState::Open {
+                // Not cancelled by us (a live link's sends never are): the thread that submitted
+                // it exited, and io_uring cancels an exiting thread's requests. Nothing was sent;
+                // `kick` below submits it again from this thread.
+                link.tx.complete(0);
+            } else if res < 0 {
                 link.tx.submitted = false;
                 self.kill(index, Some(TlError::from_errno(-res)));
                 return;
+            } else {
+                link.tx.complete(res as usize);
             }
-            link.tx.complete(res as usize);
         }
         if link.state == LinkState::Dead {
             self.try_reap(index);
