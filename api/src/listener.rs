@@ -139,7 +139,10 @@ impl Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         let mut core = self.worker.lock();
-        core.st.listeners.remove(&self.id);
+        if let Some(entry) = core.st.listeners.remove(&self.id) {
+            // Its handlers may own endpoints, whose drop takes the lock.
+            core.st.bury(entry);
+        }
         core.tl.close_listener(self.id);
     }
 }

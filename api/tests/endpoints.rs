@@ -1,44 +1,20 @@
 //! Two workers in one process over loopback TCP: connect by sockaddr and by worker address, and
 //! every operation kind, checked byte for byte.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
+use common::net::{progress_until, wait};
 use zcx::{
     AmProto, AmSendParams, AtomicOp, AtomicSize, CloseMode, Context, Endpoint, EpParams, Features,
-    ListenerParams, MemMapParams, Prot, Request, RequestParams, Status, TagSendParams, Worker, WorkerParams,
+    ListenerParams, MemMapParams, Prot, RequestParams, Status, TagSendParams, Worker, WorkerParams,
 };
 
 fn context() -> Context {
     Context::with_features(Features::TAG | Features::RMA | Features::AM | Features::STREAM | Features::AMO64)
         .expect("context")
-}
-
-/// Progresses both workers until `done` says so, failing after 20 s instead of hanging.
-fn progress_until(workers: &[&Worker], what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        for w in workers {
-            w.progress();
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-    }
-}
-
-fn wait<B: Send + 'static>(workers: &[&Worker], request: Request<B>) -> Result<zcx::Completion<B>, Status> {
-    let mut request = request;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        request = match request.try_take() {
-            Ok(result) => return result,
-            Err(r) => r,
-        };
-        for w in workers {
-            w.progress();
-        }
-        assert!(Instant::now() < deadline, "request timed out");
-    }
 }
 
 /// A connected client/server pair over 127.0.0.1.
@@ -478,4 +454,48 @@ fn client_id_reaches_the_conn_request() {
     assert_eq!(name, "named-ep");
     assert_eq!(addr, ep.query().unwrap().local_sockaddr);
     assert_eq!(ep.query().unwrap().name, "named-ep");
+}
+
+/// Runs `f` on another thread and fails if it does not finish in 10 s (a deadlock), instead of
+/// hanging the suite.
+fn finishes(what: &str, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    assert!(rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok(), "{what} deadlocked");
+}
+
+#[test]
+fn dropping_handlers_that_own_endpoints_does_not_deadlock() {
+    let pair = Pair::new();
+    // A listener whose accept handler holds the only reference to the endpoint it accepted.
+    let (listener, accepted) = common::net::accepting_listener(&pair.server);
+    let ep = pair.client.create_endpoint(EpParams::sockaddr(listener.sockaddr())).unwrap();
+    progress_until(&pair.both(), "accept", || accepted.lock().unwrap().is_some());
+    drop(accepted);
+    finishes("dropping the listener", move || drop(listener));
+    // An AM handler owning an endpoint, replaced and then removed.
+    let owned = pair.server_ep.clone();
+    pair.server.set_am_handler(
+        9,
+        Some(Box::new(move |_msg: &mut zcx::AmMessage| {
+            let _ = &owned;
+            Status::Ok
+        })),
+    );
+    let server = pair.server.clone();
+    let owned = pair.server_ep.clone();
+    finishes("replacing an AM handler", move || {
+        server.set_am_handler(
+            9,
+            Some(Box::new(move |_msg: &mut zcx::AmMessage| {
+                let _ = &owned;
+                Status::Ok
+            })),
+        );
+        server.set_am_handler(9, None);
+    });
+    drop(ep);
 }

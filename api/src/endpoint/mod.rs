@@ -178,7 +178,7 @@ impl Drop for EpHandle {
         let mut core = self.worker.lock();
         let dead = core.st.eps.get(&self.id).is_none_or(|ep| matches!(ep.phase, Phase::Dead(_)));
         if dead {
-            core.st.eps.remove(&self.id);
+            core.st.remove_ep(self.id);
         } else {
             lifecycle::begin_close(&mut core, self.id, false, None);
         }

@@ -181,10 +181,17 @@ impl Worker {
         let mut core = self.shared.lock();
         match handler {
             Some(handler) => {
-                core.st.am_handlers.insert(id, AmHandlerEntry { handler: Arc::new(Mutex::new(handler)) });
+                let old =
+                    core.st.am_handlers.insert(id, AmHandlerEntry { handler: Arc::new(Mutex::new(handler)) });
+                // A replaced handler may own endpoints, whose drop takes the lock.
+                if let Some(old) = old {
+                    core.st.bury(old);
+                }
             }
             None => {
-                core.st.am_handlers.remove(&id);
+                if let Some(old) = core.st.am_handlers.remove(&id) {
+                    core.st.bury(old);
+                }
             }
         }
     }

@@ -183,7 +183,7 @@ pub(crate) fn forget_if_unowned(st: &mut State, ep_id: u64) {
     let has_deferred =
         st.deferred.iter().any(|d| matches!(d, Deferred::ErrHandler { ep, .. } if *ep == ep_id));
     if matches!(ep.phase, Phase::Dead(_)) && ep.handle.strong_count() == 0 && !has_deferred {
-        st.eps.remove(&ep_id);
+        st.remove_ep(ep_id);
     }
 }
 

@@ -9,6 +9,7 @@ pub(crate) mod state;
 pub(crate) mod stream;
 mod wakeup;
 
+use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -307,9 +308,9 @@ impl std::fmt::Debug for Worker {
 }
 
 impl WorkerShared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+    pub(crate) fn lock(&self) -> CoreGuard<'_> {
         // Core invariants hold between statements that can panic only on a zcx bug; keep serving.
-        self.core.lock().unwrap_or_else(|p| p.into_inner())
+        CoreGuard { guard: Some(self.core.lock().unwrap_or_else(|p| p.into_inner())) }
     }
 
     pub(crate) fn progress(self: &Arc<Self>) -> usize {
@@ -384,6 +385,36 @@ impl WorkerShared {
             }
         }
         // Callbacks of cancelled requests run from the next progress, as UCP's do.
+    }
+}
+
+/// The worker's lock. Values handed to [`State::bury`] while it is held (handlers, endpoint
+/// states: anything that may own application objects such as an `Endpoint`) are dropped only after
+/// the lock is released, because their drop may need the lock again.
+pub(crate) struct CoreGuard<'a> {
+    guard: Option<MutexGuard<'a, Core>>,
+}
+
+impl Deref for CoreGuard<'_> {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        self.guard.as_ref().expect("present until drop")
+    }
+}
+
+impl DerefMut for CoreGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Core {
+        self.guard.as_mut().expect("present until drop")
+    }
+}
+
+impl Drop for CoreGuard<'_> {
+    fn drop(&mut self) {
+        let Some(mut guard) = self.guard.take() else { return };
+        let buried = std::mem::take(&mut guard.st.graveyard);
+        drop(guard);
+        drop(buried);
     }
 }
 

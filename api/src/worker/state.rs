@@ -270,6 +270,8 @@ pub(crate) struct State {
     pub to_close: Vec<(LinkId, bool)>,
     /// This worker's address, sent in handshakes.
     pub address: zcx_control::WorkerAddressWire,
+    /// Values to drop once the lock is released (see `CoreGuard`).
+    pub graveyard: Vec<Box<dyn Send>>,
     next_id: u64,
 }
 
@@ -313,7 +315,21 @@ impl State {
             to_flush: Vec::new(),
             to_close: Vec::new(),
             address,
+            graveyard: Vec::new(),
             next_id: 1,
+        }
+    }
+
+    /// Drops `value` after the worker's lock is released: it may own application objects (an
+    /// `Endpoint` captured by a handler) whose drop takes the lock.
+    pub fn bury(&mut self, value: impl Send + 'static) {
+        self.graveyard.push(Box::new(value));
+    }
+
+    /// Removes an endpoint's state, dropping it after the lock is released.
+    pub fn remove_ep(&mut self, ep: u64) {
+        if let Some(state) = self.eps.remove(&ep) {
+            self.bury(state);
         }
     }
 

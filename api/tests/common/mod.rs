@@ -2,6 +2,8 @@
 //! deterministic byte pattern, and readings from /proc.
 #![allow(dead_code)]
 
+pub mod net;
+
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 
