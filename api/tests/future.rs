@@ -1,16 +1,17 @@
 //! A `Request` is a `Future`: awaited on a minimal executor while a progress thread drives the
 //! worker, it resolves to the same completion `wait` would give.
 
+mod common;
+
 use std::future::Future;
 use std::pin::pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use zcx::{
-    Context, Endpoint, EpParams, Features, ListenerParams, RequestParams, TagSendParams, WorkerParams,
-};
+use common::net::accepting_listener;
+use zcx::{Context, EpParams, Features, RequestParams, TagSendParams, WorkerParams};
 
 struct ThreadWaker(Thread);
 
@@ -41,15 +42,7 @@ fn awaiting_requests_with_a_progress_thread() {
     let ctx = Context::with_features(Features::TAG).unwrap();
     let server = ctx.create_worker(&WorkerParams::default()).unwrap();
     let client = ctx.create_worker(&WorkerParams::default()).unwrap();
-    let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
-    let slot = Arc::clone(&accepted);
-    let listener = server
-        .listen(ListenerParams {
-            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-            accept_handler: Some(Box::new(move |ep| *slot.lock().unwrap() = Some(ep))),
-            ..Default::default()
-        })
-        .unwrap();
+    let (listener, _accepted) = accepting_listener(&server);
     let _p1 = server.start_progress_thread().unwrap();
     let _p2 = client.start_progress_thread().unwrap();
     let ep = client.create_endpoint(EpParams::sockaddr(listener.sockaddr())).unwrap();

@@ -2,33 +2,21 @@
 //! garbage on the wire. Each fails with a status; the target's memory is unchanged and its worker
 //! keeps serving honest peers.
 
+mod common;
+
 use std::io::Write;
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::net::wait;
 use proptest::prelude::*;
 use zcx::{
     AtomicOp, AtomicSize, Context, Endpoint, EpParams, Features, ListenerParams, MemHandle, MemMapParams,
-    Prot, Request, RequestParams, Status, TagSendParams, Worker, WorkerParams,
+    Prot, RequestParams, Status, TagSendParams, Worker, WorkerParams,
 };
 use zcx_control::RkeyWire;
 use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
-
-fn wait<B: Send + 'static>(workers: &[&Worker], request: Request<B>) -> Result<zcx::Completion<B>, Status> {
-    let mut request = request;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        request = match request.try_take() {
-            Ok(result) => return result,
-            Err(r) => r,
-        };
-        for w in workers {
-            w.progress();
-        }
-        assert!(Instant::now() < deadline, "request timed out");
-    }
-}
 
 struct Target {
     ctx: Context,

@@ -1,26 +1,20 @@
 //! Photon's rendezvous: one side posts a registered receive buffer, the other waits for it, learns
 //! it with `get_buffer_remote`, puts into it and sends a FIN.
 
-use std::sync::{Arc, Mutex};
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::net::accepting_listener;
 use zcx::photon::{self, Registry};
-use zcx::{Context, Endpoint, EpParams, Features, ListenerParams, RequestParams, WorkerParams};
+use zcx::{Context, EpParams, Features, RequestParams, WorkerParams};
 
 #[test]
 fn put_into_a_buffer_learned_through_the_rendezvous() {
     let ctx = Context::with_features(Features::TAG | Features::RMA).unwrap();
     let server = ctx.create_worker(&WorkerParams::default()).unwrap();
     let client = ctx.create_worker(&WorkerParams::default()).unwrap();
-    let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
-    let slot = Arc::clone(&accepted);
-    let listener = server
-        .listen(ListenerParams {
-            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-            accept_handler: Some(Box::new(move |ep| *slot.lock().unwrap() = Some(ep))),
-            ..Default::default()
-        })
-        .unwrap();
+    let (listener, accepted) = accepting_listener(&server);
     // Both workers are driven by their own progress threads, as a Photon program's would be.
     let _server_progress = server.start_progress_thread().unwrap();
     let _client_progress = client.start_progress_thread().unwrap();
