@@ -19,7 +19,8 @@ pub mod wakeup;
 pub use access::{AccessError, RegionEntry, RemoteAccess, RemoteAccessTable};
 pub use rcache::{RcacheStats, RegistrationCache};
 pub use transport::{
-    Caps, ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport, ZcopyPayload,
+    Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
+    Transport, ZcopyPayload,
 };
 pub use uring::{UringConfig, UringTransport};
 pub use uring_probe::{probe_uring, UringSupport};

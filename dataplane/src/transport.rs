@@ -36,6 +36,9 @@ pub struct Caps {
     pub max_frame: usize,
     /// Payloads at least this long are sent zero-copy when the caller offers a stable buffer.
     pub zcopy_threshold: usize,
+    /// Largest payload one [`Transport::send_placed`] frame carries, received straight into the
+    /// receiver's buffer; 0 when the transport cannot place (then `send_placed` is `send`).
+    pub max_placed: usize,
     /// One-way latency estimate, nanoseconds.
     pub latency_ns: u64,
     /// Bandwidth estimate, bytes per second.
@@ -154,6 +157,56 @@ impl ZcopyPayload {
     }
 }
 
+/// Where the receiver wants the payload of a placed frame written, and the token that
+/// [`TlEvent::PlaceDone`] gives back when the transport no longer touches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlaceTarget {
+    ptr: *mut u8,
+    token: u64,
+}
+
+// SAFETY: the pointer is only written through under `PlaceTarget::new`'s contract, which holds
+// whichever thread progresses the transport.
+unsafe impl Send for PlaceTarget {}
+
+impl PlaceTarget {
+    /// Payload bytes go to `ptr` onwards; `PlaceDone { token }` follows.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` (the `len` of the [`TlEvent::Placed`] answered) must be writable and must
+    /// not be read, written or freed by anyone else until the transport reports `PlaceDone` for
+    /// `token` (it does so once, also when the link fails).
+    pub unsafe fn new(ptr: *mut u8, token: u64) -> PlaceTarget {
+        PlaceTarget { ptr, token }
+    }
+
+    /// The start of the destination.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// The token `PlaceDone` carries.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+}
+
+/// The answer slot of a [`TlEvent::Placed`]: left empty, the payload is read and dropped.
+#[derive(Debug, Default)]
+pub struct Placement(Option<PlaceTarget>);
+
+impl Placement {
+    /// Asks for the payload at `target`.
+    pub fn set(&mut self, target: PlaceTarget) {
+        self.0 = Some(target);
+    }
+
+    /// The answer, emptying the slot.
+    pub fn take(&mut self) -> Option<PlaceTarget> {
+        self.0.take()
+    }
+}
+
 /// The payload part of a frame.
 #[derive(Debug)]
 pub enum Payload<'a> {
@@ -239,6 +292,29 @@ pub enum TlEvent<'a> {
         /// `Ok` when sent; the link's error when it failed first.
         result: Result<(), TlError>,
     },
+    /// The header of a frame sent with [`Transport::send_placed`] arrived; its `len` payload bytes
+    /// follow. Answer through `dest` to have them written straight into a buffer of yours, with
+    /// no copy through the transport's own buffers; leave it empty to drop them.
+    Placed {
+        /// The link it arrived on.
+        link: LinkId,
+        /// The header exactly as the peer passed it to `send_placed`, lent for this call only.
+        header: &'a [u8],
+        /// Payload bytes that follow.
+        len: usize,
+        /// Where they go.
+        dest: &'a mut Placement,
+    },
+    /// The payload of a placed frame is all in its destination (`Ok`), or the link failed first
+    /// (`Err`, some bytes missing). Either way the transport no longer touches the memory.
+    PlaceDone {
+        /// The link.
+        link: LinkId,
+        /// The token of the [`PlaceTarget`].
+        token: u64,
+        /// `Ok` when every byte arrived.
+        result: Result<(), TlError>,
+    },
     /// The link is dead (connect failed, peer closed or reset, timeout). Reported once; its
     /// in-flight zero-copy sends are reported as `SendDone` with the error before this.
     LinkFailed {
@@ -274,6 +350,19 @@ pub trait Transport: Send {
     /// Sends `header` followed by `payload` as one frame. The frame (header plus payload) must not
     /// exceed [`Caps::max_frame`]. Frames are sent in call order.
     fn send(&mut self, link: LinkId, header: &[u8], payload: Payload<'_>) -> Result<SendOutcome, TlError>;
+
+    /// Sends `header` and `payload` as one frame whose payload the receiver may place straight
+    /// into its own buffer ([`TlEvent::Placed`]), in order with the frames of `send`. The payload
+    /// may be up to [`Caps::max_placed`] bytes. A transport that cannot place sends an ordinary
+    /// frame, so the receiver must accept both forms.
+    fn send_placed(
+        &mut self,
+        link: LinkId,
+        header: &[u8],
+        payload: Payload<'_>,
+    ) -> Result<SendOutcome, TlError> {
+        self.send(link, header, payload)
+    }
 
     /// Closes a link. Queued frames are sent first unless `force`; with `force`, in-flight
     /// zero-copy sends report `SendDone` with `Canceled`. No `LinkFailed` follows a local close.

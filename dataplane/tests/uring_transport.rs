@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use zcx_control::TransportAddress;
 use zcx_dataplane::{
-    ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport, UringConfig,
-    UringTransport, ZcopyPayload,
+    ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, SendOutcome, TlError, TlEvent, Transport,
+    UringConfig, UringTransport, ZcopyPayload,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +18,10 @@ enum Ev {
     Accepted(ListenerId, LinkId),
     Frame(LinkId, Vec<u8>),
     SendDone(LinkId, u64, Result<(), TlError>),
+    /// A placed header: link, header, payload length, the token of the destination (`None`:
+    /// dropped).
+    Placed(LinkId, Vec<u8>, usize, Option<u64>),
+    PlaceDone(LinkId, u64, Result<(), TlError>),
     Failed(LinkId, TlError),
 }
 
@@ -27,6 +31,8 @@ fn own(ev: TlEvent<'_>) -> Ev {
         TlEvent::Accepted { listener, link, .. } => Ev::Accepted(listener, link),
         TlEvent::Frame { link, bytes } => Ev::Frame(link, bytes.to_vec()),
         TlEvent::SendDone { link, token, result } => Ev::SendDone(link, token, result),
+        TlEvent::Placed { link, header, len, .. } => Ev::Placed(link, header.to_vec(), len, None),
+        TlEvent::PlaceDone { link, token, result } => Ev::PlaceDone(link, token, result),
         TlEvent::LinkFailed { link, error } => Ev::Failed(link, error),
     }
 }
@@ -34,17 +40,39 @@ fn own(ev: TlEvent<'_>) -> Ev {
 struct Side {
     t: UringTransport,
     ev: Vec<Ev>,
+    /// Destinations of placed payloads, by token. Declared after `t`, so the transport (which
+    /// writes into them until `PlaceDone`) is dropped first.
+    dests: Vec<Vec<u8>>,
+}
+
+/// Placed payloads are kept when their header starts with an even byte (or is empty).
+fn keeps(header: &[u8]) -> bool {
+    header.first().is_none_or(|b| b % 2 == 0)
 }
 
 impl Side {
     fn new() -> Side {
         let cfg = UringConfig { advertise_ip: Some("127.0.0.1".parse().unwrap()), ..UringConfig::default() };
-        Side { t: UringTransport::new(&cfg).expect("io_uring transport"), ev: Vec::new() }
+        Side { t: UringTransport::new(&cfg).expect("io_uring transport"), ev: Vec::new(), dests: Vec::new() }
     }
 
     fn poll(&mut self) {
-        let ev = &mut self.ev;
-        self.t.poll(&mut |e| ev.push(own(e)));
+        let (ev, dests) = (&mut self.ev, &mut self.dests);
+        self.t.poll(&mut |e| match e {
+            TlEvent::Placed { link, header, len, dest } => {
+                let token = keeps(header).then(|| {
+                    // A marker shows bytes that were never written.
+                    dests.push(vec![0xA5; len]);
+                    let token = dests.len() - 1;
+                    // SAFETY: the Vec's heap buffer never moves or shrinks while `dests` lives,
+                    // and `dests` outlives the transport.
+                    dest.set(unsafe { PlaceTarget::new(dests[token].as_mut_ptr(), token as u64) });
+                    token as u64
+                });
+                ev.push(Ev::Placed(link, header.to_vec(), len, token));
+            }
+            other => ev.push(own(other)),
+        });
     }
 
     fn frames(&self, link: LinkId) -> Vec<Vec<u8>> {
@@ -294,6 +322,108 @@ fn force_close_cancels_queued_zero_copy_sends() {
     });
     assert!(!b.ev.iter().any(|e| matches!(e, Ev::Failed(..))));
     assert_eq!(b.t.send(lb, b"x", Payload::None), Err(TlError::InvalidParam));
+}
+
+#[test]
+fn placed_payloads_land_in_place_in_order_with_ordinary_frames() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+    let sizes = [0usize, 1, 4096, 40_000, 300_000, 1 << 20];
+    let bufs: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| pattern(n, i as u8)).collect();
+    let mut inflight = 0;
+    for round in 0..2u8 {
+        for (i, buf) in bufs.iter().enumerate() {
+            // Even first byte: kept; odd (only the 4 KiB one): dropped by the receiver.
+            let header = [round * 2 + u8::from(i == 2), i as u8];
+            let payload = if i % 2 == 0 {
+                Payload::Copy(buf)
+            } else {
+                inflight += 1;
+                // SAFETY: `bufs` outlives the wait for every SendDone below.
+                Payload::Zcopy(unsafe {
+                    ZcopyPayload::new(buf.as_ptr(), buf.len(), (round as u64) << 8 | i as u64)
+                })
+            };
+            b.t.send_placed(lb, &header, payload).unwrap();
+            b.t.send(lb, &[0xEE, round, i as u8], Payload::Copy(&buf[..buf.len().min(100)])).unwrap();
+        }
+    }
+    let placed = 2 * sizes.len();
+    pump(&mut a, &mut b, "placed frames", |a, b| {
+        a.frames(la).len() == placed
+            && a.ev.iter().filter(|e| matches!(e, Ev::PlaceDone(..))).count()
+                == a.ev.iter().filter(|e| matches!(e, Ev::Placed(_, _, _, Some(_)))).count()
+            && b.ev.iter().filter(|e| matches!(e, Ev::SendDone(..))).count() == inflight
+    });
+    // Every placed header, then (if kept) its PlaceDone, then the ordinary frame sent after it.
+    let mut events = a.ev.iter().filter(|e| !matches!(e, Ev::Accepted(..)));
+    for round in 0..2u8 {
+        for (i, buf) in bufs.iter().enumerate() {
+            let header = vec![round * 2 + u8::from(i == 2), i as u8];
+            let Some(Ev::Placed(l, h, len, token)) = events.next() else {
+                panic!("no Placed for {round}/{i}")
+            };
+            assert_eq!((*l, h, *len), (la, &header, buf.len()));
+            if let Some(token) = token {
+                assert_eq!(events.next(), Some(&Ev::PlaceDone(la, *token, Ok(()))), "{round}/{i}");
+                assert!(a.dests[*token as usize] == *buf, "payload {round}/{i} differs");
+            } else {
+                assert!(!keeps(&header));
+            }
+            let frame = [&[0xEE, round, i as u8][..], &buf[..buf.len().min(100)]].concat();
+            assert_eq!(events.next(), Some(&Ev::Frame(la, frame)), "{round}/{i}");
+        }
+    }
+    assert_eq!(events.next(), None);
+}
+
+#[test]
+fn send_placed_refuses_oversized_payloads_and_headers() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (_la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+    let max = b.t.caps().max_placed;
+    assert!(max >= 1 << 20);
+    let big = vec![0u8; max + 1];
+    assert_eq!(b.t.send_placed(lb, b"h", Payload::Copy(&big)), Err(TlError::InvalidParam));
+    assert_eq!(b.t.send_placed(lb, &[0u8; 4096], Payload::None), Err(TlError::InvalidParam));
+    assert_eq!(b.t.send_placed(LinkId(12345), b"h", Payload::None), Err(TlError::InvalidParam));
+}
+
+/// A raw peer announces a placed payload of 1 MiB, sends part of it and dies: the destination is
+/// handed back with an error before the link is reported failed, and nothing was written past
+/// what arrived.
+#[test]
+fn a_peer_dying_mid_placement_returns_the_destination_with_an_error() {
+    for sent in [100usize, 200_000] {
+        let mut a = Side::new();
+        let (_lid, bound) = a.t.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut peer = TcpStream::connect(bound).unwrap();
+        let header = [2u8, 7];
+        let len = 1usize << 20;
+        let mut wire = ((4 + header.len()) as u32 | 1 << 31).to_le_bytes().to_vec();
+        wire.extend_from_slice(&(len as u32).to_le_bytes());
+        wire.extend_from_slice(&header);
+        wire.extend_from_slice(&pattern(sent, 9));
+        peer.write_all(&wire).unwrap();
+        pump_one(&mut a, "Placed", |a| a.ev.iter().any(|e| matches!(e, Ev::Placed(..))));
+        drop(peer);
+        pump_one(&mut a, "LinkFailed", |a| a.ev.iter().any(|e| matches!(e, Ev::Failed(..))));
+        let link = match a.ev[0] {
+            Ev::Accepted(_, link) => link,
+            ref other => panic!("expected Accepted first, got {other:?}"),
+        };
+        assert_eq!(
+            a.ev[1..],
+            [
+                Ev::Placed(link, header.to_vec(), len, Some(0)),
+                Ev::PlaceDone(link, 0, Err(TlError::ConnectionReset)),
+                Ev::Failed(link, TlError::ConnectionReset),
+            ]
+        );
+        let dest = &a.dests[0];
+        assert!(dest[..sent] == pattern(sent, 9)[..]);
+        assert!(dest[sent..].iter().all(|&b| b == 0xA5), "bytes written past what arrived");
+    }
 }
 
 #[test]

@@ -10,7 +10,7 @@ use zcx_control::HandshakeWire;
 use zcx_dataplane::proto::rma_exec;
 use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::proto::Message;
-use zcx_dataplane::{LinkId, TlEvent};
+use zcx_dataplane::{LinkId, PlaceTarget, Placement, TlEvent};
 
 use crate::request::OpInfo;
 use crate::status::Status;
@@ -32,6 +32,11 @@ pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>) {
             st.incoming.insert(link, Incoming { listener, peer });
         }
         TlEvent::Frame { link, bytes } => on_frame(st, link, bytes),
+        TlEvent::Placed { link, header, len, dest } => on_placed(st, link, header, len, dest),
+        TlEvent::PlaceDone { token, result, .. } => match result {
+            Ok(()) => crate::worker::state::return_token(st, token),
+            Err(err) => crate::worker::state::fail_token(st, token, status_of(err)),
+        },
         TlEvent::SendDone { token, .. } => {
             crate::worker::state::return_token(st, token);
             if let Some(ep) = st.ops.get(&token).map(|op| op.ep) {
@@ -43,6 +48,88 @@ pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>) {
             if let Some(ep) = st.link_eps.remove(&link) {
                 fail_ep(st, ep, status_of(error), false);
             }
+        }
+    }
+}
+
+/// The endpoint a data frame on `link` is for, or `None` when it is to be ignored (the endpoint
+/// is dead) or the link is failed (no connection request came first).
+fn receiving_ep(st: &mut State, link: LinkId) -> Option<u64> {
+    let Some(&ep) = st.link_eps.get(&link) else {
+        tracing::warn!(?link, "frame before the connection request; closing the link");
+        protocol_violation(st, link);
+        return None;
+    };
+    if let Some(state) = st.eps.get_mut(&ep) {
+        state.rx_seen = true;
+        if matches!(state.phase, Phase::Dead(_)) {
+            return None;
+        }
+    }
+    Some(ep)
+}
+
+/// The header of a placed fragment: names the spot in the receiving operation's buffer the
+/// transport writes the payload to, or leaves `dest` empty to have it dropped.
+fn on_placed(st: &mut State, link: LinkId, header: &[u8], len: usize, dest: &mut Placement) {
+    let (id, offset) = match Op::decode(header) {
+        Ok((Op::RndvData { recv_req, offset }, [])) => (recv_req, offset),
+        Ok((Op::GetData { req, offset }, [])) => (req, offset),
+        _ => {
+            tracing::warn!(?link, "placed frame that carries no data fragment; closing the link");
+            protocol_violation(st, link);
+            return;
+        }
+    };
+    let Some(ep) = receiving_ep(st, link) else { return };
+    let Some(at) = claim_fragment(st, ep, id, offset, len) else { return };
+    if len == 0 {
+        finish_if_received(st, id);
+        return;
+    }
+    let op = st.ops.get_mut(&id).expect("claimed above");
+    op.tokens += 1;
+    // SAFETY: `claim_fragment` checked `[at, at + len)` lies inside the operation's buffer, which
+    // its request owns until the operation completes, and the operation cannot complete before
+    // the token comes back with `PlaceDone`. Fragments of one operation never overlap unless
+    // the peer lies, and then it only garbles its own data in that buffer.
+    dest.set(unsafe { PlaceTarget::new(at, id) });
+    finish_if_received(st, id);
+}
+
+/// Checks a data fragment of operation `id` (a rendezvous receive or a get) against the
+/// operation's buffer, counts its bytes and returns where they go. A fragment outside the buffer
+/// fails the operation.
+fn claim_fragment(st: &mut State, ep: u64, id: u64, offset: u64, len: usize) -> Option<*mut u8> {
+    let op = st.ops.get_mut(&id).filter(|op| op.ep == ep && op.result.is_none())?;
+    let (ptr, cap, received) = match &mut op.kind {
+        OutKind::RndvRecv { ptr, accept, received, .. } => (*ptr, *accept, received),
+        OutKind::Get { ptr, len, received } => (*ptr, *len, received),
+        _ => return None,
+    };
+    let fits = usize::try_from(offset).ok().filter(|off| off.checked_add(len).is_some_and(|end| end <= cap));
+    match fits {
+        Some(off) => {
+            *received += len;
+            // SAFETY: `off + len <= cap`, and `ptr..ptr + cap` is the operation's buffer.
+            Some(unsafe { ptr.add(off) })
+        }
+        None => {
+            tracing::warn!(id, offset, len, "data fragment outside the receive buffer");
+            st.finish_op(id, Status::IoError, OpInfo::default());
+            None
+        }
+    }
+}
+
+/// Completes a rendezvous receive once every accepted byte is announced; placed bytes still on
+/// their way hold the completion until their tokens return.
+fn finish_if_received(st: &mut State, id: u64) {
+    let Some(op) = st.ops.get(&id) else { return };
+    if let OutKind::RndvRecv { accept, total, received, sender_tag, .. } = op.kind {
+        if received >= accept {
+            let status = if accept < total { Status::MessageTruncated } else { Status::Ok };
+            st.finish_op(id, status, OpInfo { length: accept, sender_tag, value: 0 });
         }
     }
 }
@@ -60,17 +147,7 @@ fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
         on_hello(st, link, payload);
         return;
     }
-    let Some(&ep) = st.link_eps.get(&link) else {
-        tracing::warn!(?link, "frame before the connection request; closing the link");
-        protocol_violation(st, link);
-        return;
-    };
-    if let Some(state) = st.eps.get_mut(&ep) {
-        state.rx_seen = true;
-        if matches!(state.phase, Phase::Dead(_)) {
-            return;
-        }
-    }
+    let Some(ep) = receiving_ep(st, link) else { return };
     match op {
         Op::Hello => {}
         Op::TagEager { tag, sync, sender_req } => {
@@ -86,7 +163,7 @@ fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
             }
         }
         Op::Rtr { sender_req, recv_req, accept_len } => on_rtr(st, ep, sender_req, recv_req, accept_len),
-        Op::RndvData { recv_req, offset } => on_rndv_data(st, ep, recv_req, offset, payload),
+        Op::RndvData { recv_req, offset } => on_data_fragment(st, ep, recv_req, offset, payload),
         Op::Stream => deliver_stream(st, ep, payload),
         Op::AmEager { am_id, reply, header_len } => {
             let data = st.pooled_copy(payload);
@@ -127,7 +204,7 @@ fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
                 }
             }
         }
-        Op::GetData { req, offset } => on_get_data(st, ep, req, offset, payload),
+        Op::GetData { req, offset } => on_data_fragment(st, ep, req, offset, payload),
         Op::Atomic { req, region, key, addr, op, size, fetch: _, value, compare } => {
             let reply =
                 match rma_exec::atomic(&st.ctx.remote_access, region, &key, addr, op, size, value, compare) {
@@ -291,62 +368,15 @@ fn on_rtr(st: &mut State, ep: u64, sender_req: u64, recv_req: u64, accept_len: u
     st.bulk_active.insert(ep);
 }
 
-fn on_rndv_data(st: &mut State, ep: u64, recv_req: u64, offset: u64, payload: &[u8]) {
-    let Some(recv) = st.rndv_recvs.get_mut(&recv_req) else { return };
-    if recv.ep != ep {
-        return;
-    }
-    let fits = usize::try_from(offset)
-        .ok()
-        .and_then(|off| off.checked_add(payload.len()).map(|end| (off, end)))
-        .filter(|&(_, end)| end <= recv.accept);
-    let Some((off, _)) = fits else {
-        tracing::warn!(
-            recv_req,
-            offset,
-            len = payload.len(),
-            "rendezvous fragment outside the receive buffer"
-        );
-        if let Some(recv) = st.rndv_recvs.remove(&recv_req) {
-            st.complete_sink(&recv.sink, Status::IoError, OpInfo::default());
-        }
-        return;
-    };
+/// A data fragment that came as an ordinary frame (a transport without placement): copied in.
+fn on_data_fragment(st: &mut State, ep: u64, id: u64, offset: u64, payload: &[u8]) {
+    let Some(at) = claim_fragment(st, ep, id, offset, payload.len()) else { return };
     if !payload.is_empty() {
-        // SAFETY: `[off, off + len)` lies inside the receive's `accept` bytes, which are inside the
-        // buffer its request owns until the sink completes.
-        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), recv.ptr.add(off), payload.len()) };
+        // SAFETY: `claim_fragment` checked the range lies inside the operation's buffer, owned by
+        // its request until the operation completes.
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), at, payload.len()) };
     }
-    recv.received += payload.len();
-    if recv.received >= recv.accept {
-        let recv = st.rndv_recvs.remove(&recv_req).expect("present above");
-        let status = if recv.accept < recv.total { Status::MessageTruncated } else { Status::Ok };
-        st.complete_sink(
-            &recv.sink,
-            status,
-            OpInfo { length: recv.accept, sender_tag: recv.sender_tag, value: 0 },
-        );
-    }
-}
-
-fn on_get_data(st: &mut State, ep: u64, req: u64, offset: u64, payload: &[u8]) {
-    let Some(op) = st.ops.get_mut(&req) else { return };
-    if op.ep != ep {
-        return;
-    }
-    let OutKind::Get { ptr, len, received } = &mut op.kind else { return };
-    let fits = usize::try_from(offset)
-        .ok()
-        .filter(|off| off.checked_add(payload.len()).is_some_and(|end| end <= *len));
-    let Some(off) = fits else {
-        st.finish_op(req, Status::IoError, OpInfo::default());
-        return;
-    };
-    if !payload.is_empty() {
-        // SAFETY: `[off, off + len)` is inside the get's buffer, owned by its request until it completes.
-        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), ptr.add(off), payload.len()) };
-    }
-    *received += payload.len();
+    finish_if_received(st, id);
 }
 
 fn on_rma_ack(st: &mut State, ep: u64, req: u64, status: i8, value: u64) {

@@ -165,12 +165,6 @@ pub(crate) fn fail_ep(st: &mut State, ep_id: u64, status: Status, close_link: bo
         };
         st.finish_op(id, op_status, OpInfo::default());
     }
-    let recvs: Vec<u64> = st.rndv_recvs.iter().filter(|(_, r)| r.ep == ep_id).map(|(&id, _)| id).collect();
-    for id in recvs {
-        if let Some(recv) = st.rndv_recvs.remove(&id) {
-            st.complete_sink(&recv.sink, status, OpInfo::default());
-        }
-    }
     if let Some(handler) = handler {
         st.deferred.push(Deferred::ErrHandler { ep: ep_id, handler, status });
     }
@@ -193,7 +187,10 @@ pub(crate) fn finish_closes(core: &mut Core) {
     let closing: Vec<u64> =
         st.eps.iter().filter(|(_, ep)| ep.phase == Phase::Closing).map(|(&id, _)| id).collect();
     for ep_id in closing {
-        let busy = st.ops.values().any(|op| op.ep == ep_id && !matches!(op.kind, OutKind::Close))
+        let busy = st
+            .ops
+            .values()
+            .any(|op| op.ep == ep_id && !op.kind.is_incoming() && !matches!(op.kind, OutKind::Close))
             || st.eps.get(&ep_id).is_some_and(|ep| !ep.bulk.is_empty() || !ep.queued.is_empty());
         if busy {
             continue;

@@ -126,7 +126,7 @@ impl Context {
         let wakeup = Wakeup::new().map_err(|e| fail_with(Status::IoError, format!("eventfd: {e}")))?;
         let epoll = wakeup::epoll_set(&[wakeup.as_fd()], tl.event_fd())?;
         let caps = tl.caps().clone();
-        let st = State::new(self.inner.clone(), address, caps.max_frame, caps.zcopy_threshold);
+        let st = State::new(self.inner.clone(), address, &caps);
         let pool = Arc::clone(&st.pool);
         tracing::debug!(name, transport = caps.name, "worker created");
         Ok(Worker {

@@ -6,6 +6,11 @@
 //! most [`FRAGMENT_WINDOW`] fragments per operation in the transport at once, so a small message
 //! sent meanwhile waits behind a few fragments at most, never behind the whole transfer. Large
 //! streams, puts and get replies use the same pacing.
+//!
+//! Rendezvous fragments and get replies go out as *placed* frames where the transport can: the
+//! receiver sees the header first and has the payload written straight into the request's
+//! buffer (one copy less on a stream transport). Puts and streams stay ordinary frames: their
+//! destination is only known, or only safe to touch, when the whole fragment is there.
 
 use std::sync::Arc;
 
@@ -14,7 +19,7 @@ use zcx_dataplane::{LinkId, Payload, RemoteAccess, SendOutcome, TlError, ZcopyPa
 
 use crate::request::{OpInfo, OpSink};
 use crate::status::Status;
-use crate::worker::state::{status_of, BulkJob, Core, FragKind, OutKind, RndvRecv, State, FRAGMENT_WINDOW};
+use crate::worker::state::{status_of, BulkJob, Core, FragKind, OutKind, State, FRAGMENT_WINDOW};
 
 /// The receiver matched a rendezvous request to a buffer of `cap` bytes at `ptr`: asks the sender
 /// for as many bytes as fit, and completes at once when none will come.
@@ -39,7 +44,7 @@ pub(crate) fn start_recv(
         st.complete_sink(&sink, status, OpInfo { length: 0, sender_tag, value: 0 });
         return;
     }
-    st.rndv_recvs.insert(recv_req, RndvRecv { ep, sink, ptr, accept, total, received: 0, sender_tag });
+    st.insert_op(recv_req, ep, sink, OutKind::RndvRecv { ptr, accept, total, received: 0, sender_tag });
 }
 
 /// Feeds every endpoint's bulk jobs to the transport, as far as the windows allow.
@@ -90,7 +95,6 @@ fn run_ep_bulk(core: &mut Core, ep: u64) {
 
 fn send_fragments(core: &mut Core, link: LinkId, op_id: u64) -> Step {
     let Core { tl, st } = core;
-    let max_payload = st.max_payload;
     let zcopy_threshold = st.zcopy_threshold;
     loop {
         let Some(op) = st.ops.get_mut(&op_id) else { return Step::Next };
@@ -108,7 +112,8 @@ fn send_fragments(core: &mut Core, link: LinkId, op_id: u64) -> Step {
         if op.tokens >= FRAGMENT_WINDOW {
             return Step::Wait;
         }
-        let n = (*len - *sent).min(max_payload);
+        let placed = matches!(frag, FragKind::Rndv { .. }) && st.max_placed > 0;
+        let n = (*len - *sent).min(if placed { st.max_placed } else { st.max_payload });
         let header = match *frag {
             FragKind::Rndv { recv_req } => Op::RndvData { recv_req, offset: *sent as u64 },
             FragKind::Stream => Op::Stream,
@@ -129,11 +134,11 @@ fn send_fragments(core: &mut Core, link: LinkId, op_id: u64) -> Step {
             // SAFETY: the buffer stays alive and unchanged until the token returns: the operation
             // completes only once `tokens` is back to 0.
             let z = unsafe { ZcopyPayload::new(start, n, op_id) };
-            tl.send(link, &hdr[..hdr_len], Payload::Zcopy(z))
+            send_fragment(tl, link, &hdr[..hdr_len], Payload::Zcopy(z), placed)
         } else {
             // SAFETY: as above; the bytes are copied before `send` returns.
             let bytes = unsafe { std::slice::from_raw_parts(start, n) };
-            tl.send(link, &hdr[..hdr_len], Payload::Copy(bytes))
+            send_fragment(tl, link, &hdr[..hdr_len], Payload::Copy(bytes), placed)
         };
         match result {
             Ok(outcome) => {
@@ -167,7 +172,8 @@ fn get_reply(
     if tl.has_pending_sends(link) && offset > 0 {
         return Step::Wait;
     }
-    let max_payload = st.max_payload as u64;
+    let placed = st.max_placed > 0;
+    let max_payload = if placed { st.max_placed } else { st.max_payload } as u64;
     let mut hdr = [0u8; MAX_HEADER_LEN];
     for _ in 0..FRAGMENT_WINDOW {
         if offset >= len {
@@ -181,7 +187,7 @@ fn get_reply(
                 // SAFETY: the table vouched for `[ptr, ptr + n)` as live registered memory and holds its
                 // lock, so the region cannot be removed (and unmapped) during the copy into the transport.
                 let bytes = unsafe { std::slice::from_raw_parts(ptr.cast_const(), n as usize) };
-                tl.send(link, &hdr[..hdr_len], Payload::Copy(bytes))
+                send_fragment(tl, link, &hdr[..hdr_len], Payload::Copy(bytes), placed)
             });
         match sent {
             Ok(Ok(_)) => offset += n,
@@ -202,6 +208,20 @@ fn get_reply(
         *o = offset;
     }
     Step::Wait
+}
+
+fn send_fragment(
+    tl: &mut Box<dyn zcx_dataplane::Transport>,
+    link: LinkId,
+    header: &[u8],
+    payload: Payload<'_>,
+    placed: bool,
+) -> Result<SendOutcome, TlError> {
+    if placed {
+        tl.send_placed(link, header, payload)
+    } else {
+        tl.send(link, header, payload)
+    }
 }
 
 fn send_now(tl: &mut Box<dyn zcx_dataplane::Transport>, link: LinkId, op: &Op) {

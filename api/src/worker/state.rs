@@ -160,6 +160,9 @@ pub(crate) enum OutKind {
     AwaitRtr { ptr: *const u8, len: usize },
     /// A get waiting for its data and its ack.
     Get { ptr: *mut u8, len: usize, received: usize },
+    /// The receiving side of a rendezvous: the peer sends `accept` bytes into `ptr`; `received`
+    /// counts the bytes announced so far (placed ones land when their token returns).
+    RndvRecv { ptr: *mut u8, accept: usize, total: usize, received: usize, sender_tag: u64 },
     /// A put or atomic waiting for its ack.
     RmaAck,
     /// An endpoint flush: done when acked and no older operation of the endpoint remains.
@@ -173,6 +176,14 @@ pub(crate) enum OutKind {
 // SAFETY: the raw pointers are into the buffer owned by the operation's request cell (`sink`),
 // which lives at least as long as this record; they carry no thread affinity.
 unsafe impl Send for OutKind {}
+
+impl OutKind {
+    /// Receives a peer may still be sending into: not something the endpoint's flush or close
+    /// waits for (UCP flushes outgoing operations only).
+    pub fn is_incoming(&self) -> bool {
+        matches!(self, OutKind::RndvRecv { .. })
+    }
+}
 
 /// What the fragments of an `OutKind::Send` are.
 #[derive(Clone, Copy)]
@@ -197,20 +208,6 @@ pub(crate) enum Unexpected {
     Eager { data: Vec<u8>, sync_req: Option<u64> },
     Rts { sender_req: u64, total_len: u64 },
 }
-
-/// The receiving side of a rendezvous: where the data goes.
-pub(crate) struct RndvRecv {
-    pub ep: u64,
-    pub sink: Arc<dyn OpSink>,
-    pub ptr: *mut u8,
-    pub accept: usize,
-    pub total: usize,
-    pub received: usize,
-    pub sender_tag: u64,
-}
-
-// SAFETY: as for `StreamRecv`.
-unsafe impl Send for RndvRecv {}
 
 /// A connection accepted by a listener, waiting for the client's request.
 pub(crate) struct Incoming {
@@ -250,12 +247,13 @@ pub(crate) struct State {
     pub tags: TagMatcher<PostedTagRecv, Unexpected>,
     pub am_handlers: HashMap<u16, AmHandlerEntry>,
     pub ops: HashMap<u64, OutOp>,
-    pub rndv_recvs: HashMap<u64, RndvRecv>,
     pub deferred: Vec<Deferred>,
     pub out: Vec<OutFrame>,
     pub events: usize,
     pub rndv_thresh: usize,
     pub max_payload: usize,
+    /// Largest payload of a placed fragment; 0 when the transport cannot place.
+    pub max_placed: usize,
     pub zcopy_threshold: usize,
     pub keepalive: Duration,
     pub next_tick: Instant,
@@ -286,9 +284,9 @@ impl State {
     pub fn new(
         ctx: Arc<ContextInner>,
         address: zcx_control::WorkerAddressWire,
-        max_frame: usize,
-        zcopy_threshold: usize,
+        caps: &zcx_dataplane::Caps,
     ) -> State {
+        let (max_frame, zcopy_threshold) = (caps.max_frame, caps.zcopy_threshold);
         let config = &ctx.config;
         let max_payload = max_payload(max_frame);
         State {
@@ -302,11 +300,11 @@ impl State {
             tags: TagMatcher::new(),
             am_handlers: HashMap::new(),
             ops: HashMap::new(),
-            rndv_recvs: HashMap::new(),
             deferred: Vec::new(),
             out: Vec::new(),
             events: 0,
             max_payload,
+            max_placed: caps.max_placed,
             zcopy_threshold,
             next_tick: Instant::now(),
             pool: Arc::new(Mutex::new(Vec::new())),
@@ -413,7 +411,10 @@ impl State {
     /// is in flight.
     fn has_older_ops(&self, ep: u64, id: u64) -> bool {
         self.ops.iter().any(|(&other, op)| {
-            other < id && op.ep == ep && !matches!(op.kind, OutKind::Flush { .. } | OutKind::Close)
+            other < id
+                && op.ep == ep
+                && !op.kind.is_incoming()
+                && !matches!(op.kind, OutKind::Flush { .. } | OutKind::Close)
         })
     }
 
@@ -435,8 +436,13 @@ impl State {
     /// Registers an operation and returns its id.
     pub fn add_op(&mut self, ep: u64, sink: Arc<dyn OpSink>, kind: OutKind) -> u64 {
         let id = self.new_id();
-        self.ops.insert(id, OutOp { ep, sink, kind, tokens: 0, result: None });
+        self.insert_op(id, ep, sink, kind);
         id
+    }
+
+    /// Registers an operation under an id from [`State::new_id`].
+    pub fn insert_op(&mut self, id: u64, ep: u64, sink: Arc<dyn OpSink>, kind: OutKind) {
+        self.ops.insert(id, OutOp { ep, sink, kind, tokens: 0, result: None });
     }
 
     /// The endpoint's state, if it can carry a new operation; otherwise the status that operation
@@ -518,6 +524,15 @@ pub(crate) fn flush_queued(tl: &mut dyn Transport, st: &mut State, ep_id: u64) {
             st.finish_op(op, status, OpInfo::default());
         }
     }
+}
+
+/// A placed fragment of operation `token` never fully arrived (its link failed): the operation
+/// fails with `status` whatever it had concluded, once its other fragments are back.
+pub(crate) fn fail_token(st: &mut State, token: u64, status: Status) {
+    if let Some(op) = st.ops.get_mut(&token) {
+        op.result = Some((status, OpInfo::default()));
+    }
+    return_token(st, token);
 }
 
 /// A zero-copy fragment of operation `token` is no longer used by the transport.

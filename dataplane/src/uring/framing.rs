@@ -4,9 +4,116 @@
 //! [`FrameReader`] turns received chunks back into frames: a frame lying wholly inside one chunk
 //! is handed out as a slice of that chunk (no copy); a frame split across chunks is assembled in
 //! a reused `Vec` whose size is bounded by the largest frame allowed.
+//!
+//! A *placed* frame has [`PLACED`] set in its length word. The length (without the bit) then
+//! covers a `u32` little-endian payload length and the protocol header; the payload follows
+//! outside the counted bytes. The receiver sees the header first ([`FrameSink::placed`]) and
+//! names where the payload goes, so the payload can be received straight into its final buffer.
+
+use crate::transport::PlaceTarget;
 
 /// Bytes of the length prefix in front of every frame.
 pub const PREFIX_LEN: usize = 4;
+
+/// The length-word bit marking a placed frame.
+pub const PLACED: u32 = 1 << 31;
+
+/// Largest protocol header a placed frame may carry.
+pub const MAX_PLACED_HEADER: usize = 4096;
+
+/// Where parsed frames go.
+pub trait FrameSink {
+    /// A whole ordinary frame, lent for this call.
+    fn frame(&mut self, bytes: &[u8]);
+    /// The header of a placed frame with `len` payload bytes to come: where they go, or `None`
+    /// to drop them.
+    fn placed(&mut self, header: &[u8], len: usize) -> Option<PlaceTarget>;
+    /// Every payload byte of the placed frame at `target` has been written.
+    fn place_done(&mut self, target: PlaceTarget);
+}
+
+/// The payload of a placed frame being received.
+#[derive(Debug)]
+pub struct Placing {
+    target: Option<PlaceTarget>,
+    len: usize,
+    done: usize,
+}
+
+impl Placing {
+    /// The destination, unless the payload is being dropped.
+    pub fn target(&self) -> Option<PlaceTarget> {
+        self.target
+    }
+
+    /// Payload bytes still to come.
+    pub fn remaining(&self) -> usize {
+        self.len - self.done
+    }
+
+    /// Where the next payload bytes go and how many are missing, when they have a destination.
+    pub fn next_dest(&self) -> Option<(*mut u8, usize)> {
+        let target = self.target?;
+        // SAFETY: `done <= len`, and the target covers `len` bytes (`PlaceTarget::new`).
+        Some((unsafe { target.ptr().add(self.done) }, self.remaining()))
+    }
+
+    /// The kernel wrote `n` bytes at [`Placing::next_dest`].
+    pub fn advance(&mut self, n: usize) {
+        self.done = (self.done + n).min(self.len);
+    }
+
+    /// Takes as many payload bytes from the front of `data` as are missing: copied to the
+    /// destination, or dropped. Returns how many were taken.
+    fn absorb(&mut self, data: &[u8]) -> usize {
+        let take = self.remaining().min(data.len());
+        if let Some((dest, _)) = self.next_dest() {
+            // SAFETY: `take <= remaining`, so the bytes land inside the destination's `len`
+            // bytes, which `PlaceTarget::new`'s contract makes ours to write; `data` is a
+            // receive buffer, never the destination.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dest, take) };
+        }
+        self.done += take;
+        take
+    }
+}
+
+/// Ends the placement in `placing` if its payload is complete.
+pub fn finish_placing(placing: &mut Option<Placing>, sink: &mut dyn FrameSink) {
+    if placing.as_ref().is_some_and(|p| p.remaining() == 0) {
+        if let Some(target) = placing.take().and_then(|p| p.target) {
+            sink.place_done(target);
+        }
+    }
+}
+
+/// The frame length a length word announces, and whether the frame is a placed header.
+fn announced(word: u32, max_frame: usize) -> Result<(usize, bool), FrameTooLarge> {
+    if word & PLACED != 0 {
+        let len = (word & !PLACED) as usize;
+        if !(PREFIX_LEN..=PREFIX_LEN + MAX_PLACED_HEADER).contains(&len) {
+            return Err(FrameTooLarge { len: u64::from(word) });
+        }
+        Ok((len, true))
+    } else if word as usize > max_frame {
+        Err(FrameTooLarge { len: u64::from(word) })
+    } else {
+        Ok((word as usize, false))
+    }
+}
+
+/// Hands a complete frame body to the sink: an ordinary frame, or a placed header that starts a
+/// placement.
+fn dispatch(body: &[u8], placed: bool, placing: &mut Option<Placing>, sink: &mut dyn FrameSink) {
+    if !placed {
+        sink.frame(body);
+        return;
+    }
+    let len = u32::from_le_bytes([body[0], body[1], body[2], body[3]]) as usize;
+    let target = sink.placed(&body[PREFIX_LEN..], len);
+    *placing = Some(Placing { target, len, done: 0 });
+    finish_placing(placing, sink);
+}
 
 /// The peer announced a frame longer than the limit: the stream cannot be trusted any more.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +131,8 @@ pub struct FrameReader {
     prefix_have: usize,
     /// Length of the frame being assembled in `partial` (valid while `assembling`).
     want: usize,
+    /// The frame being assembled is a placed header.
+    want_placed: bool,
     assembling: bool,
     partial: Vec<u8>,
     failed: bool,
@@ -37,6 +146,7 @@ impl FrameReader {
             prefix: [0; PREFIX_LEN],
             prefix_have: 0,
             want: 0,
+            want_placed: false,
             assembling: false,
             partial: Vec::new(),
             failed: false,
@@ -48,21 +158,33 @@ impl FrameReader {
         self.prefix_have == 0 && !self.assembling
     }
 
-    /// Feeds one received chunk, calling `deliver` for every frame it completes, in order.
+    /// Feeds one received chunk, telling `sink` about every frame it completes, in order; the
+    /// payload of a placed frame goes through `placing`.
     ///
     /// After an error the reader stays failed and ignores further input.
-    pub fn feed(&mut self, mut data: &[u8], deliver: &mut dyn FnMut(&[u8])) -> Result<(), FrameTooLarge> {
+    pub fn feed(
+        &mut self,
+        mut data: &[u8],
+        placing: &mut Option<Placing>,
+        sink: &mut dyn FrameSink,
+    ) -> Result<(), FrameTooLarge> {
         if self.failed {
             return Err(FrameTooLarge { len: 0 });
         }
         while !data.is_empty() {
+            if let Some(p) = placing.as_mut() {
+                let take = p.absorb(data);
+                data = &data[take..];
+                finish_placing(placing, sink);
+                continue;
+            }
             if self.assembling {
                 let take = (self.want - self.partial.len()).min(data.len());
                 self.partial.extend_from_slice(&data[..take]);
                 data = &data[take..];
                 if self.partial.len() == self.want {
                     self.assembling = false;
-                    deliver(&self.partial);
+                    dispatch(&self.partial, self.want_placed, placing, sink);
                     self.partial.clear();
                 }
                 continue;
@@ -86,14 +208,16 @@ impl FrameReader {
                 self.prefix_have = data.len();
                 return Ok(());
             };
-            let len = len as usize;
-            if len > self.max_frame {
-                self.failed = true;
-                return Err(FrameTooLarge { len: len as u64 });
-            }
+            let (len, placed) = match announced(len, self.max_frame) {
+                Ok(announced) => announced,
+                Err(err) => {
+                    self.failed = true;
+                    return Err(err);
+                }
+            };
             if data.len() >= len {
                 // The whole frame is inside this chunk: lend it straight from there.
-                deliver(&data[..len]);
+                dispatch(&data[..len], placed, placing, sink);
                 data = &data[len..];
             } else {
                 // Bounded by `max_frame`, so peer input never makes this grow without limit.
@@ -101,6 +225,7 @@ impl FrameReader {
                 self.partial.extend_from_slice(data);
                 data = &[];
                 self.want = len;
+                self.want_placed = placed;
                 self.assembling = true;
             }
         }
@@ -123,7 +248,8 @@ impl FrameReader {
     /// start of its frame) to `rx`, leaving this reader idle.
     pub fn drain_into(&mut self, rx: &mut RxBuf) {
         if self.assembling {
-            rx.append(&prefix(self.want));
+            let word = if self.want_placed { self.want as u32 | PLACED } else { self.want as u32 };
+            rx.append(&word.to_le_bytes());
             rx.append(&self.partial);
             self.partial.clear();
             self.assembling = false;
@@ -181,7 +307,7 @@ impl RxBuf {
         // Bytes the frame in progress needs in all (prefix included), or the prefix alone.
         let frame = if held >= PREFIX_LEN {
             let b = &self.buf[self.start..];
-            PREFIX_LEN + u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+            PREFIX_LEN + (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & !PLACED) as usize
         } else {
             PREFIX_LEN
         };
@@ -196,26 +322,55 @@ impl RxBuf {
         }
     }
 
-    /// The kernel wrote `n` bytes at the spot [`RxBuf::spare`] returned: delivers every frame
-    /// now complete, in order.
+    /// Bytes held that belong to a frame not yet complete.
+    pub fn held(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Bytes still missing from the frame (or length prefix) held, 0 when nothing is held.
+    pub fn missing(&self) -> usize {
+        let held = self.held();
+        if held == 0 {
+            0
+        } else if held < PREFIX_LEN {
+            PREFIX_LEN - held
+        } else {
+            let b = &self.buf[self.start..];
+            let word = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & !PLACED;
+            (PREFIX_LEN + word as usize).saturating_sub(held)
+        }
+    }
+
+    /// The kernel wrote `n` bytes at the spot [`RxBuf::spare`] returned: tells `sink` about
+    /// every frame now complete, in order, and hands placed payload bytes to `placing`. A
+    /// placement is never left waiting while bytes are held: they are all its own.
     pub fn filled(
         &mut self,
         n: usize,
         max_frame: usize,
-        deliver: &mut dyn FnMut(&[u8]),
+        placing: &mut Option<Placing>,
+        sink: &mut dyn FrameSink,
     ) -> Result<(), FrameTooLarge> {
         self.end = (self.end + n).min(self.buf.len());
-        while self.end - self.start >= PREFIX_LEN {
-            let b = &self.buf[self.start..self.end];
-            let len = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
-            if len > max_frame {
-                return Err(FrameTooLarge { len: len as u64 });
+        loop {
+            if let Some(p) = placing.as_mut() {
+                self.start += p.absorb(&self.buf[self.start..self.end]);
+                finish_placing(placing, sink);
+                if placing.is_some() {
+                    break;
+                }
+                continue;
             }
+            if self.end - self.start < PREFIX_LEN {
+                break;
+            }
+            let b = &self.buf[self.start..self.end];
+            let (len, placed) = announced(u32::from_le_bytes([b[0], b[1], b[2], b[3]]), max_frame)?;
             if b.len() < PREFIX_LEN + len {
                 break;
             }
-            deliver(&b[PREFIX_LEN..PREFIX_LEN + len]);
             self.start += PREFIX_LEN + len;
+            dispatch(&b[PREFIX_LEN..PREFIX_LEN + len], placed, placing, sink);
         }
         if self.start == self.end {
             self.start = 0;
@@ -230,111 +385,304 @@ pub fn prefix(len: usize) -> [u8; PREFIX_LEN] {
     (len as u32).to_le_bytes()
 }
 
+/// Encodes the length prefix of a placed frame whose header (payload length word included) is
+/// `header_len` bytes.
+pub fn placed_prefix(header_len: usize) -> [u8; PREFIX_LEN] {
+    (header_len as u32 | PLACED).to_le_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn encode(frames: &[Vec<u8>]) -> Vec<u8> {
+    /// What a stream carries, and what a receiver should see of it.
+    #[derive(Clone, Debug, PartialEq)]
+    enum Item {
+        Frame(Vec<u8>),
+        /// A placed frame; the receiver keeps the payload when the header's first byte is even
+        /// (or the header is empty), and sees no payload otherwise.
+        Placed {
+            header: Vec<u8>,
+            payload: Vec<u8>,
+        },
+    }
+
+    fn keeps(header: &[u8]) -> bool {
+        header.first().is_none_or(|b| b % 2 == 0)
+    }
+
+    fn encode(items: &[Item]) -> Vec<u8> {
         let mut out = Vec::new();
-        for f in frames {
-            out.extend_from_slice(&prefix(f.len()));
-            out.extend_from_slice(f);
+        for item in items {
+            match item {
+                Item::Frame(f) => {
+                    out.extend_from_slice(&prefix(f.len()));
+                    out.extend_from_slice(f);
+                }
+                Item::Placed { header, payload } => {
+                    out.extend_from_slice(&placed_prefix(PREFIX_LEN + header.len()));
+                    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+                    out.extend_from_slice(header);
+                    out.extend_from_slice(payload);
+                }
+            }
         }
         out
     }
 
-    fn collect(reader: &mut FrameReader, chunks: &[&[u8]]) -> Result<Vec<Vec<u8>>, FrameTooLarge> {
-        let mut got = Vec::new();
-        for c in chunks {
-            reader.feed(c, &mut |f| got.push(f.to_vec()))?;
+    /// What the receiver should report for `items`.
+    fn seen(items: &[Item]) -> Vec<Item> {
+        items
+            .iter()
+            .map(|item| match item {
+                Item::Placed { header, .. } if !keeps(header) => {
+                    Item::Placed { header: header.clone(), payload: Vec::new() }
+                }
+                other => other.clone(),
+            })
+            .collect()
+    }
+
+    /// A receiver placing kept payloads into buffers of its own.
+    #[derive(Default)]
+    struct Collect {
+        got: Vec<Item>,
+        dests: Vec<Vec<u8>>,
+        headers: Vec<Vec<u8>>,
+        open: usize,
+    }
+
+    impl FrameSink for Collect {
+        fn frame(&mut self, bytes: &[u8]) {
+            self.got.push(Item::Frame(bytes.to_vec()));
         }
-        Ok(got)
+
+        fn placed(&mut self, header: &[u8], len: usize) -> Option<PlaceTarget> {
+            if !keeps(header) {
+                self.got.push(Item::Placed { header: header.to_vec(), payload: Vec::new() });
+                return None;
+            }
+            // Filled with a marker so bytes not written show up in the comparison.
+            self.dests.push(vec![0xA5; len]);
+            self.headers.push(header.to_vec());
+            self.open += 1;
+            let token = (self.dests.len() - 1) as u64;
+            // SAFETY: the Vec's heap buffer stays put (moving the Vec does not move it) and is
+            // only looked at again in `place_done`.
+            Some(unsafe { PlaceTarget::new(self.dests[token as usize].as_mut_ptr(), token) })
+        }
+
+        fn place_done(&mut self, target: PlaceTarget) {
+            self.open -= 1;
+            let i = target.token() as usize;
+            self.got.push(Item::Placed { header: self.headers[i].clone(), payload: self.dests[i].clone() });
+        }
+    }
+
+    fn split<'a>(wire: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (wire.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        for c in cuts {
+            chunks.push(&wire[at..c]);
+            at = c;
+        }
+        chunks.push(&wire[at..]);
+        chunks
+    }
+
+    /// Receives `chunks` the way the transport does in single-shot mode: into the `RxBuf`, or,
+    /// while a placement with a destination is open and nothing is held, straight into it.
+    fn drive_rx(
+        rx: &mut RxBuf,
+        placing: &mut Option<Placing>,
+        sink: &mut Collect,
+        chunks: &[&[u8]],
+        max: usize,
+    ) -> Result<(), FrameTooLarge> {
+        for chunk in chunks {
+            let mut data = *chunk;
+            while !data.is_empty() {
+                let direct = placing.as_ref().and_then(Placing::next_dest).filter(|_| rx.held() == 0);
+                if let Some((dest, missing)) = direct {
+                    let n = missing.min(data.len());
+                    // SAFETY: `next_dest` gave `missing` writable bytes at `dest`.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dest, n) };
+                    placing.as_mut().expect("open").advance(n);
+                    finish_placing(placing, sink);
+                    data = &data[n..];
+                    continue;
+                }
+                let (ptr, room) = rx.spare(16);
+                let n = room.min(data.len());
+                // SAFETY: `spare` returned `room` writable bytes at `ptr`.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, n) };
+                data = &data[n..];
+                rx.filled(n, max, placing, sink)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn feed_all(
+        reader: &mut FrameReader,
+        placing: &mut Option<Placing>,
+        sink: &mut Collect,
+        chunks: &[&[u8]],
+    ) -> Result<(), FrameTooLarge> {
+        for c in chunks {
+            reader.feed(c, placing, sink)?;
+        }
+        Ok(())
+    }
+
+    fn item() -> impl Strategy<Value = Item> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..200).prop_map(Item::Frame),
+            (proptest::collection::vec(any::<u8>(), 0..40), proptest::collection::vec(any::<u8>(), 0..700))
+                .prop_map(|(header, payload)| Item::Placed { header, payload }),
+        ]
     }
 
     #[test]
     fn whole_chunk_and_empty_frames() {
-        let frames = vec![vec![], vec![1], vec![2; 300], vec![]];
-        let wire = encode(&frames);
-        let mut r = FrameReader::new(1024);
-        assert_eq!(collect(&mut r, &[&wire]).unwrap(), frames);
+        let items =
+            vec![Item::Frame(vec![]), Item::Frame(vec![1]), Item::Frame(vec![2; 300]), Item::Frame(vec![])];
+        let wire = encode(&items);
+        let (mut r, mut placing, mut sink) = (FrameReader::new(1024), None, Collect::default());
+        feed_all(&mut r, &mut placing, &mut sink, &[&wire]).unwrap();
+        assert_eq!(sink.got, items);
         assert!(r.is_idle());
     }
 
     #[test]
     fn oversized_length_fails_without_allocating() {
-        let mut r = FrameReader::new(1024);
-        let err = r.feed(&[0xFF, 0xFF, 0xFF, 0xFF, 1, 2], &mut |_| panic!("no frame")).unwrap_err();
-        assert_eq!(err.len, 0xFFFF_FFFF);
+        let (mut r, mut placing, mut sink) = (FrameReader::new(1024), None, Collect::default());
+        let err = r.feed(&[0xFF, 0xFF, 0xFF, 0x7F, 1, 2], &mut placing, &mut sink).unwrap_err();
+        assert_eq!(err.len, 0x7FFF_FFFF);
         assert!(r.partial.capacity() == 0);
-        assert!(r.feed(&[0, 0, 0, 0], &mut |_| panic!("no frame")).is_err());
+        assert!(r.feed(&[0, 0, 0, 0], &mut placing, &mut sink).is_err());
+        assert!(sink.got.is_empty());
     }
 
-    fn collect_rx(rx: &mut RxBuf, wire: &[u8], cuts: &[usize], max: usize) -> Vec<Vec<u8>> {
-        let mut got = Vec::new();
-        let mut at = 0;
-        for &c in cuts.iter().chain(std::iter::once(&wire.len())) {
-            while at < c {
-                let (ptr, room) = rx.spare(16);
-                let n = room.min(c - at);
-                // SAFETY: `spare` returned `room` writable bytes at `ptr`.
-                unsafe { std::ptr::copy_nonoverlapping(wire[at..].as_ptr(), ptr, n) };
-                at += n;
-                rx.filled(n, max, &mut |f| got.push(f.to_vec())).unwrap();
-            }
+    #[test]
+    fn placed_header_lengths_out_of_bounds_fail() {
+        for word in [PLACED, PLACED | 3, PLACED | (PREFIX_LEN + MAX_PLACED_HEADER + 1) as u32, u32::MAX] {
+            let (mut r, mut placing, mut sink) = (FrameReader::new(1 << 20), None, Collect::default());
+            let mut wire = word.to_le_bytes().to_vec();
+            wire.extend_from_slice(&[0; 64]);
+            assert!(r.feed(&wire, &mut placing, &mut sink).is_err(), "{word:#x}");
+            let mut rx = RxBuf::default();
+            let (mut placing, mut sink) = (None, Collect::default());
+            assert!(drive_rx(&mut rx, &mut placing, &mut sink, &[&wire], 1 << 20).is_err(), "{word:#x}");
+            assert!(sink.got.is_empty() && placing.is_none());
         }
-        got
+    }
+
+    #[test]
+    fn placed_payload_lands_in_the_destination_and_frames_follow() {
+        let items = vec![
+            Item::Placed { header: vec![2, 9], payload: (0..=255).collect() },
+            Item::Frame(vec![7; 10]),
+            Item::Placed { header: vec![1], payload: vec![3; 50] },
+            Item::Placed { header: vec![], payload: vec![] },
+            Item::Frame(vec![]),
+        ];
+        let wire = encode(&items);
+        let (mut r, mut placing, mut sink) = (FrameReader::new(1024), None, Collect::default());
+        feed_all(&mut r, &mut placing, &mut sink, &[&wire[..13], &wire[13..100], &wire[100..]]).unwrap();
+        assert_eq!(sink.got, seen(&items));
+        assert_eq!(sink.open, 0);
+        assert!(placing.is_none() && r.is_idle());
     }
 
     #[test]
     fn rx_buf_takes_over_a_partial_frame_from_the_reader() {
-        let frames = vec![vec![3u8; 100], vec![4u8; 7]];
-        let wire = encode(&frames);
-        let mut r = FrameReader::new(1024);
-        let got = collect(&mut r, &[&wire[..30]]).unwrap();
-        assert!(got.is_empty());
+        let items = vec![Item::Frame(vec![3u8; 100]), Item::Frame(vec![4u8; 7])];
+        let wire = encode(&items);
+        let (mut r, mut placing, mut sink) = (FrameReader::new(1024), None, Collect::default());
+        feed_all(&mut r, &mut placing, &mut sink, &[&wire[..30]]).unwrap();
+        assert!(sink.got.is_empty());
         assert_eq!(r.missing(), 74);
         let mut rx = RxBuf::default();
         r.drain_into(&mut rx);
         assert!(r.is_idle());
-        assert_eq!(collect_rx(&mut rx, &wire[30..], &[], 1024), frames);
+        drive_rx(&mut rx, &mut placing, &mut sink, &[&wire[30..]], 1024).unwrap();
+        assert_eq!(sink.got, items);
         assert!(rx.is_empty());
     }
 
     proptest! {
         #[test]
-        fn rx_buf_any_split_gives_the_same_frames(
-            frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), 0..20),
-            cuts in proptest::collection::vec(0usize..5000, 0..30),
+        fn any_split_through_the_reader_gives_the_same_items(
+            items in proptest::collection::vec(item(), 0..20),
+            cuts in proptest::collection::vec(0usize..20_000, 0..30),
         ) {
-            let wire = encode(&frames);
-            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (wire.len() + 1)).collect();
-            cuts.sort_unstable();
-            let mut rx = RxBuf::default();
-            prop_assert_eq!(collect_rx(&mut rx, &wire, &cuts, 200), frames);
-            prop_assert!(rx.is_empty());
+            let wire = encode(&items);
+            let (mut r, mut placing, mut sink) = (FrameReader::new(200), None, Collect::default());
+            feed_all(&mut r, &mut placing, &mut sink, &split(&wire, &cuts)).unwrap();
+            prop_assert_eq!(sink.got, seen(&items));
+            prop_assert!(r.is_idle() && placing.is_none() && sink.open == 0);
+        }
+
+        #[test]
+        fn any_split_through_the_rx_buf_gives_the_same_items(
+            items in proptest::collection::vec(item(), 0..20),
+            cuts in proptest::collection::vec(0usize..20_000, 0..30),
+        ) {
+            let wire = encode(&items);
+            let (mut rx, mut placing, mut sink) = (RxBuf::default(), None, Collect::default());
+            drive_rx(&mut rx, &mut placing, &mut sink, &split(&wire, &cuts), 200).unwrap();
+            prop_assert_eq!(sink.got, seen(&items));
+            prop_assert!(rx.is_empty() && placing.is_none() && sink.open == 0);
             prop_assert!(rx.capacity() <= 512);
         }
 
-
+        /// The transport's switch from multishot to single-shot receives, at any byte.
         #[test]
-        fn any_split_gives_the_same_frames(
-            frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), 0..20),
-            cuts in proptest::collection::vec(0usize..5000, 0..30),
+        fn switching_parsers_midway_loses_nothing(
+            items in proptest::collection::vec(item(), 0..20),
+            cuts in proptest::collection::vec(0usize..20_000, 0..30),
+            switch in 0usize..20_000,
         ) {
-            let wire = encode(&frames);
-            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (wire.len() + 1)).collect();
-            cuts.sort_unstable();
-            let mut chunks = Vec::new();
-            let mut at = 0;
-            for c in cuts {
-                chunks.push(&wire[at..c]);
-                at = c;
+            let wire = encode(&items);
+            let switch = switch % (wire.len() + 1);
+            let (mut r, mut placing, mut sink) = (FrameReader::new(200), None, Collect::default());
+            feed_all(&mut r, &mut placing, &mut sink, &split(&wire[..switch], &cuts)).unwrap();
+            let mut rx = RxBuf::default();
+            r.drain_into(&mut rx);
+            drive_rx(&mut rx, &mut placing, &mut sink, &split(&wire[switch..], &cuts), 200).unwrap();
+            prop_assert_eq!(sink.got, seen(&items));
+            prop_assert!(rx.is_empty() && placing.is_none() && sink.open == 0);
+        }
+
+        /// Bytes from a hostile peer: random, or a valid stream with bytes flipped. Either parser
+        /// reports an error or some frames, never panics, and only writes inside destinations
+        /// (the destination buffers are exactly `len` long, so a stray write would be caught by
+        /// the allocator checks of the test build or the marker comparison).
+        #[test]
+        fn hostile_bytes_never_panic(
+            items in proptest::collection::vec(item(), 0..10),
+            flips in proptest::collection::vec((0usize..10_000, any::<u8>()), 0..8),
+            noise in proptest::collection::vec(any::<u8>(), 0..600),
+            cuts in proptest::collection::vec(0usize..20_000, 0..10),
+        ) {
+            let mut wire = encode(&items);
+            for (at, byte) in flips {
+                if !wire.is_empty() {
+                    let at = at % wire.len();
+                    wire[at] ^= byte;
+                }
             }
-            chunks.push(&wire[at..]);
-            let mut r = FrameReader::new(200);
-            prop_assert_eq!(collect(&mut r, &chunks).unwrap(), frames);
-            prop_assert!(r.is_idle());
+            wire.extend_from_slice(&noise);
+            let chunks = split(&wire, &cuts);
+            let (mut r, mut placing, mut sink) = (FrameReader::new(200), None, Collect::default());
+            let _ = feed_all(&mut r, &mut placing, &mut sink, &chunks);
+            let (mut rx, mut placing, mut sink) = (RxBuf::default(), None, Collect::default());
+            let _ = drive_rx(&mut rx, &mut placing, &mut sink, &chunks, 200);
+            prop_assert!(rx.capacity() <= 4096 + 2 * (PREFIX_LEN + MAX_PLACED_HEADER));
         }
     }
 }

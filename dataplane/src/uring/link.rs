@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use super::framing::{FrameReader, RxBuf};
+use super::framing::{FrameReader, Placing, RxBuf};
 use super::send_queue::SendQueue;
 use super::socket::RawAddr;
 use crate::transport::TlError;
@@ -41,6 +41,13 @@ pub struct Link {
     pub dirty: bool,
     /// Frame reassembly.
     pub reader: FrameReader,
+    /// The payload of a placed frame being received.
+    pub placing: Option<Placing>,
+    /// The receive out is a single-shot one straight into the placement's destination.
+    pub recv_direct: bool,
+    /// A placement just finished: the next receive into `rx` reads only a little, so that the
+    /// payload of a placed frame right behind is not pulled through `rx` too.
+    pub after_place: bool,
     /// Outgoing queue.
     pub tx: Box<SendQueue>,
     /// The connect target, kept at a stable address while the request is out.
@@ -75,6 +82,9 @@ impl Link {
             cancel_inflight: false,
             dirty: false,
             reader: FrameReader::new(max_frame),
+            placing: None,
+            recv_direct: false,
+            after_place: false,
             tx: SendQueue::new(),
             remote: Box::new(remote),
             rx: RxBuf::default(),

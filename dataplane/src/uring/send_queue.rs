@@ -107,9 +107,14 @@ impl SendQueue {
 
     /// Appends one frame: length prefix, header, then the payload (copied, or referenced when
     /// `zcopy` is given).
-    pub fn push(&mut self, header: &[u8], copy: &[u8], zcopy: Option<(*const u8, usize, u64)>) {
-        let total = header.len() + copy.len() + zcopy.map_or(0, |z| z.1);
-        self.pending.append_copy(&framing::prefix(total));
+    pub fn push(
+        &mut self,
+        prefix: &[u8; framing::PREFIX_LEN],
+        header: &[u8],
+        copy: &[u8],
+        zcopy: Option<(*const u8, usize, u64)>,
+    ) {
+        self.pending.append_copy(prefix);
         self.pending.append_copy(header);
         self.pending.append_copy(copy);
         if let Some((ptr, len, token)) = zcopy {
@@ -120,8 +125,13 @@ impl SendQueue {
 
     /// Appends what is left of a frame of which the first `sent` bytes (length prefix, header,
     /// then `copy`) already went out directly.
-    pub fn push_rest(&mut self, header: &[u8], copy: &[u8], mut sent: usize) {
-        let prefix = framing::prefix(header.len() + copy.len());
+    pub fn push_rest(
+        &mut self,
+        prefix: &[u8; framing::PREFIX_LEN],
+        header: &[u8],
+        copy: &[u8],
+        mut sent: usize,
+    ) {
         for part in [&prefix[..], header, copy] {
             let skip = sent.min(part.len());
             sent -= skip;
@@ -266,8 +276,8 @@ mod tests {
     fn batches_frames_and_resumes_short_sends() {
         let zc = vec![7u8; 10];
         let mut q = SendQueue::new();
-        q.push(b"ab", b"cd", None);
-        q.push(b"h", &[], Some((zc.as_ptr(), zc.len(), 42)));
+        q.push(&framing::prefix(4), b"ab", b"cd", None);
+        q.push(&framing::prefix(1 + zc.len()), b"h", &[], Some((zc.as_ptr(), zc.len(), 42)));
         let mut expect = Vec::new();
         expect.extend_from_slice(&framing::prefix(4));
         expect.extend_from_slice(b"abcd");
@@ -278,7 +288,7 @@ mod tests {
         assert_eq!(max_zc, 10);
         assert_eq!(gather(&q, msg), expect);
         assert!(q.next_msg().is_none());
-        q.push(b"x", &[], None);
+        q.push(&framing::prefix(1), b"x", &[], None);
         q.complete(5);
         let (msg, _) = q.next_msg().unwrap();
         assert_eq!(gather(&q, msg), expect[5..]);

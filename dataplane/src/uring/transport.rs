@@ -9,14 +9,26 @@ use io_uring::{cqueue, opcode, squeue, IoUring, Probe};
 use zcx_control::TransportAddress;
 
 use super::buf_ring::BufRing;
+use super::framing::{self, FrameSink, PREFIX_LEN};
 use super::link::{Link, LinkState};
 use super::socket::{self, RawAddr};
 use crate::transport::{
-    Caps, ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport,
+    Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
+    Transport,
 };
 
 /// Largest frame (header plus payload) one `send` accepts and one peer may announce.
 pub const MAX_FRAME: usize = 256 * 1024 + 64;
+
+/// Largest payload of one placed frame (`send_placed`).
+pub const MAX_PLACED: usize = 1 << 20;
+
+/// Largest protocol header `send_placed` takes (the wire allows more; nothing here needs it).
+const MAX_SEND_PLACED_HEADER: usize = 256;
+
+/// After a placement, the next receive into the link buffer reads at most this much: enough for
+/// the next frame's header, little of a placed payload behind it.
+const AFTER_PLACE_READ: usize = 4 << 10;
 
 /// Copied bytes one link may hold queued before `send` says `NoResource`.
 pub const MAX_QUEUED_BYTES: usize = 64 << 20;
@@ -138,7 +150,34 @@ enum Deferred {
     Connected(LinkId),
     Accepted { listener: ListenerId, link: LinkId, peer: SocketAddr },
     SendDone { link: LinkId, token: u64, result: Result<(), TlError> },
+    PlaceDone { link: LinkId, token: u64, result: Result<(), TlError> },
     LinkFailed { link: LinkId, error: TlError },
+}
+
+/// Turns what the frame parsers find on one link into transport events.
+struct LinkEvents<'s> {
+    link: LinkId,
+    sink: &'s mut dyn FnMut(TlEvent<'_>),
+    count: &'s mut usize,
+}
+
+impl FrameSink for LinkEvents<'_> {
+    fn frame(&mut self, bytes: &[u8]) {
+        *self.count += 1;
+        (self.sink)(TlEvent::Frame { link: self.link, bytes });
+    }
+
+    fn placed(&mut self, header: &[u8], len: usize) -> Option<PlaceTarget> {
+        *self.count += 1;
+        let mut dest = Placement::default();
+        (self.sink)(TlEvent::Placed { link: self.link, header, len, dest: &mut dest });
+        dest.take()
+    }
+
+    fn place_done(&mut self, target: PlaceTarget) {
+        *self.count += 1;
+        (self.sink)(TlEvent::PlaceDone { link: self.link, token: target.token(), result: Ok(()) });
+    }
 }
 
 /// A transport of length-prefixed frames over TCP, with every socket operation going through
@@ -210,6 +249,7 @@ impl UringTransport {
             amo: false,
             max_frame: MAX_FRAME,
             zcopy_threshold: cfg.zcopy_threshold,
+            max_placed: MAX_PLACED,
             latency_ns: 5_000,
             bandwidth: 3_000_000_000,
         };
@@ -303,11 +343,22 @@ impl UringTransport {
             link.bulk = true;
             link.reader.drain_into(&mut link.rx);
         }
-        let entry = match &self.buf_ring {
-            Some(ring) if !link.bulk => opcode::RecvMulti::new(fd, ring.bgid()).build(),
+        let direct = link.placing.as_ref().and_then(|p| p.next_dest()).filter(|_| link.rx.held() == 0);
+        link.recv_direct = false;
+        let entry = match (&self.buf_ring, direct) {
+            (_, Some((ptr, missing))) if link.bulk || self.buf_ring.is_none() => {
+                // The rest of a placed payload, straight into its destination, in one request.
+                link.recv_direct = true;
+                let len = missing.min(u32::MAX as usize) as u32;
+                opcode::Recv::new(fd, ptr, len).flags(libc::MSG_WAITALL).build()
+            }
+            (Some(ring), _) if !link.bulk => opcode::RecvMulti::new(fd, ring.bgid()).build(),
             _ => {
                 let min_cap = if link.bulk { BULK_BUFFER } else { self.cfg.recv_buffer_size };
-                let (ptr, len) = link.rx.spare(min_cap);
+                let (ptr, mut len) = link.rx.spare(min_cap);
+                if link.after_place {
+                    len = len.min(AFTER_PLACE_READ.max(link.rx.missing()));
+                }
                 opcode::Recv::new(fd, ptr, len.min(u32::MAX as usize) as u32).build()
             }
         };
@@ -403,6 +454,10 @@ impl UringTransport {
         link.tx.drain_tokens(&mut |token| {
             deferred.push(Deferred::SendDone { link: id, token, result: Err(result) })
         });
+        if let Some(target) = link.placing.take().and_then(|p| p.target()) {
+            // No request of the link is left, so the kernel no longer writes there.
+            self.deferred.push(Deferred::PlaceDone { link: id, token: target.token(), result: Err(result) });
+        }
         if link.local_close.is_none() {
             let error = link.error.unwrap_or(TlError::ConnectionReset);
             tracing::debug!(?id, ?error, "uring link failed");
@@ -449,6 +504,7 @@ impl UringTransport {
                 Deferred::Connected(link) => TlEvent::Connected { link },
                 Deferred::Accepted { listener, link, peer } => TlEvent::Accepted { listener, link, peer },
                 Deferred::SendDone { link, token, result } => TlEvent::SendDone { link, token, result },
+                Deferred::PlaceDone { link, token, result } => TlEvent::PlaceDone { link, token, result },
                 Deferred::LinkFailed { link, error } => TlEvent::LinkFailed { link, error },
             });
         }
@@ -618,33 +674,49 @@ impl UringTransport {
             // Frames must follow the Connected/Accepted event of their link.
             *count += self.flush_deferred(sink);
             let link = self.links[index].as_mut().expect("index is live");
-            let reader = &mut link.reader;
-            let mut deliver = |bytes: &[u8]| {
-                *count += 1;
-                sink(TlEvent::Frame { link: id, bytes });
-            };
-            let fed = match (bid, self.buf_ring.as_ref()) {
-                (Some(bid), Some(ring)) => {
-                    let fed = reader.feed(ring.data(bid, res as usize), &mut deliver);
-                    if reader.missing() >= BULK_MISSING && !link.want_bulk {
-                        link.want_bulk = true;
-                        if more {
-                            let ud = user_data(KIND_RECV, id.0);
-                            self.push_sqe(
-                                opcode::AsyncCancel::new(ud)
-                                    .build()
-                                    .user_data(user_data(KIND_QUIET_CANCEL, 0)),
-                            );
-                        }
-                    }
-                    fed
+            let mut events = LinkEvents { link: id, sink, count };
+            let fed = if link.recv_direct && bid.is_none() {
+                link.recv_direct = false;
+                if let Some(placing) = link.placing.as_mut() {
+                    placing.advance(res as usize);
                 }
-                _ => {
-                    let fed = link.rx.filled(res as usize, MAX_FRAME, &mut deliver);
-                    if link.bulk && link.rx.is_empty() && (res as usize) < BULK_EXIT {
-                        link.bulk = false;
+                framing::finish_placing(&mut link.placing, &mut events);
+                link.after_place = link.placing.is_none();
+                Ok(())
+            } else {
+                match (bid, self.buf_ring.as_ref()) {
+                    (Some(bid), Some(ring)) => {
+                        let fed =
+                            link.reader.feed(ring.data(bid, res as usize), &mut link.placing, &mut events);
+                        let placing_much = link
+                            .placing
+                            .as_ref()
+                            .is_some_and(|p| p.next_dest().is_some() && p.remaining() >= BULK_MISSING);
+                        if (link.reader.missing() >= BULK_MISSING || placing_much) && !link.want_bulk {
+                            link.want_bulk = true;
+                            if more {
+                                let ud = user_data(KIND_RECV, id.0);
+                                self.push_sqe(
+                                    opcode::AsyncCancel::new(ud)
+                                        .build()
+                                        .user_data(user_data(KIND_QUIET_CANCEL, 0)),
+                                );
+                            }
+                        }
+                        fed
                     }
-                    fed
+                    _ => {
+                        link.after_place = false;
+                        let fed = link.rx.filled(res as usize, MAX_FRAME, &mut link.placing, &mut events);
+                        if link.bulk
+                            && link.rx.is_empty()
+                            && link.placing.is_none()
+                            && (res as usize) < BULK_EXIT
+                        {
+                            link.bulk = false;
+                        }
+                        fed
+                    }
                 }
             };
             if let Err(too_large) = fed {
@@ -733,6 +805,71 @@ impl UringTransport {
                 );
             }
         }
+    }
+
+    /// Queues or sends one frame behind `prefix` (an ordinary or a placed one), refusing frames
+    /// longer than `limit`.
+    fn send_frame(
+        &mut self,
+        link: LinkId,
+        prefix: [u8; PREFIX_LEN],
+        header: &[u8],
+        payload: Payload<'_>,
+        limit: usize,
+    ) -> Result<SendOutcome, TlError> {
+        let index = self.index(link).ok_or(TlError::InvalidParam)?;
+        let l = self.links[index].as_mut().expect("index is live");
+        if !l.accepts_sends() {
+            return Err(l.error.unwrap_or(TlError::InvalidParam));
+        }
+        if header.len() + payload.len() > limit {
+            return Err(TlError::InvalidParam);
+        }
+        let frame_len = header.len() + payload.len();
+        if l.state == LinkState::Open
+            && l.tx.is_idle()
+            && (frame_len >= DIRECT_ALWAYS || l.direct_round != self.polls)
+        {
+            // Nothing is queued or in flight: hand the frame to the kernel at once, with no copy
+            // and no wait for the next poll; only what the socket does not take is queued.
+            let bytes = match payload {
+                Payload::None => Some(&[][..]),
+                Payload::Copy(bytes) => Some(bytes),
+                Payload::Zcopy(_) => None,
+            };
+            if let Some(bytes) = bytes {
+                l.direct_round = self.polls;
+                let sent = socket::send_frame_now(l.raw_fd(), &prefix, header, bytes);
+                if sent == prefix.len() + header.len() + bytes.len() {
+                    return Ok(SendOutcome::Done);
+                }
+                check_room(l, header.len() + bytes.len() - sent)?;
+                l.tx.push_rest(&prefix, header, bytes, sent);
+                self.mark_dirty(index);
+                return Ok(SendOutcome::Done);
+            }
+        }
+        let outcome = match payload {
+            Payload::None => {
+                check_room(l, header.len())?;
+                l.tx.push(&prefix, header, &[], None);
+                SendOutcome::Done
+            }
+            Payload::Copy(bytes) => {
+                check_room(l, header.len() + bytes.len())?;
+                l.tx.push(&prefix, header, bytes, None);
+                SendOutcome::Done
+            }
+            Payload::Zcopy(z) => {
+                check_room(l, header.len())?;
+                l.tx.push(&prefix, header, &[], Some((z.ptr(), z.len(), z.token())));
+                SendOutcome::InFlight
+            }
+        };
+        if l.state == LinkState::Open {
+            self.mark_dirty(index);
+        }
+        Ok(outcome)
     }
 
     fn drain_on_drop(&mut self) {
@@ -849,60 +986,26 @@ impl Transport for UringTransport {
     }
 
     fn send(&mut self, link: LinkId, header: &[u8], payload: Payload<'_>) -> Result<SendOutcome, TlError> {
-        let index = self.index(link).ok_or(TlError::InvalidParam)?;
-        let l = self.links[index].as_mut().expect("index is live");
-        if !l.accepts_sends() {
-            return Err(l.error.unwrap_or(TlError::InvalidParam));
-        }
-        if header.len() + payload.len() > MAX_FRAME {
+        let prefix = framing::prefix(header.len() + payload.len());
+        self.send_frame(link, prefix, header, payload, MAX_FRAME)
+    }
+
+    fn send_placed(
+        &mut self,
+        link: LinkId,
+        header: &[u8],
+        payload: Payload<'_>,
+    ) -> Result<SendOutcome, TlError> {
+        if header.len() > MAX_SEND_PLACED_HEADER || payload.len() > MAX_PLACED {
             return Err(TlError::InvalidParam);
         }
-        let frame_len = header.len() + payload.len();
-        if l.state == LinkState::Open
-            && l.tx.is_idle()
-            && (frame_len >= DIRECT_ALWAYS || l.direct_round != self.polls)
-        {
-            // Nothing is queued or in flight: hand the frame to the kernel at once, with no copy
-            // and no wait for the next poll; only what the socket does not take is queued.
-            let bytes = match payload {
-                Payload::None => Some(&[][..]),
-                Payload::Copy(bytes) => Some(bytes),
-                Payload::Zcopy(_) => None,
-            };
-            if let Some(bytes) = bytes {
-                let prefix = super::framing::prefix(header.len() + bytes.len());
-                l.direct_round = self.polls;
-                let sent = socket::send_frame_now(l.raw_fd(), &prefix, header, bytes);
-                if sent == prefix.len() + header.len() + bytes.len() {
-                    return Ok(SendOutcome::Done);
-                }
-                check_room(l, header.len() + bytes.len() - sent)?;
-                l.tx.push_rest(header, bytes, sent);
-                self.mark_dirty(index);
-                return Ok(SendOutcome::Done);
-            }
-        }
-        let outcome = match payload {
-            Payload::None => {
-                check_room(l, header.len())?;
-                l.tx.push(header, &[], None);
-                SendOutcome::Done
-            }
-            Payload::Copy(bytes) => {
-                check_room(l, header.len() + bytes.len())?;
-                l.tx.push(header, bytes, None);
-                SendOutcome::Done
-            }
-            Payload::Zcopy(z) => {
-                check_room(l, header.len())?;
-                l.tx.push(header, &[], Some((z.ptr(), z.len(), z.token())));
-                SendOutcome::InFlight
-            }
-        };
-        if l.state == LinkState::Open {
-            self.mark_dirty(index);
-        }
-        Ok(outcome)
+        // The placed header starts with the payload length (see `framing`).
+        let mut head = [0u8; PREFIX_LEN + MAX_SEND_PLACED_HEADER];
+        head[..PREFIX_LEN].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        head[PREFIX_LEN..PREFIX_LEN + header.len()].copy_from_slice(header);
+        let head = &head[..PREFIX_LEN + header.len()];
+        let prefix = framing::placed_prefix(head.len());
+        self.send_frame(link, prefix, head, payload, usize::MAX)
     }
 
     fn close(&mut self, link: LinkId, force: bool) {
