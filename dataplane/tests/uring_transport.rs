@@ -312,10 +312,16 @@ fn peer_close_fails_the_link_once_and_local_close_reports_nothing() {
 fn force_close_cancels_queued_zero_copy_sends() {
     let (mut a, mut b) = (Side::new(), Side::new());
     let (_la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+    // Fill the socket (the receiver does not poll), so the zero-copy frame has to wait in the
+    // queue instead of going out directly.
+    let filler = pattern(200_000, 2);
+    while !b.t.has_pending_sends(lb) {
+        b.t.send(lb, b"f", Payload::Copy(&filler)).unwrap();
+    }
     let buf = pattern(300, 1);
     // SAFETY: `buf` outlives the wait for its SendDone.
     let z = unsafe { ZcopyPayload::new(buf.as_ptr(), buf.len(), 77) };
-    b.t.send(lb, b"h", Payload::Zcopy(z)).unwrap();
+    assert_eq!(b.t.send(lb, b"h", Payload::Zcopy(z)), Ok(SendOutcome::InFlight));
     b.t.close(lb, true);
     pump(&mut a, &mut b, "SendDone(Canceled)", |_, b| {
         b.ev.contains(&Ev::SendDone(lb, 77, Err(TlError::Canceled)))
@@ -375,6 +381,43 @@ fn placed_payloads_land_in_place_in_order_with_ordinary_frames() {
         }
     }
     assert_eq!(events.next(), None);
+}
+
+/// Once the kernel has reported copying a zero-copy send (always on loopback), zero-copy payloads
+/// go straight to the socket: those it takes whole are `Done` at once, and the rest of one it
+/// takes in part stays referenced until its `SendDone`. Nothing is lost or reordered either way.
+#[test]
+fn zero_copy_payloads_the_kernel_copies_go_out_directly() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+    let probe = pattern(100_000, 1);
+    // SAFETY: `probe` outlives the wait for its SendDone.
+    let z = unsafe { ZcopyPayload::new(probe.as_ptr(), probe.len(), 1000) };
+    b.t.send(lb, b"p", Payload::Zcopy(z)).unwrap();
+    pump(&mut a, &mut b, "the probe", |a, b| {
+        a.frames(la).len() == 1 && b.ev.contains(&Ev::SendDone(lb, 1000, Ok(())))
+    });
+    let bufs: Vec<Vec<u8>> = (0..24).map(|i| pattern(1 << 20, i as u8)).collect();
+    let mut outcomes = Vec::new();
+    for (i, buf) in bufs.iter().enumerate() {
+        // SAFETY: `bufs` outlives the wait for every SendDone below.
+        let z = unsafe { ZcopyPayload::new(buf.as_ptr(), buf.len(), i as u64) };
+        outcomes.push(b.t.send_placed(lb, &[0, i as u8], Payload::Zcopy(z)).unwrap());
+    }
+    // The receiver has not polled: the socket fills up, so the first sends went out whole and the
+    // later ones had to wait.
+    assert_eq!(outcomes[0], SendOutcome::Done, "{outcomes:?}");
+    assert_eq!(outcomes[23], SendOutcome::InFlight, "{outcomes:?}");
+    let inflight = outcomes.iter().filter(|o| **o == SendOutcome::InFlight).count();
+    pump(&mut a, &mut b, "24 placed payloads", |a, b| {
+        a.ev.iter().filter(|e| matches!(e, Ev::PlaceDone(..))).count() == 24
+            && b.ev.iter().filter(|e| matches!(e, Ev::SendDone(..))).count() == 1 + inflight
+    });
+    for (i, buf) in bufs.iter().enumerate() {
+        assert!(a.dests[i] == *buf, "payload {i} differs");
+        let done = b.ev.iter().filter(|e| **e == Ev::SendDone(lb, i as u64, Ok(()))).count();
+        assert_eq!(done, usize::from(outcomes[i] == SendOutcome::InFlight), "SendDone of {i}");
+    }
 }
 
 #[test]

@@ -127,10 +127,11 @@ fn tag_lat(s: &Session, spec: &TestSpec) -> Result<(), String> {
 
 fn tag_bw(s: &Session, spec: &TestSpec) -> Result<(), String> {
     let window = spec.window as usize;
-    let region = s.remote_region(window * spec.size.max(1))?;
-    let mut free: Vec<_> = (0..window)
-        .map(|i| region.slice(i * spec.size, spec.size).map_err(|st| format!("cannot slice: {st}")))
-        .collect::<Result<_, _>>()?;
+    // Like ucx_perftest, every receive of the window lands in the same buffer: registered memory
+    // is shared by design (a `MemSlice` may overlap others), and the measurement is of the
+    // transfer, not of a working set larger than the caches.
+    let region = s.remote_region(spec.size)?;
+    let slot = || region.slice(0, spec.size).map_err(|st| format!("cannot slice: {st}"));
     s.send_ctrl(TAG_CTRL, b"ready")?;
     for count in [spec.warmup, spec.iters] {
         if count == 0 {
@@ -143,8 +144,8 @@ fn tag_bw(s: &Session, spec: &TestSpec) -> Result<(), String> {
                 .tag_recv(buf, TAG_DATA, u64::MAX, RequestParams::default())
                 .map_err(|st| format!("tag_recv failed: {}", detailed(st)))
         };
-        while issued < count && !free.is_empty() {
-            posted.push_back(post(free.pop().expect("a free slot"))?);
+        while issued < count && posted.len() < window {
+            posted.push_back(post(slot()?)?);
             issued += 1;
         }
         while let Some(request) = posted.pop_front() {
@@ -152,8 +153,6 @@ fn tag_bw(s: &Session, spec: &TestSpec) -> Result<(), String> {
             if issued < count {
                 posted.push_back(post(done.buf)?);
                 issued += 1;
-            } else {
-                free.push(done.buf);
             }
         }
         s.send_ctrl(TAG_ACK, b"ack")?;

@@ -45,9 +45,12 @@ pub struct Link {
     pub placing: Option<Placing>,
     /// The receive out is a single-shot one straight into the placement's destination.
     pub recv_direct: bool,
-    /// A placement just finished: the next receive into `rx` reads only a little, so that the
-    /// payload of a placed frame right behind is not pulled through `rx` too.
-    pub after_place: bool,
+    /// Placed payloads are flowing: receives into `rx` read only a little more than the frame in
+    /// progress needs, so that the payload of a placed frame behind it is not pulled through
+    /// `rx` too, and the link stays in bulk mode across short gaps between placements.
+    pub placed_mode: bool,
+    /// Consecutive short bulk-mode receives that ended at a frame boundary.
+    pub quiet_reads: u32,
     /// Outgoing queue.
     pub tx: Box<SendQueue>,
     /// The connect target, kept at a stable address while the request is out.
@@ -84,7 +87,8 @@ impl Link {
             reader: FrameReader::new(max_frame),
             placing: None,
             recv_direct: false,
-            after_place: false,
+            placed_mode: false,
+            quiet_reads: 0,
             tx: SendQueue::new(),
             remote: Box::new(remote),
             rx: RxBuf::default(),

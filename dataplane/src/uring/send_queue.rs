@@ -124,18 +124,27 @@ impl SendQueue {
     }
 
     /// Appends what is left of a frame of which the first `sent` bytes (length prefix, header,
-    /// then `copy`) already went out directly.
+    /// then the payload) already went out directly. The payload is `copy`, or the memory of
+    /// `zcopy`, whose rest is then referenced rather than copied.
     pub fn push_rest(
         &mut self,
         prefix: &[u8; framing::PREFIX_LEN],
         header: &[u8],
         copy: &[u8],
+        zcopy: Option<(*const u8, usize, u64)>,
         mut sent: usize,
     ) {
         for part in [&prefix[..], header, copy] {
             let skip = sent.min(part.len());
             sent -= skip;
             self.pending.append_copy(&part[skip..]);
+        }
+        if let Some((ptr, len, token)) = zcopy {
+            let skip = sent.min(len);
+            // SAFETY: `skip <= len`, so the pointer stays inside (or one past) the payload.
+            let ptr = unsafe { ptr.add(skip) };
+            self.pending.segs.push(Seg::Zcopy { ptr, len: len - skip, token });
+            self.pending.max_zcopy = self.pending.max_zcopy.max(len - skip);
         }
     }
 

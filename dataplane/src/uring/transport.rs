@@ -26,9 +26,12 @@ pub const MAX_PLACED: usize = 1 << 20;
 /// Largest protocol header `send_placed` takes (the wire allows more; nothing here needs it).
 const MAX_SEND_PLACED_HEADER: usize = 256;
 
-/// After a placement, the next receive into the link buffer reads at most this much: enough for
-/// the next frame's header, little of a placed payload behind it.
-const AFTER_PLACE_READ: usize = 4 << 10;
+/// In placed mode, a receive into the link buffer reads at most this much beyond the frame in
+/// progress: enough for the next frame's header, little of a placed payload behind it.
+const PLACED_MODE_READ: usize = 4 << 10;
+
+/// Short receives at frame boundaries after which a link in placed mode leaves bulk mode.
+const PLACED_MODE_QUIET_READS: u32 = 16;
 
 /// Copied bytes one link may hold queued before `send` says `NoResource`.
 pub const MAX_QUEUED_BYTES: usize = 64 << 20;
@@ -159,6 +162,8 @@ struct LinkEvents<'s> {
     link: LinkId,
     sink: &'s mut dyn FnMut(TlEvent<'_>),
     count: &'s mut usize,
+    /// A placed header was seen.
+    placed: bool,
 }
 
 impl FrameSink for LinkEvents<'_> {
@@ -169,6 +174,7 @@ impl FrameSink for LinkEvents<'_> {
 
     fn placed(&mut self, header: &[u8], len: usize) -> Option<PlaceTarget> {
         *self.count += 1;
+        self.placed = true;
         let mut dest = Placement::default();
         (self.sink)(TlEvent::Placed { link: self.link, header, len, dest: &mut dest });
         dest.take()
@@ -356,8 +362,8 @@ impl UringTransport {
             _ => {
                 let min_cap = if link.bulk { BULK_BUFFER } else { self.cfg.recv_buffer_size };
                 let (ptr, mut len) = link.rx.spare(min_cap);
-                if link.after_place {
-                    len = len.min(AFTER_PLACE_READ.max(link.rx.missing()));
+                if link.placed_mode {
+                    len = len.min(PLACED_MODE_READ.max(link.rx.missing()));
                 }
                 opcode::Recv::new(fd, ptr, len.min(u32::MAX as usize) as u32).build()
             }
@@ -674,14 +680,13 @@ impl UringTransport {
             // Frames must follow the Connected/Accepted event of their link.
             *count += self.flush_deferred(sink);
             let link = self.links[index].as_mut().expect("index is live");
-            let mut events = LinkEvents { link: id, sink, count };
+            let mut events = LinkEvents { link: id, sink, count, placed: false };
             let fed = if link.recv_direct && bid.is_none() {
                 link.recv_direct = false;
                 if let Some(placing) = link.placing.as_mut() {
                     placing.advance(res as usize);
                 }
                 framing::finish_placing(&mut link.placing, &mut events);
-                link.after_place = link.placing.is_none();
                 Ok(())
             } else {
                 match (bid, self.buf_ring.as_ref()) {
@@ -706,19 +711,24 @@ impl UringTransport {
                         fed
                     }
                     _ => {
-                        link.after_place = false;
                         let fed = link.rx.filled(res as usize, MAX_FRAME, &mut link.placing, &mut events);
+                        let quiet =
+                            link.rx.is_empty() && link.placing.is_none() && (res as usize) < BULK_EXIT;
+                        link.quiet_reads = if quiet { link.quiet_reads + 1 } else { 0 };
                         if link.bulk
-                            && link.rx.is_empty()
-                            && link.placing.is_none()
-                            && (res as usize) < BULK_EXIT
+                            && quiet
+                            && (!link.placed_mode || link.quiet_reads >= PLACED_MODE_QUIET_READS)
                         {
                             link.bulk = false;
+                            link.placed_mode = false;
                         }
                         fed
                     }
                 }
             };
+            if events.placed {
+                self.links[index].as_mut().expect("index is live").placed_mode = true;
+            }
             if let Err(too_large) = fed {
                 tracing::debug!(len = too_large.len, "peer announced an oversized frame");
                 error = Some(TlError::InvalidParam);
@@ -832,21 +842,35 @@ impl UringTransport {
         {
             // Nothing is queued or in flight: hand the frame to the kernel at once, with no copy
             // and no wait for the next poll; only what the socket does not take is queued.
-            let bytes = match payload {
-                Payload::None => Some(&[][..]),
-                Payload::Copy(bytes) => Some(bytes),
-                Payload::Zcopy(_) => None,
+            // A zero-copy payload the kernel would copy anyway (no SENDMSG_ZC, or it reported
+            // copying on this link, as on loopback) goes out directly too; only its rest, if the
+            // socket is full, stays referenced in the queue.
+            let zc_would_copy =
+                !(self.zc_supported && l.zc_enabled) || payload.len() < self.cfg.zcopy_threshold;
+            let (bytes, zcopy) = match &payload {
+                Payload::None => (Some(&[][..]), None),
+                Payload::Copy(bytes) => (Some(*bytes), None),
+                Payload::Zcopy(z) if zc_would_copy => {
+                    // SAFETY: `ZcopyPayload::new`'s contract keeps the bytes live until SendDone,
+                    // which cannot come before this call returns.
+                    (Some(unsafe { z.as_slice() }), Some((z.ptr(), z.len(), z.token())))
+                }
+                Payload::Zcopy(_) => (None, None),
             };
             if let Some(bytes) = bytes {
                 l.direct_round = self.polls;
                 let sent = socket::send_frame_now(l.raw_fd(), &prefix, header, bytes);
                 if sent == prefix.len() + header.len() + bytes.len() {
+                    // Everything is in the kernel: a zero-copy payload is done with at once.
                     return Ok(SendOutcome::Done);
                 }
-                check_room(l, header.len() + bytes.len() - sent)?;
-                l.tx.push_rest(&prefix, header, bytes, sent);
+                // The queue was idle, so the rest fits under the cap.
+                match zcopy {
+                    None => l.tx.push_rest(&prefix, header, bytes, None, sent),
+                    Some(z) => l.tx.push_rest(&prefix, header, &[], Some(z), sent),
+                }
                 self.mark_dirty(index);
-                return Ok(SendOutcome::Done);
+                return Ok(if zcopy.is_some() { SendOutcome::InFlight } else { SendOutcome::Done });
             }
         }
         let outcome = match payload {
