@@ -89,7 +89,7 @@ fn tag_ping_pong(c: &mut Criterion) {
                     Err(r) => r,
                 };
                 if flag.load(Ordering::Relaxed) {
-                    let _ = recv.cancel();
+                    recv.cancel();
                     return;
                 }
                 server.progress();

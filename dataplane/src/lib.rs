@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod access;
+pub mod fast_map;
 pub mod proto;
 pub mod rcache;
 pub mod transport;
@@ -17,6 +18,7 @@ pub mod uring_probe;
 pub mod wakeup;
 
 pub use access::{AccessError, RegionEntry, RemoteAccess, RemoteAccessTable};
+pub use fast_map::{FastMap, FastSet};
 pub use rcache::{RcacheStats, RegistrationCache};
 pub use transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,

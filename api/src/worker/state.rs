@@ -5,14 +5,16 @@
 //! connection handlers and AM handlers are queued as [`Deferred`] and run by `progress` after it
 //! releases the lock, so a callback may call any zcx function.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
 use zcx_dataplane::proto::TagMatcher;
-use zcx_dataplane::{LinkId, ListenerId, Payload, SendOutcome, TlError, Transport, ZcopyPayload};
+use zcx_dataplane::{
+    FastMap, FastSet, LinkId, ListenerId, Payload, SendOutcome, TlError, Transport, ZcopyPayload,
+};
 
 use crate::context::ContextInner;
 use crate::endpoint::{EpHandle, ErrHandler};
@@ -240,13 +242,13 @@ pub(crate) struct OutFrame {
 /// Everything but the transport.
 pub(crate) struct State {
     pub ctx: Arc<ContextInner>,
-    pub eps: HashMap<u64, EpState>,
-    pub link_eps: HashMap<LinkId, u64>,
-    pub incoming: HashMap<LinkId, Incoming>,
-    pub listeners: HashMap<ListenerId, ListenerEntry>,
+    pub eps: FastMap<u64, EpState>,
+    pub link_eps: FastMap<LinkId, u64>,
+    pub incoming: FastMap<LinkId, Incoming>,
+    pub listeners: FastMap<ListenerId, ListenerEntry>,
     pub tags: TagMatcher<PostedTagRecv, Unexpected>,
-    pub am_handlers: HashMap<u16, AmHandlerEntry>,
-    pub ops: HashMap<u64, OutOp>,
+    pub am_handlers: FastMap<u16, AmHandlerEntry>,
+    pub ops: FastMap<u64, OutOp>,
     pub deferred: Vec<Deferred>,
     pub out: Vec<OutFrame>,
     pub events: usize,
@@ -261,7 +263,7 @@ pub(crate) struct State {
     pub pool: Arc<Mutex<Vec<Vec<u8>>>>,
     pub scratch: Vec<u8>,
     /// Endpoints with bulk jobs to pace.
-    pub bulk_active: std::collections::HashSet<u64>,
+    pub bulk_active: FastSet<u64>,
     /// Endpoints whose connection was accepted during the poll: send what they queued.
     pub to_flush: Vec<u64>,
     /// Links to close after the poll.
@@ -293,13 +295,13 @@ impl State {
             rndv_thresh: config.rndv_thresh().min(max_payload),
             keepalive: config.keepalive_interval(),
             ctx,
-            eps: HashMap::new(),
-            link_eps: HashMap::new(),
-            incoming: HashMap::new(),
-            listeners: HashMap::new(),
+            eps: FastMap::default(),
+            link_eps: FastMap::default(),
+            incoming: FastMap::default(),
+            listeners: FastMap::default(),
             tags: TagMatcher::new(),
-            am_handlers: HashMap::new(),
-            ops: HashMap::new(),
+            am_handlers: FastMap::default(),
+            ops: FastMap::default(),
             deferred: Vec::new(),
             out: Vec::new(),
             events: 0,
@@ -309,7 +311,7 @@ impl State {
             next_tick: Instant::now(),
             pool: Arc::new(Mutex::new(Vec::new())),
             scratch: Vec::new(),
-            bulk_active: std::collections::HashSet::new(),
+            bulk_active: FastSet::default(),
             to_flush: Vec::new(),
             to_close: Vec::new(),
             address,

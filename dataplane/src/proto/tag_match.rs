@@ -22,8 +22,6 @@
 //! the oldest of "front of the tag's bucket" and "first matching wildcard" keeps posting order
 //! exactly as if there were one list.
 
-use std::collections::HashMap;
-
 /// Mask that matches one tag exactly; receives posted with it are found by hash instead of by scan.
 pub const FULL_MASK: u64 = u64::MAX;
 
@@ -329,7 +327,7 @@ struct TagQueue<T> {
     /// ever-changing tags (sequence numbers in tags are common) do not grow the map forever.
     /// Tags are chosen by remote peers, so the map keeps std's keyed hasher: a peer cannot pick
     /// tags that all land in one hash chain and turn every lookup into a scan.
-    by_tag: HashMap<u64, Ends>,
+    by_tag: crate::FastMap<u64, Ends>,
     wildcards: Ends,
 }
 
@@ -341,7 +339,7 @@ impl<T> TagQueue<T> {
             len: 0,
             next_seq: 0,
             order: Ends::EMPTY,
-            by_tag: HashMap::new(),
+            by_tag: crate::FastMap::default(),
             wildcards: Ends::EMPTY,
         }
     }
