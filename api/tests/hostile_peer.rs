@@ -132,6 +132,16 @@ fn raw_frame(stream: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
     stream.write_all(&framed)
 }
 
+/// Writes one placed frame (the form rendezvous data takes): flagged length word, payload length,
+/// header, then the payload.
+fn raw_placed(stream: &mut TcpStream, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
+    let mut framed = ((4 + header.len()) as u32 | 1 << 31).to_le_bytes().to_vec();
+    framed.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    framed.extend_from_slice(header);
+    framed.extend_from_slice(payload);
+    stream.write_all(&framed)
+}
+
 fn op_frame(op: &Op, payload: &[u8]) -> Vec<u8> {
     let mut header = [0u8; MAX_HEADER_LEN];
     let n = op.encode(&mut header);
@@ -169,12 +179,15 @@ fn rma_frames_before_the_handshake_are_refused() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
-    /// Random frames, and random frames after a valid-looking op header, never crash the worker
-    /// or touch registered memory.
+    /// Random frames, ordinary or placed, and random frames after a valid-looking op header,
+    /// never crash the worker or touch registered memory.
     #[test]
     fn garbage_frames_never_crash_the_worker(
         with_hello in any::<bool>(),
-        frames in proptest::collection::vec((0u8..0x14, proptest::collection::vec(any::<u8>(), 0..96)), 1..8),
+        frames in proptest::collection::vec(
+            (any::<bool>(), 0u8..0x14, proptest::collection::vec(any::<u8>(), 0..96)),
+            1..8,
+        ),
     ) {
         let t = target();
         let memh = region(&t.ctx, RW);
@@ -191,10 +204,17 @@ proptest! {
             };
             raw_frame(&mut raw, &op_frame(&Op::Hello, &hello.encode())).unwrap();
         }
-        for (code, body) in &frames {
+        for (placed, code, body) in &frames {
             let mut frame = vec![*code];
             frame.extend_from_slice(body);
-            if raw_frame(&mut raw, &frame).is_err() {
+            let sent = if *placed {
+                // Header and payload split at a point the body picks.
+                let cut = body.first().map_or(0, |b| usize::from(*b) % frame.len());
+                raw_placed(&mut raw, &frame[..cut], &frame[cut..])
+            } else {
+                raw_frame(&mut raw, &frame)
+            };
+            if sent.is_err() {
                 break;
             }
         }
