@@ -133,6 +133,29 @@ impl Config {
             .collect()
     }
 
+    /// Whether `ZCX_TLS` lets the worker use the transport `name` (`"shm"`, `"uring"`, ...), as
+    /// `UCX_TLS` reads: `all`, a list of names, or a list of `^name` exclusions. `tcp` is another
+    /// name of `uring`, and `posix` and `sm` of `shm`, so a UCX user's value keeps its meaning.
+    pub fn transport_enabled(&self, name: &str) -> bool {
+        let entries = self.transports();
+        let canonical = |t: &str| {
+            match t {
+                "tcp" => "uring",
+                "posix" | "sm" => "shm",
+                other => other,
+            }
+            .to_owned()
+        };
+        let named = |t: &str| {
+            let t = canonical(t);
+            t == "all" || t == name
+        };
+        let excluded = entries.iter().any(|e| e.strip_prefix('^').is_some_and(|t| named(t)));
+        let inclusions: Vec<&String> = entries.iter().filter(|e| !e.starts_with('^')).collect();
+        let included = inclusions.is_empty() || inclusions.iter().any(|e| named(e));
+        included && !excluded
+    }
+
     /// `ZCX_HUGEPAGES`.
     pub fn hugepages(&self) -> HugepageMode {
         match self.get("HUGEPAGES").unwrap_or("try") {
@@ -229,19 +252,21 @@ fn parse_duration(value: &str) -> Option<std::time::Duration> {
 
 fn validate(name: &str, value: &str) -> Result<()> {
     let value = value.trim();
-    let ok =
-        match name {
-            "HUGEPAGES" => matches!(value, "try" | "yes" | "y" | "on" | "1" | "no" | "n" | "off" | "0"),
-            "HUGEPAGE_SIZE" => matches!(value, "2M" | "2m" | "2MB" | "1G" | "1g" | "1GB"),
-            "RCACHE_ENABLE" | "URING_SQPOLL" => parse_bool(value).is_some(),
-            "RNDV_THRESH" => parse_size(value).is_some(),
-            "KEEPALIVE_INTERVAL" => parse_duration(value).is_some(),
-            "TLS" => value.split(',').map(str::trim).filter(|s| !s.is_empty()).all(|t| {
-                matches!(t.trim_start_matches('^'), "all" | "shm" | "uring" | "tcp" | "dpdk" | "verbs")
-            }),
-            "LOG_LEVEL" => matches!(value, "error" | "warn" | "info" | "debug" | "trace"),
-            _ => true,
-        };
+    let ok = match name {
+        "HUGEPAGES" => matches!(value, "try" | "yes" | "y" | "on" | "1" | "no" | "n" | "off" | "0"),
+        "HUGEPAGE_SIZE" => matches!(value, "2M" | "2m" | "2MB" | "1G" | "1g" | "1GB"),
+        "RCACHE_ENABLE" | "URING_SQPOLL" => parse_bool(value).is_some(),
+        "RNDV_THRESH" => parse_size(value).is_some(),
+        "KEEPALIVE_INTERVAL" => parse_duration(value).is_some(),
+        "TLS" => value.split(',').map(str::trim).filter(|s| !s.is_empty()).all(|t| {
+            matches!(
+                t.trim_start_matches('^'),
+                "all" | "shm" | "posix" | "sm" | "uring" | "tcp" | "dpdk" | "verbs"
+            )
+        }),
+        "LOG_LEVEL" => matches!(value, "error" | "warn" | "info" | "debug" | "trace"),
+        _ => true,
+    };
     if ok {
         Ok(())
     } else {
@@ -278,6 +303,23 @@ mod tests {
         assert_eq!(c.transports(), vec!["shm".to_owned(), "uring".to_owned()]);
         assert_eq!(c.unknown_variables(), ["ZCX_TYPO_VARIABLE".to_owned()]);
         assert!(c.print().contains("ZCX_TYPO_VARIABLE"));
+    }
+
+    #[test]
+    fn tls_selects_transports_like_ucx_tls() {
+        let enabled = |value: &str, name: &str| {
+            Config::from_vars([("ZCX_TLS", value)]).unwrap().transport_enabled(name)
+        };
+        assert!(Config::default().transport_enabled("shm"));
+        assert!(enabled("all", "uring"));
+        assert!(enabled("shm,uring", "shm"));
+        assert!(!enabled("uring", "shm"));
+        assert!(enabled("tcp", "uring"));
+        assert!(enabled("posix", "shm"));
+        assert!(!enabled("^shm", "shm"));
+        assert!(enabled("^shm", "uring"));
+        assert!(!enabled("^posix", "shm"));
+        assert!(!enabled("all,^uring", "uring"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use zcx_dataplane::Transport as _;
 
 use zcx_dataplane::{LinkId, ListenerId};
 

@@ -13,6 +13,7 @@ pub mod fast_map;
 pub mod proto;
 pub mod rcache;
 pub mod transport;
+pub mod transport_set;
 pub mod uring;
 pub mod uring_probe;
 pub mod wakeup;
@@ -24,6 +25,7 @@ pub use transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
     Transport, ZcopyPayload,
 };
+pub use transport_set::TransportSet;
 pub use uring::{UringConfig, UringTransport};
 pub use uring_probe::{probe_uring, UringSupport};
 pub use wakeup::Wakeup;

@@ -330,6 +330,12 @@ pub trait Transport: Send {
     /// What this transport can do.
     fn caps(&self) -> &Caps;
 
+    /// What this transport can do on `link`; a set of transports answers for the member that
+    /// carries the link.
+    fn link_caps(&self, _link: LinkId) -> &Caps {
+        self.caps()
+    }
+
     /// The address peers use to reach this instance, for the worker address; `None` when it
     /// cannot be reached by address (only by sockaddr).
     fn address(&self) -> Option<zcx_control::TransportAddress>;

@@ -78,13 +78,13 @@ impl Endpoint {
             let result = if connecting {
                 let cell = ReqCell::new(shared, buf, params.request.callback);
                 let op = st.add_op(self.id(), cell.clone(), OutKind::Queued);
-                send_on_ep(&mut **tl, st, self.id(), &frame, Payload::Copy(&scratch), Some(op))
+                send_on_ep(tl, st, self.id(), &frame, Payload::Copy(&scratch), Some(op))
                     .map(|_| Request::pending(cell))
                     .inspect_err(|_| {
                         st.ops.remove(&op);
                     })
             } else {
-                send_on_ep(&mut **tl, st, self.id(), &frame, Payload::Copy(&scratch), None)
+                send_on_ep(tl, st, self.id(), &frame, Payload::Copy(&scratch), None)
                     .map(|_| Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             };
             st.scratch = scratch;
@@ -94,7 +94,7 @@ impl Endpoint {
         let op = st.add_op(self.id(), cell.clone(), OutKind::AwaitRtr { ptr, len });
         let frame =
             Op::AmRts { am_id: id, reply: params.reply, header_len, sender_req: op, total_len: len as u64 };
-        if let Err(status) = send_on_ep(&mut **tl, st, self.id(), &frame, Payload::Copy(header), None) {
+        if let Err(status) = send_on_ep(tl, st, self.id(), &frame, Payload::Copy(header), None) {
             st.ops.remove(&op);
             return Err(status);
         }

@@ -280,7 +280,7 @@ pub(crate) fn start_flush(
 ) -> Result<()> {
     let Core { tl, st } = core;
     let op = st.add_op(ep, sink, OutKind::Flush { acked: false, parent });
-    if let Err(status) = send_on_ep(&mut **tl, st, ep, &Op::FlushReq { id: op }, Payload::None, None) {
+    if let Err(status) = send_on_ep(tl, st, ep, &Op::FlushReq { id: op }, Payload::None, None) {
         st.finish_op(op, status, OpInfo::default());
     }
     Ok(())

@@ -89,7 +89,7 @@ impl Endpoint {
             // SAFETY: `SendBuf` guarantees the bytes did not move when the buffer moved into the cell.
             let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
             let frame = Op::Put { req: op, region: rkey.region, key: rkey.key, addr: remote_addr, ack: true };
-            if let Err(status) = send_on_ep(&mut **tl, st, self.id(), &frame, Payload::Copy(bytes), None) {
+            if let Err(status) = send_on_ep(tl, st, self.id(), &frame, Payload::Copy(bytes), None) {
                 st.ops.remove(&op);
                 return Err(status);
             }
@@ -124,7 +124,7 @@ impl Endpoint {
         let op = st.add_op(self.id(), cell.clone(), OutKind::Get { ptr, len, received: 0 });
         let frame =
             Op::Get { req: op, region: rkey.region, key: rkey.key, addr: remote_addr, len: len as u64 };
-        if let Err(status) = send_on_ep(&mut **tl, st, self.id(), &frame, Payload::None, None) {
+        if let Err(status) = send_on_ep(tl, st, self.id(), &frame, Payload::None, None) {
             st.ops.remove(&op);
             return Err(status);
         }
@@ -170,7 +170,7 @@ impl Endpoint {
             value,
             compare,
         };
-        if let Err(status) = send_on_ep(&mut **tl, st, self.id(), &frame, Payload::None, None) {
+        if let Err(status) = send_on_ep(tl, st, self.id(), &frame, Payload::None, None) {
             st.ops.remove(&req);
             return Err(status);
         }

@@ -24,16 +24,14 @@ impl Endpoint {
         let connecting = ep.phase == Phase::Connecting;
         if len <= st.max_payload && len < st.rndv_thresh {
             if !connecting {
-                send_on_ep(&mut **tl, st, self.id(), &Op::Stream, Payload::Copy(bytes), None)?;
+                send_on_ep(tl, st, self.id(), &Op::Stream, Payload::Copy(bytes), None)?;
                 return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
             }
             let cell = ReqCell::new(shared, buf, params.callback);
             let op = st.add_op(self.id(), cell.clone(), OutKind::Queued);
             // SAFETY: `SendBuf` guarantees the bytes did not move when the buffer moved into the cell.
             let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
-            if let Err(status) =
-                send_on_ep(&mut **tl, st, self.id(), &Op::Stream, Payload::Copy(bytes), Some(op))
-            {
+            if let Err(status) = send_on_ep(tl, st, self.id(), &Op::Stream, Payload::Copy(bytes), Some(op)) {
                 st.ops.remove(&op);
                 return Err(status);
             }

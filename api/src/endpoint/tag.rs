@@ -40,7 +40,7 @@ impl Endpoint {
         if len < st.rndv_thresh {
             if !params.sync && !connecting {
                 send_on_ep(
-                    &mut **tl,
+                    tl,
                     st,
                     self.id(),
                     &Op::TagEager { tag, sync: false, sender_req: 0 },
@@ -56,9 +56,7 @@ impl Endpoint {
             // SAFETY: `SendBuf` guarantees the bytes did not move when the buffer moved into the cell.
             let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
             let header = Op::TagEager { tag, sync: params.sync, sender_req };
-            if let Err(status) =
-                send_on_ep(&mut **tl, st, self.id(), &header, Payload::Copy(bytes), completes)
-            {
+            if let Err(status) = send_on_ep(tl, st, self.id(), &header, Payload::Copy(bytes), completes) {
                 st.ops.remove(&op);
                 return Err(status);
             }
@@ -67,7 +65,7 @@ impl Endpoint {
         let cell = ReqCell::new(shared, buf, callback);
         let op = st.add_op(self.id(), cell.clone(), OutKind::AwaitRtr { ptr, len });
         let header = Op::TagRts { tag, sync: params.sync, sender_req: op, total_len: len as u64 };
-        if let Err(status) = send_on_ep(&mut **tl, st, self.id(), &header, Payload::None, None) {
+        if let Err(status) = send_on_ep(tl, st, self.id(), &header, Payload::None, None) {
             st.ops.remove(&op);
             return Err(status);
         }
@@ -85,7 +83,7 @@ impl Endpoint {
             let ep = st.usable_ep(self.id())?;
             if data.len() < st.rndv_thresh && ep.phase != Phase::Connecting {
                 send_on_ep(
-                    &mut **tl,
+                    tl,
                     st,
                     self.id(),
                     &Op::TagEager { tag, sync: false, sender_req: 0 },

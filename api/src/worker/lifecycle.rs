@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Weak;
 use std::time::Instant;
+use zcx_dataplane::Transport as _;
 
 use zcx_control::HandshakeWire;
 use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use zcx_control::WorkerAddressWire;
 use zcx_dataplane::proto::wire::Op;
-use zcx_dataplane::{Payload, Transport, UringConfig, UringTransport, Wakeup};
+use zcx_dataplane::{Payload, Transport, TransportSet, UringConfig, UringTransport, Wakeup};
 use zcx_hugepages::CpuSet;
 
 use crate::context::Context;
@@ -111,20 +111,21 @@ impl Context {
         let uring_config = UringConfig { sqpoll: config.uring_sqpoll(), ..UringConfig::default() };
         let tl = UringTransport::new(&uring_config)
             .map_err(|e| fail_with(status_of(e), format!("io_uring transport unavailable: {e}")))?;
-        let tl: Box<dyn Transport> = Box::new(tl);
+        let members: Vec<Box<dyn Transport>> = vec![Box::new(tl)];
+        let tl = TransportSet::new(members).map_err(status_of)?;
         let uid = crate::context::random_bytes()?;
         let name = params.name.clone().unwrap_or_else(|| format!("{}:{}", self.inner.name, hex4(&uid)));
         let address = WorkerAddressWire {
             worker_uid: uid,
             name: name.clone(),
             boot_id: zcx_control::local_boot_id(),
-            transports: tl.address().into_iter().collect(),
+            transports: tl.addresses(),
         };
         let address_bytes = address
             .try_encode()
             .map_err(|e| fail_with(Status::InvalidParam, format!("worker address: {e}")))?;
         let wakeup = Wakeup::new().map_err(|e| fail_with(Status::IoError, format!("eventfd: {e}")))?;
-        let epoll = wakeup::epoll_set(&[wakeup.as_fd()], tl.event_fd())?;
+        let epoll = wakeup::epoll_set(&[wakeup.as_fd()], &tl.event_fds())?;
         let caps = tl.caps().clone();
         let st = State::new(self.inner.clone(), address, &caps);
         let pool = Arc::clone(&st.pool);
@@ -362,7 +363,7 @@ impl WorkerShared {
             return Err(Status::Busy);
         }
         let core = self.lock();
-        if let Some(fd) = core.tl.event_fd() {
+        for fd in core.tl.event_fds() {
             wakeup::drain_eventfd(fd);
         }
         if core.tl.has_events() || !core.st.deferred.is_empty() || !core.st.out.is_empty() {
@@ -442,7 +443,7 @@ impl Core {
         if !self.st.to_flush.is_empty() {
             let eps = std::mem::take(&mut self.st.to_flush);
             for ep in eps {
-                state::flush_queued(&mut *self.tl, &mut self.st, ep);
+                state::flush_queued(&mut self.tl, &mut self.st, ep);
             }
         }
         if !self.st.to_close.is_empty() {
@@ -495,7 +496,7 @@ impl Core {
             }
         }
         for id in to_ping {
-            let _ = state::send_on_ep(&mut *self.tl, &mut self.st, id, &Op::Keepalive, Payload::None, None);
+            let _ = state::send_on_ep(&mut self.tl, &mut self.st, id, &Op::Keepalive, Payload::None, None);
         }
         for (id, status) in to_fail {
             tracing::warn!(ep = id, ?status, "peer silent; endpoint failed");

@@ -13,6 +13,7 @@
 //! destination is only known, or only safe to touch, when the whole fragment is there.
 
 use std::sync::Arc;
+use zcx_dataplane::Transport as _;
 
 use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
 use zcx_dataplane::{LinkId, Payload, RemoteAccess, SendOutcome, TlError, ZcopyPayload};
@@ -211,7 +212,7 @@ fn get_reply(
 }
 
 fn send_fragment(
-    tl: &mut Box<dyn zcx_dataplane::Transport>,
+    tl: &mut zcx_dataplane::TransportSet,
     link: LinkId,
     header: &[u8],
     payload: Payload<'_>,
@@ -224,7 +225,7 @@ fn send_fragment(
     }
 }
 
-fn send_now(tl: &mut Box<dyn zcx_dataplane::Transport>, link: LinkId, op: &Op) {
+fn send_now(tl: &mut zcx_dataplane::TransportSet, link: LinkId, op: &Op) {
     let mut hdr = [0u8; MAX_HEADER_LEN];
     let n = op.encode(&mut hdr);
     if let Err(e) = tl.send(link, &hdr[..n], Payload::None) {

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
 use zcx_dataplane::proto::TagMatcher;
 use zcx_dataplane::{
-    FastMap, FastSet, LinkId, ListenerId, Payload, SendOutcome, TlError, Transport, ZcopyPayload,
+    FastMap, FastSet, LinkId, ListenerId, Payload, SendOutcome, TlError, Transport, TransportSet,
+    ZcopyPayload,
 };
 
 use crate::context::ContextInner;
@@ -278,7 +279,7 @@ pub(crate) struct State {
 /// The worker's locked core: the transport and the state beside it, borrowed separately so frames
 /// can be handled while the transport is being polled.
 pub(crate) struct Core {
-    pub tl: Box<dyn Transport>,
+    pub tl: TransportSet,
     pub st: State,
 }
 
@@ -464,7 +465,7 @@ impl State {
 /// Sends one frame on an endpoint: at once when it is connected, queued (copying borrowed bytes)
 /// while it still connects. Returns whether the frame left now.
 pub(crate) fn send_on_ep(
-    tl: &mut dyn Transport,
+    tl: &mut TransportSet,
     st: &mut State,
     ep_id: u64,
     op: &Op,
@@ -496,7 +497,7 @@ pub(crate) fn send_on_ep(
 }
 
 /// Sends the frames an endpoint queued while connecting, in order.
-pub(crate) fn flush_queued(tl: &mut dyn Transport, st: &mut State, ep_id: u64) {
+pub(crate) fn flush_queued(tl: &mut TransportSet, st: &mut State, ep_id: u64) {
     let Some(ep) = st.eps.get_mut(&ep_id) else { return };
     let link = ep.link;
     let frames = std::mem::take(&mut ep.queued);

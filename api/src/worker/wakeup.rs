@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::status::{fail_with, Result, Status};
 
-/// An epoll set over `fds` and, when the transport has one, its notifier.
-pub(super) fn epoll_set(fds: &[BorrowedFd<'_>], transport: Option<BorrowedFd<'_>>) -> Result<OwnedFd> {
+/// An epoll set over `fds` and the transports' notifiers.
+pub(super) fn epoll_set(fds: &[BorrowedFd<'_>], transports: &[BorrowedFd<'_>]) -> Result<OwnedFd> {
     // SAFETY: epoll_create1 has no memory effects; the result is checked.
     let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     if raw < 0 {
@@ -18,7 +18,7 @@ pub(super) fn epoll_set(fds: &[BorrowedFd<'_>], transport: Option<BorrowedFd<'_>
     }
     // SAFETY: `raw` is a fresh descriptor nobody else owns.
     let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
-    for fd in fds.iter().copied().chain(transport) {
+    for fd in fds.iter().chain(transports).copied() {
         let mut event = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd.as_raw_fd() as u64 };
         // SAFETY: both descriptors are open; `event` is a valid epoll_event for the call.
         let rc =

@@ -105,6 +105,9 @@ fn thread_token() -> u64 {
 
 const INDEX_BITS: u32 = 20;
 const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
+/// Generation bits above the index: 8, so a link id fits the 28 bits a [`crate::TransportSet`]
+/// leaves its members.
+const GEN_MASK: u32 = (1 << 8) - 1;
 
 fn user_data(kind: u64, id: u32) -> u64 {
     (kind << 56) | u64::from(id)
@@ -470,7 +473,7 @@ impl UringTransport {
             self.deferred.push(Deferred::LinkFailed { link: id, error });
         }
         drop(link);
-        self.gens[index] = (self.gens[index] + 1) & ((1 << (32 - INDEX_BITS)) - 1);
+        self.gens[index] = (self.gens[index] + 1) & GEN_MASK;
         self.free.push(index as u32);
     }
 

@@ -1,0 +1,262 @@
+//! Several transports driven as one: the worker's view of shm, uring, dpdk and verbs together.
+//!
+//! A worker owns one instance of each enabled transport (`ZCX_TLS`). The protocol layer above
+//! speaks to links and listeners by id and does not care which transport carries them, so the set
+//! implements [`Transport`] itself: the top bits of every [`LinkId`] and [`ListenerId`] it hands
+//! out say which member owns it, and every event a member reports is renamed on its way up.
+//! Which member a new connection uses is the caller's choice ([`TransportSet::connect_with`]);
+//! plain [`Transport::connect`] goes to the first member that accepts the target.
+
+use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
+
+use zcx_control::TransportAddress;
+
+use crate::transport::{
+    Caps, ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport,
+};
+
+/// Bits of an id that name the member; the rest is the member's own id.
+const MEMBER_SHIFT: u32 = 28;
+/// The member's own part of an id.
+const LOCAL_MASK: u32 = (1 << MEMBER_SHIFT) - 1;
+/// The most members a set holds (ids keep 4 bits for the member).
+pub const MAX_MEMBERS: usize = 1 << (32 - MEMBER_SHIFT);
+
+/// The transports of one worker, polled together and addressed through one id space.
+pub struct TransportSet {
+    members: Vec<Box<dyn Transport>>,
+    /// What the protocol layer may assume of any link: the most restrictive of every member.
+    caps: Caps,
+}
+
+/// The id a member's local id has in the set.
+fn global(member: usize, local: u32) -> u32 {
+    debug_assert!(local <= LOCAL_MASK, "a transport handed out an id above 2^28");
+    ((member as u32) << MEMBER_SHIFT) | (local & LOCAL_MASK)
+}
+
+/// The member and its local id of a set id.
+fn split(id: u32) -> (usize, u32) {
+    ((id >> MEMBER_SHIFT) as usize, id & LOCAL_MASK)
+}
+
+impl TransportSet {
+    /// A set of `members`, in order of preference for [`Transport::connect`]. At least one, at
+    /// most [`MAX_MEMBERS`].
+    pub fn new(members: Vec<Box<dyn Transport>>) -> Result<TransportSet, TlError> {
+        if members.is_empty() || members.len() > MAX_MEMBERS {
+            return Err(TlError::InvalidParam);
+        }
+        let caps = merged_caps(&members);
+        Ok(TransportSet { members, caps })
+    }
+
+    /// The members' short names, in order (`"uring"`, `"shm"`, ...).
+    pub fn names(&self) -> Vec<&'static str> {
+        self.members.iter().map(|m| m.caps().name).collect()
+    }
+
+    /// Every member's address, for the worker address.
+    pub fn addresses(&self) -> Vec<TransportAddress> {
+        self.members.iter().filter_map(|m| m.address()).collect()
+    }
+
+    /// The index of the member named `name`.
+    pub fn member_named(&self, name: &str) -> Option<usize> {
+        self.members.iter().position(|m| m.caps().name == name)
+    }
+
+    /// Connects through member `member`.
+    pub fn connect_with(&mut self, member: usize, target: ConnectTarget<'_>) -> Result<LinkId, TlError> {
+        let tl = self.members.get_mut(member).ok_or(TlError::InvalidParam)?;
+        let link = tl.connect(target)?;
+        Ok(LinkId(global(member, link.0)))
+    }
+
+    /// The notifiers of every member, for the worker's epoll set.
+    pub fn event_fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.members.iter().filter_map(|m| m.event_fd()).collect()
+    }
+
+    fn member(&self, id: u32) -> Option<(&dyn Transport, u32)> {
+        let (index, local) = split(id);
+        self.members.get(index).map(|m| (m.as_ref(), local))
+    }
+
+    fn member_mut(&mut self, id: u32) -> Option<(&mut Box<dyn Transport>, u32)> {
+        let (index, local) = split(id);
+        self.members.get_mut(index).map(|m| (m, local))
+    }
+}
+
+/// What holds for every member: the smallest frame and placement sizes, reliability and order
+/// only when all have them (the protocol layer works per link, but sizes fragments once).
+fn merged_caps(members: &[Box<dyn Transport>]) -> Caps {
+    let first = members[0].caps().clone();
+    members.iter().skip(1).map(|m| m.caps()).fold(first, |acc, caps| Caps {
+        name: acc.name,
+        reliable: acc.reliable && caps.reliable,
+        ordered: acc.ordered && caps.ordered,
+        rma: acc.rma && caps.rma,
+        amo: acc.amo && caps.amo,
+        max_frame: acc.max_frame.min(caps.max_frame),
+        zcopy_threshold: acc.zcopy_threshold.max(caps.zcopy_threshold),
+        // A member that cannot place sends placed frames whole, so they must fit its frames.
+        max_placed: placed_limit(&acc).min(placed_limit(caps)),
+        latency_ns: acc.latency_ns.min(caps.latency_ns),
+        bandwidth: acc.bandwidth.max(caps.bandwidth),
+    })
+}
+
+/// The largest payload a placed frame of this transport may carry, placed or sent whole.
+fn placed_limit(caps: &Caps) -> usize {
+    if caps.max_placed > 0 {
+        caps.max_placed
+    } else {
+        caps.max_frame.saturating_sub(crate::proto::wire::MAX_HEADER_LEN)
+    }
+}
+
+/// `event` with its link and listener ids renamed into the set's id space.
+fn renamed(member: usize, event: TlEvent<'_>) -> TlEvent<'_> {
+    let link = |l: LinkId| LinkId(global(member, l.0));
+    match event {
+        TlEvent::Connected { link: l } => TlEvent::Connected { link: link(l) },
+        TlEvent::Accepted { listener, link: l, peer } => {
+            TlEvent::Accepted { listener: ListenerId(global(member, listener.0)), link: link(l), peer }
+        }
+        TlEvent::Frame { link: l, bytes } => TlEvent::Frame { link: link(l), bytes },
+        TlEvent::SendDone { link: l, token, result } => TlEvent::SendDone { link: link(l), token, result },
+        TlEvent::Placed { link: l, header, len, dest } => {
+            TlEvent::Placed { link: link(l), header, len, dest }
+        }
+        TlEvent::PlaceDone { link: l, token, result } => TlEvent::PlaceDone { link: link(l), token, result },
+        TlEvent::LinkFailed { link: l, error } => TlEvent::LinkFailed { link: link(l), error },
+    }
+}
+
+impl Transport for TransportSet {
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    fn link_caps(&self, link: LinkId) -> &Caps {
+        match self.member(link.0) {
+            Some((tl, local)) => tl.link_caps(LinkId(local)),
+            None => &self.caps,
+        }
+    }
+
+    /// The first member's address; the worker address lists all of them ([`Self::addresses`]).
+    fn address(&self) -> Option<TransportAddress> {
+        self.members.iter().find_map(|m| m.address())
+    }
+
+    /// Listens on the first member that listens by sockaddr.
+    fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), TlError> {
+        for (index, tl) in self.members.iter_mut().enumerate() {
+            match tl.listen(addr) {
+                Err(TlError::Unsupported) => continue,
+                other => return other.map(|(id, bound)| (ListenerId(global(index, id.0)), bound)),
+            }
+        }
+        Err(TlError::Unsupported)
+    }
+
+    fn close_listener(&mut self, listener: ListenerId) {
+        let (index, local) = split(listener.0);
+        if let Some(tl) = self.members.get_mut(index) {
+            tl.close_listener(ListenerId(local));
+        }
+    }
+
+    /// Connects through the member the target is for: a transport address goes to the member of
+    /// its kind, a sockaddr to the first member that dials sockaddrs.
+    fn connect(&mut self, target: ConnectTarget<'_>) -> Result<LinkId, TlError> {
+        if let ConnectTarget::Address(address) = &target {
+            let member = self
+                .members
+                .iter()
+                .position(|m| m.address().is_some_and(|own| own.kind() == address.kind()))
+                .ok_or(TlError::Unsupported)?;
+            return self.connect_with(member, target);
+        }
+        for index in 0..self.members.len() {
+            match self.connect_with(index, target.clone()) {
+                Err(TlError::Unsupported) => continue,
+                other => return other,
+            }
+        }
+        Err(TlError::Unsupported)
+    }
+
+    fn link_addrs(&self, link: LinkId) -> (Option<SocketAddr>, Option<SocketAddr>) {
+        match self.member(link.0) {
+            Some((tl, local)) => tl.link_addrs(LinkId(local)),
+            None => (None, None),
+        }
+    }
+
+    fn send(&mut self, link: LinkId, header: &[u8], payload: Payload<'_>) -> Result<SendOutcome, TlError> {
+        let (tl, local) = self.member_mut(link.0).ok_or(TlError::InvalidParam)?;
+        tl.send(LinkId(local), header, payload)
+    }
+
+    fn send_placed(
+        &mut self,
+        link: LinkId,
+        header: &[u8],
+        payload: Payload<'_>,
+    ) -> Result<SendOutcome, TlError> {
+        let (tl, local) = self.member_mut(link.0).ok_or(TlError::InvalidParam)?;
+        tl.send_placed(LinkId(local), header, payload)
+    }
+
+    fn close(&mut self, link: LinkId, force: bool) {
+        if let Some((tl, local)) = self.member_mut(link.0) {
+            tl.close(LinkId(local), force);
+        }
+    }
+
+    fn has_pending_sends(&self, link: LinkId) -> bool {
+        self.member(link.0).is_some_and(|(tl, local)| tl.has_pending_sends(LinkId(local)))
+    }
+
+    fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
+        let mut count = 0;
+        for (index, tl) in self.members.iter_mut().enumerate() {
+            count += tl.poll(&mut |event| sink(renamed(index, event)));
+        }
+        count
+    }
+
+    /// The first member's notifier; the worker waits on all of them ([`Self::event_fds`]).
+    fn event_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.members.iter().find_map(|m| m.event_fd())
+    }
+
+    fn has_events(&self) -> bool {
+        // Every member is asked: has_events may drain a notifier, which must happen for each.
+        self.members.iter().fold(false, |any, m| m.has_events() | any)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_through_the_member_bits() {
+        for member in 0..MAX_MEMBERS {
+            for local in [0, 1, 77, LOCAL_MASK] {
+                assert_eq!(split(global(member, local)), (member, local));
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_set_is_refused() {
+        assert_eq!(TransportSet::new(Vec::new()).err(), Some(TlError::InvalidParam));
+    }
+}
