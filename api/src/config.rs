@@ -150,7 +150,7 @@ impl Config {
             let t = canonical(t);
             t == "all" || t == name
         };
-        let excluded = entries.iter().any(|e| e.strip_prefix('^').is_some_and(|t| named(t)));
+        let excluded = entries.iter().any(|e| e.strip_prefix('^').is_some_and(&named));
         let inclusions: Vec<&String> = entries.iter().filter(|e| !e.starts_with('^')).collect();
         let included = inclusions.is_empty() || inclusions.iter().any(|e| named(e));
         included && !excluded

@@ -18,7 +18,7 @@ pub(super) fn epoll_set(fds: &[BorrowedFd<'_>], transports: &[BorrowedFd<'_>]) -
     }
     // SAFETY: `raw` is a fresh descriptor nobody else owns.
     let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
-    for fd in fds.iter().chain(transports).copied() {
+    for fd in fds.iter().chain(transports) {
         let mut event = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd.as_raw_fd() as u64 };
         // SAFETY: both descriptors are open; `event` is a valid epoll_event for the call.
         let rc =
