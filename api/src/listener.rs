@@ -46,6 +46,9 @@ pub(crate) struct ConnRequestData {
     pub err_mode_peer: bool,
     pub client_ep_id: u64,
     pub client_worker: String,
+    /// The client's shared-memory address when it runs on this host and the request came by
+    /// another transport: the accept then opens a shared-memory link to it.
+    pub client_lane: Option<zcx_control::TransportAddress>,
 }
 
 /// `ucp_conn_request_h`: a client waiting to be accepted or rejected. Dropping it unanswered

@@ -41,6 +41,11 @@ fn split(id: u32) -> (usize, u32) {
     ((id >> MEMBER_SHIFT) as usize, id & LOCAL_MASK)
 }
 
+/// The member of a set that carries `link`.
+pub fn member_of(link: LinkId) -> usize {
+    split(link.0).0
+}
+
 impl TransportSet {
     /// A set of `members`, in order of preference for [`Transport::connect`]. At least one, at
     /// most [`MAX_MEMBERS`].

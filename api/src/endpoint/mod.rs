@@ -11,6 +11,7 @@ use std::sync::Arc;
 use bitflags::bitflags;
 use zcx_control::{TransportAddress, WorkerAddressWire};
 use zcx_dataplane::proto::wire::Op;
+use zcx_dataplane::Transport as _;
 use zcx_dataplane::{ConnectTarget, Payload};
 
 use crate::listener::ConnRequest;
@@ -221,6 +222,7 @@ impl Endpoint {
     pub fn query(&self) -> Result<EpAttr> {
         let core = self.shared().lock();
         let ep = core.st.eps.get(&self.id()).ok_or(Status::NotConnected)?;
+        // A shared-memory link has no socket addresses: the request's link had them.
         let (local, remote) = lifecycle::link_addrs(&core, ep.link);
         let status = match ep.phase {
             Phase::Connecting => Status::InProgress,
@@ -231,7 +233,7 @@ impl Endpoint {
             name: ep.name.clone(),
             local_sockaddr: local.or(ep.local_addr),
             remote_sockaddr: remote.or(ep.remote_addr),
-            transports: vec!["uring"],
+            transports: vec![core.tl.link_caps(ep.link).name],
             user_data: ep.user_data,
             status,
         })
@@ -343,10 +345,16 @@ impl Worker {
             (None, Some(bytes)) => {
                 let peer = WorkerAddressWire::decode(&bytes)
                     .map_err(|e| fail_with(Status::InvalidParam, format!("worker address: {e}")))?;
-                let target =
-                    peer.transports.iter().find(|t| matches!(t, TransportAddress::Uring { .. })).ok_or_else(
-                        || fail_with(Status::Unreachable, "no common transport with the peer".into()),
-                    )?;
+                let same_host = peer.boot_id.is_some() && peer.boot_id == core.st.address.boot_id;
+                let shm = peer
+                    .transports
+                    .iter()
+                    .find(|t| matches!(t, TransportAddress::Shm { .. }))
+                    .filter(|_| same_host && core.st.shm_member.is_some());
+                let uring = || peer.transports.iter().find(|t| matches!(t, TransportAddress::Uring { .. }));
+                let target = shm.or_else(uring).ok_or_else(|| {
+                    fail_with(Status::Unreachable, "no common transport with the peer".into())
+                })?;
                 lifecycle::create_client_ep(&mut core, ConnectTarget::Address(target), setup, client_id)?
             }
             (None, None) => unreachable!("checked above"),

@@ -258,6 +258,7 @@ fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                 protocol_violation(st, link);
                 return;
             };
+            let client_lane = shm_lane(st, link, &client_address);
             let request = crate::listener::ConnRequestData {
                 link,
                 peer: incoming.peer,
@@ -266,27 +267,42 @@ fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                 err_mode_peer,
                 client_ep_id,
                 client_worker: client_address.name,
+                client_lane,
             };
             crate::listener::on_conn_request(st, incoming.listener, request);
         }
         HandshakeWire::Accept { server_address: _, server_ep_id: _, client_ep_id } => {
-            let Some(&ep) = st.link_eps.get(&link) else { return };
-            if ep != client_ep_id {
-                tracing::warn!(?link, "handshake answer for another endpoint");
+            let Some(&ep) = st.connecting.get(&client_ep_id) else {
+                tracing::warn!(?link, "handshake answer for no connecting endpoint");
                 protocol_violation(st, link);
                 return;
-            }
-            if let Some(state) = st.eps.get_mut(&ep) {
-                if state.phase == Phase::Connecting {
-                    state.phase = Phase::Ready;
-                    state.rx_seen = true;
-                    st.to_flush.push(ep);
+            };
+            let Some(state) = st.eps.get_mut(&ep) else { return };
+            if state.link != link {
+                // The server answered on a new link (shared memory): it carries the endpoint from
+                // now on, and the request's link is closed.
+                if st.incoming.remove(&link).is_none() {
+                    tracing::warn!(?link, "handshake answer on a link of another endpoint");
+                    protocol_violation(st, link);
+                    return;
                 }
+                let old = std::mem::replace(&mut state.link, link);
+                st.link_eps.remove(&old);
+                st.link_eps.insert(link, ep);
+                st.to_close.push((old, false));
+                tracing::debug!(ep, ?old, lane = ?link, "connected over shared memory");
+            }
+            st.connecting.remove(&client_ep_id);
+            let Some(state) = st.eps.get_mut(&ep) else { return };
+            if state.phase == Phase::Connecting {
+                state.phase = Phase::Ready;
+                state.rx_seen = true;
+                st.to_flush.push(ep);
             }
         }
         HandshakeWire::Reject { reason_status, client_ep_id } => {
             let Some(&ep) = st.link_eps.get(&link) else { return };
-            if ep != client_ep_id {
+            if st.connecting.get(&client_ep_id) != Some(&ep) {
                 protocol_violation(st, link);
                 return;
             }
@@ -294,6 +310,23 @@ fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
             fail_ep(st, ep, status, true);
         }
     }
+}
+
+/// The client's shared-memory address, when the client is on this host, both workers have shared
+/// memory, and the request came by another transport.
+fn shm_lane(
+    st: &State,
+    link: LinkId,
+    client: &zcx_control::WorkerAddressWire,
+) -> Option<zcx_control::TransportAddress> {
+    let shm = st.shm_member?;
+    if zcx_dataplane::transport_set::member_of(link) == shm {
+        return None;
+    }
+    if client.boot_id.is_none() || client.boot_id != st.address.boot_id {
+        return None;
+    }
+    client.transports.iter().find(|t| matches!(t, zcx_control::TransportAddress::Shm { .. })).cloned()
 }
 
 fn on_tag_eager(st: &mut State, link: LinkId, ep: u64, tag: u64, sync_req: Option<u64>, payload: &[u8]) {

@@ -14,7 +14,7 @@ use crate::listener::ConnRequestData;
 use crate::request::OpInfo;
 use crate::status::{fail_with, Status};
 use crate::worker::state::{
-    status_of, Core, Deferred, EpState, OutKind, Phase, QueuedPayload, State, StreamRx,
+    status_of, Core, Deferred, EpState, LaneDial, OutKind, Phase, QueuedPayload, State, StreamRx,
 };
 
 /// What a new endpoint is created with, whichever side it is on.
@@ -47,6 +47,7 @@ fn new_state(st: &mut State, id: u64, link: LinkId, phase: Phase, setup: EpSetup
         remote_addr: None,
         handle: Weak::new(),
         close_op: None,
+        conn_token: 0,
     }
 }
 
@@ -69,6 +70,7 @@ pub(crate) fn create_client_ep(
     })?;
     let id = st.new_id();
     let mut state = new_state(st, id, link, Phase::Connecting, setup);
+    state.conn_token = conn_token()?;
     let (local, remote) = tl.link_addrs(link);
     state.local_addr = local;
     state.remote_addr = remote.or(sockaddr);
@@ -77,7 +79,7 @@ pub(crate) fn create_client_ep(
         ep_name: state.name.clone(),
         err_mode_peer: state.err_mode_peer,
         client_address: st.address.clone(),
-        client_ep_id: id,
+        client_ep_id: state.conn_token,
     };
     let bytes = hello.try_encode().map_err(|e| fail_with(Status::InvalidParam, format!("handshake: {e}")))?;
     let mut header = [0u8; MAX_HEADER_LEN];
@@ -86,10 +88,18 @@ pub(crate) fn create_client_ep(
         tl.close(link, true);
         return Err(status_of(e));
     }
+    st.connecting.insert(state.conn_token, id);
     st.eps.insert(id, state);
     st.link_eps.insert(link, id);
     tracing::debug!(ep = id, ?link, "connecting");
     Ok(id)
+}
+
+/// A fresh, unguessable, non-zero connection token.
+fn conn_token() -> Result<u64, Status> {
+    let bytes = crate::context::random_bytes()?;
+    let token = u64::from_le_bytes(bytes[..8].try_into().expect("8 of 16 bytes"));
+    Ok(token.max(1))
 }
 
 /// The server side of an accepted connection request: ready at once; the answer goes out first
@@ -109,7 +119,12 @@ pub(crate) fn create_server_ep(st: &mut State, request: &ConnRequestData, params
         server_ep_id: id,
         client_ep_id: request.client_ep_id,
     };
-    st.reply(request.link, &Op::Hello, Some(accept.encode()));
+    match &request.client_lane {
+        Some(target) => {
+            st.lane_dials.push(LaneDial { ep: id, target: target.clone(), accept: accept.encode() })
+        }
+        None => st.reply(request.link, &Op::Hello, Some(accept.encode())),
+    }
     st.eps.insert(id, state);
     st.link_eps.insert(request.link, id);
     tracing::debug!(ep = id, link = ?request.link, client = request.client_id, "accepted");
@@ -143,6 +158,8 @@ pub(crate) fn fail_ep(st: &mut State, ep_id: u64, status: Status, close_link: bo
     if handler.is_some() {
         ep.err_reported = true;
     }
+    let token = ep.conn_token;
+    st.connecting.remove(&token);
     st.link_eps.remove(&link);
     if close_link {
         st.to_close.push((link, true));
@@ -246,4 +263,45 @@ pub(crate) fn begin_close(
 /// The socket addresses of a link, for `ep.query()`.
 pub(crate) fn link_addrs(core: &Core, link: LinkId) -> (Option<SocketAddr>, Option<SocketAddr>) {
     core.tl.link_addrs(link)
+}
+
+/// Sends the accepts of [`LaneDial`]s: each on a new link to the client's shared-memory address,
+/// which becomes the endpoint's link; when that link cannot be opened, on the request's link, as
+/// if no faster lane existed.
+pub(crate) fn open_lanes(core: &mut Core) {
+    let Core { tl, st } = core;
+    for dial in std::mem::take(&mut st.lane_dials) {
+        let Some(ep) = st.eps.get_mut(&dial.ep) else { continue };
+        let old = ep.link;
+        let lane = st
+            .shm_member
+            .ok_or(zcx_dataplane::TlError::Unsupported)
+            .and_then(|member| tl.connect_with(member, ConnectTarget::Address(&dial.target)));
+        let mut header = [0u8; MAX_HEADER_LEN];
+        let n = Op::Hello.encode(&mut header);
+        let link = match lane {
+            Ok(lane) if tl.send(lane, &header[..n], Payload::Copy(&dial.accept)).is_ok() => {
+                // The request's link stays open until the client closes it, so the client never
+                // sees it fail before the accept arrives on the new one.
+                ep.link = lane;
+                st.link_eps.remove(&old);
+                st.link_eps.insert(lane, dial.ep);
+                tracing::debug!(ep = dial.ep, ?old, ?lane, "accepted over shared memory");
+                lane
+            }
+            other => {
+                if let Ok(lane) = other {
+                    tl.close(lane, true);
+                }
+                tracing::debug!(
+                    ep = dial.ep,
+                    "no shared-memory lane to the client; staying on the request's link"
+                );
+                old
+            }
+        };
+        if link == old {
+            let _ = tl.send(old, &header[..n], Payload::Copy(&dial.accept));
+        }
+    }
 }

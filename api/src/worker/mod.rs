@@ -422,6 +422,9 @@ impl Drop for CoreGuard<'_> {
 impl Core {
     /// Sends the replies built during the poll.
     pub(crate) fn send_out(&mut self) {
+        if !self.st.lane_dials.is_empty() {
+            lifecycle::open_lanes(self);
+        }
         let Core { tl, st } = self;
         for frame in st.out.drain(..) {
             let header = &frame.header[..frame.header_len as usize];
@@ -437,7 +440,7 @@ impl Core {
 
     /// Everything that follows a poll: replies, newly connected endpoints, closes, bulk pacing.
     fn after_poll(&mut self) {
-        if !self.st.out.is_empty() {
+        if !self.st.out.is_empty() || !self.st.lane_dials.is_empty() {
             self.send_out();
         }
         if !self.st.to_flush.is_empty() {

@@ -139,6 +139,9 @@ pub(crate) struct EpState {
     pub handle: Weak<EpHandle>,
     /// The close request waiting for the endpoint to drain.
     pub close_op: Option<u64>,
+    /// Client side while connecting: the random token the connection request carries (as its
+    /// `client_ep_id`) and the answer must echo, so no other process can answer for the server.
+    pub conn_token: u64,
 }
 
 /// An operation waiting for something from the peer or the transport.
@@ -232,6 +235,17 @@ pub(crate) enum Deferred {
     Am(crate::worker::am::AmDelivery),
 }
 
+/// A server endpoint whose accept goes out on a faster transport than the one the request came
+/// by (shared memory on the same host): the worker dials the client's address there and sends the
+/// accept as the first frame of the new link, which then carries all of the endpoint's traffic.
+pub(crate) struct LaneDial {
+    pub ep: u64,
+    /// The client's address on the faster transport.
+    pub target: zcx_control::TransportAddress,
+    /// The accept frame's payload.
+    pub accept: Vec<u8>,
+}
+
 /// A reply built while the transport is being polled, sent right after.
 pub(crate) struct OutFrame {
     pub link: LinkId,
@@ -252,6 +266,12 @@ pub(crate) struct State {
     pub ops: FastMap<u64, OutOp>,
     pub deferred: Vec<Deferred>,
     pub out: Vec<OutFrame>,
+    /// Accepts to send on a new shared-memory link (see [`LaneDial`]), before `out`.
+    pub lane_dials: Vec<LaneDial>,
+    /// Client endpoints still connecting, by the token their request carries.
+    pub connecting: FastMap<u64, u64>,
+    /// The member of the transport set that is shared memory, if this worker has it.
+    pub shm_member: Option<usize>,
     pub events: usize,
     pub rndv_thresh: usize,
     pub max_payload: usize,
@@ -305,6 +325,9 @@ impl State {
             ops: FastMap::default(),
             deferred: Vec::new(),
             out: Vec::new(),
+            lane_dials: Vec::new(),
+            connecting: FastMap::default(),
+            shm_member: None,
             events: 0,
             max_payload,
             max_placed: caps.max_placed,
