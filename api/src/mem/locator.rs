@@ -12,7 +12,7 @@ use zcx_control::ShmLocator;
 use zcx_hugepages::{Mapping, PageSize, Placement};
 
 use crate::context::LocalIdentity;
-use crate::mem::registration::{fstat_identity, Allocation};
+use crate::mem::registration::{fstat_identity, fstat_size, Allocation};
 use crate::status::{fail_with, Result, Status};
 
 /// The locator a peer needs to map `[address, address + length)` of `allocation`, if it is memfd-backed.
@@ -66,6 +66,11 @@ pub(crate) fn map_peer_memfd(identity: &LocalIdentity, locator: &ShmLocator) -> 
     let seals = unsafe { libc::fcntl(raw, libc::F_GET_SEALS) };
     if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
         return Err(fail_with(Status::Unreachable, format!("{path} is not a sealed zcx memfd")));
+    }
+    // The seal keeps the file from shrinking, so it is enough to check its size once: a locator
+    // claiming more than the file holds would map pages whose access raises SIGBUS.
+    if fstat_size(raw).is_none_or(|size| size < locator.map_len) {
+        return Err(fail_with(Status::Unreachable, format!("{path} is smaller than the exported region")));
     }
     let page_size = PageSize::from_bytes(locator.page_size as usize).ok_or(Status::InvalidParam)?;
     let len = usize::try_from(locator.map_len).map_err(|_| Status::InvalidParam)?;
