@@ -5,16 +5,19 @@
 //! the protection against its remote-access table before touching a byte, and answers with the
 //! status. A put completes when the target acknowledged it, so its status is the target's verdict.
 
+use zcx_dataplane::proto::rma_exec;
 use zcx_dataplane::proto::wire::Op;
 pub use zcx_dataplane::proto::AtomicOp;
+use zcx_dataplane::transport_set::member_of;
 use zcx_dataplane::Payload;
 
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::Endpoint;
-use crate::request::{ReqCell, Request, RequestParams};
+use crate::mem::Prot;
+use crate::request::{OpInfo, ReqCell, Request, RequestParams};
 use crate::rkey::RemoteKey;
 use crate::status::{fail_with, Result, Status};
-use crate::worker::state::{send_on_ep, BulkJob, Core, FragKind, OutKind};
+use crate::worker::state::{send_on_ep, BulkJob, Core, FragKind, OutKind, Phase, State};
 
 /// Operand size of an atomic (`UCP_FEATURE_AMO32` / `AMO64`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +62,39 @@ impl Endpoint {
         Ok(EpRkey { ep: self.id(), region: wire.region_id, key: wire.access_key, rkey })
     }
 
+    /// Where `[remote_addr, remote_addr + len)` of the key's region is mapped here, when the
+    /// endpoint reaches its peer through shared memory and the region is memfd-backed: the
+    /// operation is then a CPU copy or atomic on that mapping, done before the call returns.
+    /// `None`: use the emulated path (the peer executes the operation). `Some(Err)`: the access is
+    /// refused here exactly as the target would refuse it, and no byte is touched.
+    fn shm_view(
+        &self,
+        st: &State,
+        rkey: &EpRkey,
+        remote_addr: u64,
+        len: u64,
+        need: Prot,
+    ) -> Option<Result<*mut u8>> {
+        let ep = st.eps.get(&self.id())?;
+        let shm = st.shm_member?;
+        if ep.phase != Phase::Ready || member_of(ep.link) != shm || !rkey.rkey.is_shareable() {
+            return None;
+        }
+        let key = &rkey.rkey;
+        let end = key.base().checked_add(key.length())?;
+        if remote_addr < key.base() || remote_addr.checked_add(len).is_none_or(|last| last > end) {
+            return Some(Err(fail_with(Status::InvalidAddr, "remote access outside the region".into())));
+        }
+        if !key.prot().contains(need) {
+            return Some(Err(fail_with(Status::InvalidParam, format!("the region lacks {need:?}"))));
+        }
+        if len == 0 {
+            return Some(Ok(std::ptr::null_mut()));
+        }
+        // A mapping that fails (owner gone, kernel refuses) leaves the emulated path to report it.
+        key.ptr(remote_addr).ok().map(Ok)
+    }
+
     fn check_rkey(&self, rkey: &EpRkey) -> Result<()> {
         if rkey.ep != self.id() {
             return Err(fail_with(Status::InvalidParam, "remote key unpacked on another endpoint".into()));
@@ -83,6 +119,20 @@ impl Endpoint {
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
         st.usable_ep(self.id())?;
+        match self.shm_view(st, rkey, remote_addr, len as u64, Prot::REMOTE_WRITE) {
+            Some(Ok(dst)) => {
+                if len > 0 {
+                    // SAFETY: `dst..dst + len` lies in the peer's region mapped here, which the
+                    // key keeps mapped; `ptr..ptr + len` is the caller's buffer, which `SendBuf`
+                    // keeps in place. The two never overlap (ours is not the peer's mapping view).
+                    unsafe { std::ptr::copy_nonoverlapping(ptr, dst, len) };
+                }
+                st.events += 1;
+                return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
+            }
+            Some(Err(status)) => return Err(status),
+            None => {}
+        }
         let cell = ReqCell::new(shared, buf, params.callback);
         if len <= st.max_payload && len < st.rndv_thresh {
             let op = st.add_op(self.id(), cell.clone(), OutKind::RmaAck);
@@ -120,6 +170,20 @@ impl Endpoint {
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
         st.usable_ep(self.id())?;
+        match self.shm_view(st, rkey, remote_addr, len as u64, Prot::REMOTE_READ) {
+            Some(Ok(src)) => {
+                if len > 0 {
+                    // SAFETY: `src..src + len` lies in the peer's region mapped here, kept mapped
+                    // by the key; `ptr..ptr + len` is the caller's buffer (`RecvBuf` keeps it in
+                    // place and writable). They never overlap.
+                    unsafe { std::ptr::copy_nonoverlapping(src, ptr, len) };
+                }
+                st.events += 1;
+                return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
+            }
+            Some(Err(status)) => return Err(status),
+            None => {}
+        }
         let cell = ReqCell::new(shared, buf, params.callback);
         let op = st.add_op(self.id(), cell.clone(), OutKind::Get { ptr, len, received: 0 });
         let frame =
@@ -157,6 +221,23 @@ impl Endpoint {
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
         st.usable_ep(self.id())?;
+        let need = Prot::REMOTE_READ | Prot::REMOTE_WRITE;
+        match self.shm_view(st, rkey, remote_addr, u64::from(bytes), need) {
+            Some(Ok(word)) if word as usize % usize::from(bytes) == 0 => {
+                // SAFETY: `word` is aligned to the operand size (just checked) and its `bytes`
+                // bytes lie in the peer's region mapped here, kept mapped by the key. Peers
+                // access atomic targets atomically only, as the RMA contract requires.
+                let old = unsafe { rma_exec::apply_atomic(word, op, bytes, value, compare) };
+                st.events += 1;
+                return Ok(Request::ready(
+                    (),
+                    OpInfo { length: usize::from(bytes), value: old, ..OpInfo::default() },
+                ));
+            }
+            Some(Err(status)) => return Err(status),
+            // Misaligned in our view of the region (cannot happen for zcx allocations): emulate.
+            Some(Ok(_)) | None => {}
+        }
         let cell = ReqCell::new(shared, (), params.callback);
         let req = st.add_op(self.id(), cell.clone(), OutKind::RmaAck);
         let frame = Op::Atomic {

@@ -96,21 +96,30 @@ pub fn atomic(
     compare: u64,
 ) -> Result<u64, AccessError> {
     table.with_access(region, key, addr, u64::from(size), RemoteAccess::Atomic { size }, |word| {
-        // `with_access` accepted only a size of 4 or 8 with `addr` a multiple of it.
-        if size == 4 {
-            // SAFETY: the check made `addr` 4-byte aligned (the alignment of `AtomicU32`) and
-            // `[addr, addr + 4)` readable and writable inside a region that stays mapped while
-            // the read lock is held, i.e. for the whole lifetime of this reference. Accesses by
-            // others to the word are atomic by the RMA contract of this module.
-            let word = unsafe { AtomicU32::from_ptr(word.cast::<u32>()) };
-            u64::from(apply32(word, op, value as u32, compare as u32))
-        } else {
-            // SAFETY: as above with 8: `addr` is 8-byte aligned (the alignment of `AtomicU64`)
-            // and `[addr, addr + 8)` is inside the region, mapped while the lock is held.
-            let word = unsafe { AtomicU64::from_ptr(word.cast::<u64>()) };
-            apply64(word, op, value, compare)
-        }
+        // SAFETY: `with_access` accepted only a size of 4 or 8 with `addr` a multiple of it, and
+        // `[addr, addr + size)` inside a region that stays mapped while its read lock is held,
+        // i.e. for the whole call.
+        unsafe { apply_atomic(word, op, size, value, compare) }
     })
+}
+
+/// Applies `op` with a real CPU atomic to the `size`-byte (4, else 8) word at `word` and returns
+/// the previous value (4-byte operands truncated, the result zero-extended): the one place both
+/// the emulating target and a shared-memory initiator do atomics.
+///
+/// # Safety
+/// `word` must be aligned to `size` and point to `size` bytes that stay mapped, readable and
+/// writable for the call, and that everyone else accesses atomically only.
+pub unsafe fn apply_atomic(word: *mut u8, op: AtomicOp, size: u8, value: u64, compare: u64) -> u64 {
+    if size == 4 {
+        // SAFETY: the caller guarantees alignment (that of `AtomicU32`) and a live word.
+        let word = unsafe { AtomicU32::from_ptr(word.cast::<u32>()) };
+        u64::from(apply32(word, op, value as u32, compare as u32))
+    } else {
+        // SAFETY: as above, for 8 bytes and `AtomicU64`.
+        let word = unsafe { AtomicU64::from_ptr(word.cast::<u64>()) };
+        apply64(word, op, value, compare)
+    }
 }
 
 fn apply32(word: &AtomicU32, op: AtomicOp, value: u32, compare: u32) -> u32 {
