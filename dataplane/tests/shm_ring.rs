@@ -101,7 +101,9 @@ fn consume(mut c: Consumer) -> u64 {
 fn ends(seg: &Segment) -> (Producer, Consumer) {
     // SAFETY: ring 0 of a live segment, which outlives both ends in these tests (joined before it
     // drops); one producer and one consumer.
-    unsafe { (Producer::new(seg.ring_base(0), CAPACITY), Consumer::new(seg.ring_base(0), CAPACITY, usize::MAX)) }
+    unsafe {
+        (Producer::new(seg.ring_base(0), CAPACITY), Consumer::new(seg.ring_base(0), CAPACITY, usize::MAX))
+    }
 }
 
 #[test]
