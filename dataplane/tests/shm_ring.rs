@@ -74,7 +74,7 @@ fn consume(mut c: Consumer) -> u64 {
     loop {
         let mut stop = false;
         let mut batch = 0;
-        while let Some((kind, bytes)) = c.next().expect("ring intact") {
+        while let Some((kind, bytes)) = c.next_record().expect("ring intact") {
             assert_eq!(kind, KIND_FRAME);
             if u64::from_le_bytes(bytes[..8].try_into().unwrap()) == STOP {
                 stop = true;

@@ -610,7 +610,7 @@ mod props {
             let cap = 1usize << cap_log;
             let hello = Hello { capacity: cap as u64, segment_len: segment_len(cap) as u64, max_frame: 1 };
             let mut bytes = hello.encode();
-            if cap_log >= 12 && cap_log <= 30 {
+            if (12..=30).contains(&cap_log) {
                 prop_assert_eq!(Hello::decode(&bytes), Ok(hello));
             }
             bytes[flip] ^= 1 << bit;

@@ -209,7 +209,10 @@ impl Producer {
 
     /// True when the consumer has released everything we published (as last seen).
     pub fn is_drained(&mut self) -> bool {
-        self.head == self.cached_tail || (self.reload_tail().is_ok() && self.head == self.cached_tail)
+        if self.head != self.cached_tail && self.reload_tail().is_err() {
+            return false;
+        }
+        self.head == self.cached_tail
     }
 }
 
@@ -281,7 +284,7 @@ impl Consumer {
     ///
     /// The bytes live in memory the peer can write; a well-behaved peer never writes a published
     /// record, and a hostile one can only change what we read, not where.
-    pub fn next(&mut self) -> Result<Option<(u32, &[u8])>, RingError> {
+    pub fn next_record(&mut self) -> Result<Option<(u32, &[u8])>, RingError> {
         loop {
             if self.tail == self.cached_head {
                 self.reload_head()?;
@@ -376,7 +379,7 @@ mod tests {
             let payload: Vec<u8> = (0..len).map(|i| (i as u32 ^ sent) as u8).collect();
             while !p.push(KIND_FRAME, &[&sent.to_le_bytes(), &payload]).unwrap() {
                 // Full: drain one record.
-                let (kind, bytes) = c.next().unwrap().expect("full ring has data");
+                let (kind, bytes) = c.next_record().unwrap().expect("full ring has data");
                 assert_eq!(kind, KIND_FRAME);
                 let seq = u32::from_le_bytes(bytes[..4].try_into().unwrap());
                 assert_eq!(seq, next_expected);
@@ -386,7 +389,7 @@ mod tests {
             }
             sent += 1;
         }
-        while let Some((_, bytes)) = c.next().unwrap() {
+        while let Some((_, bytes)) = c.next_record().unwrap() {
             assert_eq!(u32::from_le_bytes(bytes[..4].try_into().unwrap()), next_expected);
             next_expected += 1;
         }
@@ -403,12 +406,12 @@ mod tests {
         let max = p.max_payload();
         assert_eq!(max, cap / 2 - RECORD_HEADER);
         assert!(p.push(KIND_FRAME, &[]).unwrap());
-        assert_eq!(c.next().unwrap(), Some((KIND_FRAME, &[][..])));
+        assert_eq!(c.next_record().unwrap(), Some((KIND_FRAME, &[][..])));
         c.release();
         let big = vec![0x5Au8; max];
         for _ in 0..5 {
             assert!(p.push(KIND_FRAME, &[&big]).unwrap());
-            assert_eq!(c.next().unwrap(), Some((KIND_FRAME, &big[..])));
+            assert_eq!(c.next_record().unwrap(), Some((KIND_FRAME, &big[..])));
             c.release();
         }
         assert_eq!(p.push(KIND_FRAME, &[&big, &[1]]), Err(RingError::BadLength));
@@ -425,7 +428,7 @@ mod tests {
         }
         // An 8-byte frame takes exactly one cache line.
         assert_eq!(n, cap / RECORD_ALIGN);
-        assert!(c.next().unwrap().is_some());
+        assert!(c.next_record().unwrap().is_some());
         // Read but not released: still no room.
         assert!(!p.push(KIND_FRAME, &[&[7u8; 8]]).unwrap());
         c.release();
@@ -449,39 +452,39 @@ mod tests {
         };
         // Head beyond capacity.
         head(cap as u64 + 64);
-        assert_eq!(c.next(), Err(RingError::BadIndex));
+        assert_eq!(c.next_record(), Err(RingError::BadIndex));
         // Length beyond what was published.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         head(64);
         rec(0, 100, KIND_FRAME);
-        assert_eq!(c.next(), Err(RingError::BadLength));
+        assert_eq!(c.next_record(), Err(RingError::BadLength));
         // Length beyond the frame limit.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         head(2048);
         rec(0, 1500, KIND_FRAME);
-        assert_eq!(c.next(), Err(RingError::BadLength));
+        assert_eq!(c.next_record(), Err(RingError::BadLength));
         // Unknown kind.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         rec(0, 1, 0xDEAD);
-        assert_eq!(c.next(), Err(RingError::BadKind));
+        assert_eq!(c.next_record(), Err(RingError::BadKind));
         // Unaligned head.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         head(13);
-        assert_eq!(c.next(), Err(RingError::BadIndex));
+        assert_eq!(c.next_record(), Err(RingError::BadIndex));
         // A skip that claims more than was published.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         head(64);
         rec(0, 0, KIND_SKIP);
-        assert_eq!(c.next(), Err(RingError::BadLength));
+        assert_eq!(c.next_record(), Err(RingError::BadLength));
         // Head moving backwards.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         head(128);
         rec(0, 0, KIND_FRAME);
         rec(64, 0, KIND_FRAME);
-        assert!(c.next().unwrap().is_some());
+        assert!(c.next_record().unwrap().is_some());
         head(0);
-        assert!(c.next().unwrap().is_some());
-        assert_eq!(c.next(), Err(RingError::BadIndex));
+        assert!(c.next_record().unwrap().is_some());
+        assert_eq!(c.next_record(), Err(RingError::BadIndex));
     }
 
     #[test]
@@ -526,7 +529,7 @@ mod tests {
             // SAFETY: the area outlives the consumer.
             let mut c = unsafe { Consumer::new(base, cap, 2000) };
             for _ in 0..200 {
-                match c.next() {
+                match c.next_record() {
                     Ok(Some((_, bytes))) => { proptest::prop_assert!(bytes.len() <= 2000); }
                     Ok(None) | Err(_) => break,
                 }

@@ -668,7 +668,11 @@ fn poll_rx(
                 return Err(TlError::ConnectionReset);
             }
             let status = match copy_placing(link) {
-                Ok(false) => return Ok(()),
+                Ok(false) => {
+                    // More next poll; records read before the placement go back to the peer now.
+                    link.rx.release();
+                    return Ok(());
+                }
                 Ok(true) => 0i32,
                 Err(errno) => {
                     tracing::debug!(errno, pid = link.peer_pid, "shm: reading a placed payload failed");
@@ -687,7 +691,7 @@ fn poll_rx(
             // The release is tiny and must not be lost: no byte limit on it.
             ShmTransport::push_or_queue(link, KIND_PLACE_DONE, &[&done], usize::MAX)?;
         }
-        let Some((kind, bytes)) = link.rx.next().map_err(|err| {
+        let Some((kind, bytes)) = link.rx.next_record().map_err(|err| {
             tracing::debug!(%err, "shm peer wrote a malformed ring");
             TlError::ConnectionReset
         })?
