@@ -621,3 +621,47 @@ mod props {
         }
     }
 }
+
+/// Waits up to `timeout` for `fd` to become readable.
+fn readable_within(fd: i32, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) > 0 }
+}
+
+#[test]
+fn event_fd_wakes_a_sleeper_for_a_frame_and_for_a_dead_peer() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    for _ in 0..10 {
+        a.poll();
+    }
+    let efd = a.t.event_fd().unwrap().as_raw_fd();
+    // `arm`: nothing pending, so the worker may sleep.
+    assert!(!a.t.has_events());
+    assert!(!readable_within(efd, Duration::from_millis(50)), "readable with nothing to do");
+    let sleeper = std::thread::spawn(move || {
+        let start = Instant::now();
+        (readable_within(efd, Duration::from_secs(5)), start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(150));
+    b.t.send(lb, b"wake up", Payload::None).unwrap();
+    let (woken, after) = sleeper.join().unwrap();
+    assert!(woken && after >= Duration::from_millis(100), "woken {woken} after {after:?}");
+    pump_one(&mut a, "frame after wakeup", |a| a.frames(la).len() == 1);
+    // A frame already waiting makes `arm` refuse to sleep.
+    for _ in 0..10 {
+        a.poll();
+    }
+    b.t.send(lb, b"pending", Payload::None).unwrap();
+    assert!(a.t.has_events());
+    pump_one(&mut a, "second frame", |a| a.frames(la).len() == 2);
+    for _ in 0..10 {
+        a.poll();
+    }
+    // The peer going away wakes a sleeper too.
+    assert!(!a.t.has_events());
+    drop(b);
+    assert!(readable_within(efd, Duration::from_secs(5)), "not woken by the peer's close");
+    pump_one(&mut a, "link failure", |a| a.failed(la).is_some());
+}

@@ -260,6 +260,14 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> Result<Received, i32> {
     })
 }
 
+/// Writes one wakeup byte to a link socket; a full socket already holds wakeups, so errors are
+/// ignored (a dead peer is found by its own end-of-file check).
+pub fn wake(sock: RawFd) {
+    let byte = 1u8;
+    // SAFETY: a non-blocking send of one byte from a live local.
+    unsafe { libc::send(sock, (&byte as *const u8).cast(), 1, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+}
+
 /// The state of a link socket after draining it without blocking.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SocketState {

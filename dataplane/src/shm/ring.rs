@@ -5,7 +5,8 @@
 //! ```text
 //! 0    producer line: head (u64, bytes ever published)
 //! 64   consumer line: tail (u64, bytes ever released)
-//! 128  data: `capacity` bytes (a power of two, a multiple of 64)
+//! 128  sleep line: `sleeping` (u64, 1 while the consumer may block on its event fd)
+//! 192  data: `capacity` bytes (a power of two, a multiple of 64)
 //! ```
 //!
 //! A record is `[len: u32][kind: u32][len bytes]`, padded to a multiple of 64 bytes, so a record of
@@ -25,11 +26,19 @@
 //! room before the end of the data area and the frame size limit; anything else is
 //! [`RingError`], which the transport turns into a link failure. No check ever reads outside the
 //! ring. The producer checks the peer's `tail` the same way.
+//!
+//! Wakeups: a consumer about to sleep sets `sleeping` and then looks at `head` once more; the
+//! producer stores `head` and then looks at `sleeping`. Both sides use sequentially consistent
+//! accesses, so at least one of them sees the other (no lost wakeup): either the consumer finds
+//! the record and does not sleep, or the producer finds the flag, clears it and reports through
+//! [`Producer::take_wake`] that the peer must be woken (the transport writes a byte to the link
+//! socket). While nobody sleeps, the flag's line stays shared in both caches: the producer's
+//! check is a cache hit.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Bytes before the data area: the producer and the consumer cache lines.
-pub const RING_HEADER: usize = 128;
+/// Bytes before the data area: the producer, consumer and sleep cache lines.
+pub const RING_HEADER: usize = 192;
 /// Record alignment: one cache line.
 pub const RECORD_ALIGN: usize = 64;
 /// Bytes of a record header (`len` and `kind`).
@@ -108,6 +117,11 @@ impl RingMem {
         unsafe { &*(self.base.add(64) as *const AtomicU64) }
     }
 
+    fn sleeping(&self) -> &AtomicU64 {
+        // SAFETY: as for `head`; the sleep line starts 128 bytes in.
+        unsafe { &*(self.base.add(128) as *const AtomicU64) }
+    }
+
     fn data(&self) -> *mut u8 {
         // SAFETY: the data area follows the header inside the mapping.
         unsafe { self.base.add(RING_HEADER) }
@@ -123,6 +137,8 @@ pub struct Producer {
     /// The consumer's tail as last loaded.
     cached_tail: u64,
     max_payload: usize,
+    /// The consumer announced sleep and we cleared the flag: it needs a wakeup.
+    wake: bool,
 }
 
 // SAFETY: the producer only touches shared memory through its raw pointer, which stays valid for
@@ -141,7 +157,7 @@ impl Producer {
         let mem = RingMem { base, capacity };
         let head = mem.head().load(Ordering::Relaxed);
         let cached_tail = mem.tail().load(Ordering::Acquire);
-        Producer { mem, head, cached_tail, max_payload: max_record_payload(capacity) }
+        Producer { mem, head, cached_tail, max_payload: max_record_payload(capacity), wake: false }
     }
 
     /// The largest payload one record may carry.
@@ -203,8 +219,20 @@ impl Producer {
             }
         }
         self.head += need as u64;
-        self.mem.head().store(self.head, Ordering::Release);
+        // SeqCst (a Release store that is also ordered before the flag load below): see the
+        // module docs on wakeups.
+        self.mem.head().store(self.head, Ordering::SeqCst);
+        if self.mem.sleeping().load(Ordering::SeqCst) != 0
+            && self.mem.sleeping().swap(0, Ordering::SeqCst) != 0
+        {
+            self.wake = true;
+        }
         Ok(true)
+    }
+
+    /// True (once) when a push found the consumer asleep: the caller must wake it.
+    pub fn take_wake(&mut self) -> bool {
+        std::mem::take(&mut self.wake)
     }
 
     /// True when the consumer has released everything we published (as last seen).
@@ -277,6 +305,20 @@ impl Consumer {
     /// True when the producer's head (loaded now) is past our tail; never changes our state.
     pub fn peek(&self) -> bool {
         self.tail != self.mem.head().load(Ordering::Acquire)
+    }
+
+    /// Announces that the consumer may sleep, then checks for data once more: true when a record
+    /// is waiting (do not sleep). Otherwise the producer's next push asks for a wakeup.
+    pub fn announce_sleep(&self) -> bool {
+        self.mem.sleeping().store(1, Ordering::SeqCst);
+        self.tail != self.mem.head().load(Ordering::SeqCst)
+    }
+
+    /// Withdraws a sleep announcement (the consumer is polling again); one cheap load when none.
+    pub fn awake(&self) {
+        if self.mem.sleeping().load(Ordering::Relaxed) != 0 {
+            self.mem.sleeping().store(0, Ordering::Relaxed);
+        }
     }
 
     /// Reads the next record (skipping padding): `Ok(None)` when the ring is empty. The bytes are
@@ -485,6 +527,26 @@ mod tests {
         head(0);
         assert!(c.next_record().unwrap().is_some());
         assert_eq!(c.next_record(), Err(RingError::BadIndex));
+    }
+
+    #[test]
+    fn a_push_after_a_sleep_announcement_asks_for_a_wakeup() {
+        let cap = 4096;
+        let mut area = Area::new(cap);
+        let (mut p, mut c) = pair(&mut area, cap);
+        assert!(p.push(KIND_FRAME, &[b"x"]).unwrap());
+        assert!(!p.take_wake());
+        // Data waiting: the consumer must not sleep.
+        assert!(c.announce_sleep());
+        c.awake();
+        assert!(c.next_record().unwrap().is_some());
+        c.release();
+        assert!(!c.announce_sleep());
+        assert!(p.push(KIND_FRAME, &[b"y"]).unwrap());
+        assert!(p.take_wake());
+        assert!(!p.take_wake(), "one wakeup per announcement");
+        assert!(p.push(KIND_FRAME, &[b"z"]).unwrap());
+        assert!(!p.take_wake());
     }
 
     #[test]

@@ -131,10 +131,6 @@ impl Link {
     fn idle(&self) -> bool {
         self.queue.is_empty() && self.inflight.is_empty()
     }
-
-    fn rx_peek(&self) -> bool {
-        self.rx.peek()
-    }
 }
 
 struct PendingAccept {
@@ -158,12 +154,12 @@ enum Deferred {
 /// gone. Large placed payloads move with one copy straight from the sender's memory
 /// (`process_vm_readv`).
 ///
-/// **Wakeups:** frames written into a ring do not signal the receiver's [`Transport::event_fd`]
-/// (that would cost the sender a system call, or a full fence per frame). The event fd (an epoll
-/// set of the transport's sockets) becomes readable on link-level events only: a connection to
-/// accept, a peer closing or dying. [`Transport::has_events`] does look into the rings, so `arm`
-/// refuses to sleep while frames wait; but a worker asleep in `wait` is not woken by a frame that
-/// arrives later — drive shm links by polling.
+/// **Wakeups:** the event fd is an epoll set of the transport's sockets: the listener (a
+/// connection to accept) and every link socket (the peer closed or died, or woke us). Polling
+/// costs no system call for data; [`Transport::has_events`] (the worker's `arm`) announces on
+/// every receive ring that this side may sleep, and a peer that then writes a frame into one of
+/// them sends one byte over the link socket, which makes the event fd readable. Announcements
+/// are withdrawn by the next `poll`.
 pub struct ShmTransport {
     cfg: ShmConfig,
     caps: Caps,
@@ -543,6 +539,13 @@ impl ShmTransport {
 
     /// Moves queued frames into the ring while it has room.
     fn flush_queue(link: &mut Link) {
+        ShmTransport::flush_queue_quiet(link);
+        if link.tx.take_wake() {
+            conn::wake(link.sock.as_raw_fd());
+        }
+    }
+
+    fn flush_queue_quiet(link: &mut Link) {
         while let Some(q) = link.queue.front() {
             match link.tx.push(q.kind, &[&q.bytes]) {
                 Ok(true) => {
@@ -563,7 +566,12 @@ impl ShmTransport {
     fn push_or_queue(link: &mut Link, kind: u32, parts: &[&[u8]], limit: usize) -> Result<(), TlError> {
         if link.queue.is_empty() {
             match link.tx.push(kind, parts) {
-                Ok(true) => return Ok(()),
+                Ok(true) => {
+                    if link.tx.take_wake() {
+                        conn::wake(link.sock.as_raw_fd());
+                    }
+                    return Ok(());
+                }
                 Ok(false) => {}
                 Err(_) => {
                     link.broken = Some(TlError::ConnectionReset);
@@ -601,6 +609,7 @@ impl ShmTransport {
         let id = self.link_id(index as u32);
         let Some(link) = self.links[index].as_deref_mut() else { return 0 };
         let mut count = 0;
+        link.rx.awake();
         let mut failure = link.broken;
         if failure.is_none() {
             if let Err(err) = poll_rx(link, id, sink, &mut count) {
@@ -892,9 +901,9 @@ impl Transport for ShmTransport {
                 return true;
             }
         }
-        // The rings' read side needs `&mut` for its cached index; `has_events` only peeks through
-        // a fresh view of the shared head.
-        if self.links.iter().flatten().any(|l| l.rx_peek()) {
+        // Announce sleep on every ring before the last look, so a frame written after it wakes us
+        // through the link socket (in the epoll set).
+        if self.links.iter().flatten().any(|l| l.rx.announce_sleep()) {
             return true;
         }
         let mut pfd = libc::pollfd { fd: self.epoll.as_raw_fd(), events: libc::POLLIN, revents: 0 };
