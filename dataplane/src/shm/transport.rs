@@ -338,7 +338,10 @@ impl ShmTransport {
         };
         let index = self.alloc_slot()?;
         let id = self.link_id(index);
-        self.epoll_add(sock.as_raw_fd(), u64::from(id.0))?;
+        if let Err(err) = self.epoll_add(sock.as_raw_fd(), u64::from(id.0)) {
+            self.release_slot(index as usize);
+            return Err(err);
+        }
         self.links[index as usize] = Some(Box::new(Link {
             sock,
             tx,
