@@ -159,3 +159,50 @@ fn two_processes_move_frames_in_order() {
     assert!(sent > 10_000, "only {sent} frames in the time allowed");
     eprintln!("two processes: {sent} frames");
 }
+
+#[test]
+fn segments_are_sealed_against_resizing() {
+    let (seg, fd) = Segment::create(CAPACITY, false).expect("segment");
+    // SAFETY: ftruncate on our own descriptor; the seals must refuse it.
+    let shrink = unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) };
+    assert_eq!(shrink, -1, "a sealed segment shrank");
+    // SAFETY: as above.
+    let grow = unsafe { libc::ftruncate(fd.as_raw_fd(), (seg.len() * 2) as libc::off_t) };
+    assert_eq!(grow, -1, "a sealed segment grew");
+    // The peer's view checks the same.
+    assert!(Segment::attach(&fd, CAPACITY, seg.len()).is_ok());
+    assert!(Segment::attach(&fd, CAPACITY * 2, seg.len()).is_err());
+    assert!(Segment::attach(&fd, CAPACITY, seg.len() + 4096).is_err());
+}
+
+#[test]
+fn huge_page_segments_when_the_host_has_them() {
+    let (seg, fd) = Segment::create(CAPACITY, true).expect("segment");
+    if !seg.is_huge() {
+        let reserved = std::fs::read_to_string("/proc/sys/vm/nr_hugepages").unwrap_or_default();
+        eprintln!("skipped: no 2 MiB huge page could back a segment (nr_hugepages = {})", reserved.trim());
+        return;
+    }
+    assert_eq!(seg.len() % (2 << 20), 0);
+    let peer = Segment::attach(&fd, CAPACITY, seg.len()).expect("attach a huge page segment");
+    let (p, _) = ends(&seg);
+    // SAFETY: ring 0 of the peer's mapping of the same memfd; one consumer.
+    let c = unsafe { Consumer::new(peer.ring_base(0), CAPACITY, usize::MAX) };
+    let consumer = std::thread::spawn(move || consume(c));
+    let sent = produce_some(p, 10_000);
+    assert_eq!(consumer.join().unwrap(), sent);
+}
+
+/// Produces `n` frames and the stop frame.
+fn produce_some(mut p: Producer, n: u64) -> u64 {
+    let mut buf = vec![0u8; 4096];
+    for seq in 0..n {
+        let len = size_of(seq);
+        fill(seq, &mut buf[..len]);
+        while !p.push(KIND_FRAME, &[&seq.to_le_bytes(), &buf[..len]]).unwrap() {
+            std::hint::spin_loop();
+        }
+    }
+    while !p.push(KIND_FRAME, &[&STOP.to_le_bytes()]).unwrap() {}
+    n
+}
