@@ -12,6 +12,7 @@ pub mod access;
 pub mod fast_map;
 pub mod proto;
 pub mod rcache;
+pub mod shm;
 pub mod transport;
 pub mod transport_set;
 pub mod uring;
@@ -21,6 +22,7 @@ pub mod wakeup;
 pub use access::{AccessError, RegionEntry, RemoteAccess, RemoteAccessTable};
 pub use fast_map::{FastMap, FastSet};
 pub use rcache::{RcacheStats, RegistrationCache};
+pub use shm::{ShmConfig, ShmTransport};
 pub use transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
     Transport, ZcopyPayload,

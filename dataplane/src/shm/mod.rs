@@ -1,0 +1,16 @@
+//! The shared-memory transport (`shm`): links between processes of one host over two
+//! single-producer/single-consumer rings in a sealed memfd segment.
+//!
+//! - [`ring`]: the SPSC byte ring of variable-length records, hostile-peer safe.
+//! - [`segment`]: the memfd segment holding the header and both rings.
+//! - [`conn`]: the abstract Unix socket that passes the segment (`SCM_RIGHTS`) and reports the
+//!   peer's death.
+//! - [`ShmTransport`]: the [`crate::Transport`] implementation, with single-copy placed payloads
+//!   read straight from the sender's memory (`process_vm_readv`).
+
+pub mod conn;
+pub mod ring;
+pub mod segment;
+mod transport;
+
+pub use transport::{ShmConfig, ShmTransport};

@@ -1,0 +1,916 @@
+//! [`ShmTransport`]: links of two shared-memory rings between processes of one host.
+
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use zcx_control::TransportAddress;
+
+use super::conn::{self, Hello, Received, SocketState, HELLO_LEN};
+use super::ring::{
+    max_record_payload, valid_capacity, Consumer, Producer, KIND_FRAME, KIND_PLACED, KIND_PLACE_DONE,
+};
+use super::segment::Segment;
+use crate::transport::{
+    Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
+    Transport,
+};
+
+/// Largest protocol header `send_placed` takes.
+const MAX_PLACED_HEADER: usize = 256;
+/// Bytes of a placed descriptor before the header: remote address and length.
+const PLACED_PREFIX: usize = 16;
+/// Bytes of a place-done record: the cookie of the released payload and a status (0 or errno).
+const DONE_LEN: usize = 12;
+/// Bytes copied from a peer per link and poll, so one large placement does not stall the others.
+const PLACE_CHUNK: usize = 8 << 20;
+/// Records read per link and poll, for fairness between links.
+const RECORDS_PER_POLL: usize = 256;
+/// Epoll key of the listening socket.
+const KEY_LISTENER: u64 = u64::MAX;
+/// Epoll keys of accepted sockets still waiting for their hello have this bit set.
+const KEY_PENDING: u64 = 1 << 62;
+/// Accepted sockets waiting for their hello at once; the oldest is dropped beyond.
+const MAX_PENDING_ACCEPTS: usize = 64;
+
+const INDEX_BITS: u32 = 20;
+const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
+
+/// Settings of a [`ShmTransport`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShmConfig {
+    /// Data bytes of each ring (one per direction and link); a power of two, at least twice
+    /// `max_frame` plus 64.
+    pub ring_capacity: usize,
+    /// Largest frame (header plus payload) of one `send`.
+    pub max_frame: usize,
+    /// Payloads at least this long should be offered zero-copy (`Caps::zcopy_threshold`).
+    pub zcopy_threshold: usize,
+    /// Largest payload of one placed frame (`Caps::max_placed`).
+    pub max_placed: usize,
+    /// Try 2 MiB huge pages for the segments first.
+    pub try_hugepages: bool,
+    /// Polls between two checks of the sockets (accepts, peer death); 1 checks every poll.
+    pub socket_check_interval: u32,
+    /// How long an accepted connection may take to send its hello.
+    pub hello_timeout: Duration,
+    /// Copied bytes one link may hold queued (ring full) before `send` says `NoResource`.
+    pub max_queued_bytes: usize,
+}
+
+impl Default for ShmConfig {
+    fn default() -> ShmConfig {
+        ShmConfig {
+            ring_capacity: 1 << 20,
+            max_frame: 256 * 1024 + 64,
+            zcopy_threshold: 64 << 10,
+            max_placed: 64 << 20,
+            try_hugepages: true,
+            socket_check_interval: 64,
+            hello_timeout: Duration::from_secs(5),
+            max_queued_bytes: 64 << 20,
+        }
+    }
+}
+
+/// A frame that found the ring full, waiting in order for room.
+struct Queued {
+    kind: u32,
+    bytes: Vec<u8>,
+}
+
+/// A placed payload of ours the peer has not released yet.
+enum Inflight {
+    /// The caller's buffer: `SendDone { token }` when released.
+    Zcopy { token: u64, addr: u64, len: usize },
+    /// A copy we made of a `Payload::Copy` too large for a frame; freed when released.
+    Staged { bytes: Vec<u8> },
+}
+
+impl Inflight {
+    /// The address and length the peer reads; the address doubles as the release cookie.
+    fn range(&self) -> (u64, usize) {
+        match self {
+            Inflight::Zcopy { addr, len, .. } => (*addr, *len),
+            Inflight::Staged { bytes } => (bytes.as_ptr() as u64, bytes.len()),
+        }
+    }
+}
+
+/// A placed payload of the peer's being copied into our destination.
+struct Placing {
+    remote: u64,
+    len: usize,
+    done: usize,
+    cookie: u64,
+    dest: Option<PlaceTarget>,
+}
+
+struct Link {
+    sock: OwnedFd,
+    /// The rings point into `_segment`, declared (and so dropped) after them.
+    tx: Producer,
+    rx: Consumer,
+    /// Held for its mapping; unmapped when the link is dropped.
+    _segment: Segment,
+    peer_pid: libc::pid_t,
+    queue: VecDeque<Queued>,
+    queued_bytes: usize,
+    inflight: VecDeque<Inflight>,
+    placing: Option<Placing>,
+    /// `Some(force)` once closed locally.
+    local_close: Option<bool>,
+    /// The peer closed its socket (or died): deliver what it published, then fail.
+    peer_gone: bool,
+    /// The link is broken (protocol error, failed send); fail it at the next poll.
+    broken: Option<TlError>,
+}
+
+impl Link {
+    fn idle(&self) -> bool {
+        self.queue.is_empty() && self.inflight.is_empty()
+    }
+}
+
+struct PendingAccept {
+    sock: OwnedFd,
+    key: u64,
+    since: Instant,
+}
+
+/// An event produced outside a link's receive path, reported in order by the next `poll`.
+#[derive(Debug)]
+enum Deferred {
+    Connected(LinkId),
+    Accepted(LinkId),
+    SendDone { link: LinkId, token: u64, result: Result<(), TlError> },
+    PlaceDone { link: LinkId, token: u64, result: Result<(), TlError> },
+    LinkFailed { link: LinkId, error: TlError },
+}
+
+/// The shared-memory transport: per link, a sealed memfd segment with one SPSC ring per
+/// direction, set up over an abstract Unix socket that also tells each side when the other is
+/// gone. Large placed payloads move with one copy straight from the sender's memory
+/// (`process_vm_readv`).
+///
+/// **Wakeups:** the event fd is an epoll set of the transport's sockets: the listener (a
+/// connection to accept) and every link socket (the peer closed or died, or woke us). Polling
+/// costs no system call for data; [`Transport::has_events`] (the worker's `arm`) announces on
+/// every receive ring that this side may sleep, and a peer that then writes a frame into one of
+/// them sends one byte over the link socket, which makes the event fd readable. Announcements
+/// are withdrawn by the next `poll`.
+pub struct ShmTransport {
+    cfg: ShmConfig,
+    caps: Caps,
+    name: Vec<u8>,
+    listener: Option<OwnedFd>,
+    epoll: OwnedFd,
+    links: Vec<Option<Box<Link>>>,
+    gens: Vec<u32>,
+    free: Vec<u32>,
+    pending: Vec<PendingAccept>,
+    next_pending_key: u64,
+    deferred: Vec<Deferred>,
+    polls: u64,
+    epoll_events: Vec<libc::epoll_event>,
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+fn random_u64() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: getrandom writes at most 8 bytes into our u64.
+    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, libc::GRND_NONBLOCK) };
+    if n != 8 {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        v = t.as_nanos() as u64 ^ (&v as *const u64 as u64).rotate_left(32);
+    }
+    v
+}
+
+fn placeholder_peer() -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
+}
+
+impl ShmTransport {
+    /// Checks the configuration and the host (memfd and abstract Unix sockets), then listens on a
+    /// fresh abstract socket `zcx-shm-<pid>-<random hex>`.
+    pub fn new(cfg: &ShmConfig) -> Result<ShmTransport, TlError> {
+        if !valid_capacity(cfg.ring_capacity) || cfg.max_frame > max_record_payload(cfg.ring_capacity) {
+            tracing::warn!(
+                ring_capacity = cfg.ring_capacity,
+                max_frame = cfg.max_frame,
+                "shm transport: ring capacity must be a power of two of at least twice max_frame"
+            );
+            return Err(TlError::InvalidParam);
+        }
+        if PLACED_PREFIX + MAX_PLACED_HEADER > cfg.max_frame {
+            return Err(TlError::InvalidParam);
+        }
+        // Feature check: a small memfd, sealed and mapped, as links will need.
+        if let Err(err) = Segment::create(super::ring::MIN_CAPACITY, false) {
+            tracing::warn!(%err, "shm transport unavailable: cannot create a sealed memfd segment");
+            return Err(match err {
+                super::segment::SegmentError::Os(_, e) => TlError::Os(e),
+                _ => TlError::Unsupported,
+            });
+        }
+        let name = format!("zcx-shm-{}-{:016x}", std::process::id(), random_u64()).into_bytes();
+        let listener = conn::listen(&name).map_err(|e| {
+            tracing::warn!(
+                err = %std::io::Error::from_raw_os_error(e),
+                "shm transport unavailable: cannot listen on an abstract Unix socket"
+            );
+            TlError::from_errno(e)
+        })?;
+        // SAFETY: epoll_create1 has no memory effects; the result is checked.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            let e = errno();
+            tracing::warn!(errno = e, "shm transport unavailable: epoll_create1 failed");
+            return Err(TlError::from_errno(e));
+        }
+        // SAFETY: a fresh descriptor nobody else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+        let caps = Caps {
+            name: "shm",
+            reliable: true,
+            ordered: true,
+            rma: false,
+            amo: false,
+            max_frame: cfg.max_frame,
+            zcopy_threshold: cfg.zcopy_threshold,
+            max_placed: cfg.max_placed,
+            latency_ns: 300,
+            bandwidth: 10_000_000_000,
+        };
+        let this = ShmTransport {
+            cfg: ShmConfig { socket_check_interval: cfg.socket_check_interval.max(1), ..cfg.clone() },
+            caps,
+            name,
+            listener: Some(listener),
+            epoll,
+            links: Vec::new(),
+            gens: Vec::new(),
+            free: Vec::new(),
+            pending: Vec::new(),
+            next_pending_key: 0,
+            deferred: Vec::new(),
+            polls: 0,
+            epoll_events: vec![libc::epoll_event { events: 0, u64: 0 }; 32],
+        };
+        let listener_fd = this.listener.as_ref().map(|l| l.as_raw_fd()).unwrap_or(-1);
+        this.epoll_add(listener_fd, KEY_LISTENER)?;
+        tracing::debug!(name = %String::from_utf8_lossy(&this.name), "shm transport listening");
+        Ok(this)
+    }
+
+    /// The abstract socket name peers connect to (without the leading NUL).
+    pub fn socket_name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// Links alive now (for tests and diagnostics).
+    pub fn link_count(&self) -> usize {
+        self.links.iter().filter(|l| l.is_some()).count()
+    }
+
+    fn epoll_add(&self, fd: RawFd, key: u64) -> Result<(), TlError> {
+        let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32, u64: key };
+        // SAFETY: registers a live descriptor with our epoll set; `ev` lives across the call.
+        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
+            return Err(TlError::from_errno(errno()));
+        }
+        Ok(())
+    }
+
+    fn link_id(&self, index: u32) -> LinkId {
+        LinkId(index | (self.gens[index as usize] << INDEX_BITS))
+    }
+
+    fn index(&self, link: LinkId) -> Option<usize> {
+        let index = (link.0 & INDEX_MASK) as usize;
+        match self.links.get(index) {
+            Some(Some(_)) if self.gens[index] == link.0 >> INDEX_BITS => Some(index),
+            _ => None,
+        }
+    }
+
+    fn alloc_slot(&mut self) -> Result<u32, TlError> {
+        if let Some(i) = self.free.pop() {
+            return Ok(i);
+        }
+        let i = self.links.len() as u32;
+        if i > INDEX_MASK {
+            return Err(TlError::NoResource);
+        }
+        self.links.push(None);
+        self.gens.push(0);
+        Ok(i)
+    }
+
+    fn release_slot(&mut self, index: usize) {
+        self.links[index] = None;
+        self.gens[index] = (self.gens[index] + 1) & ((1 << (32 - INDEX_BITS)) - 1);
+        self.free.push(index as u32);
+    }
+
+    /// Builds a link over a mapped segment; `connector` picks the ring directions.
+    fn insert_link(
+        &mut self,
+        sock: OwnedFd,
+        seg: Segment,
+        connector: bool,
+        peer_pid: libc::pid_t,
+    ) -> Result<LinkId, TlError> {
+        let cap = seg.capacity();
+        let (tx_ring, rx_ring) = if connector { (0, 1) } else { (1, 0) };
+        // SAFETY: both rings lie inside the segment's mapping, which the link owns and drops after
+        // them; this side is the only producer of `tx_ring` and the only consumer of `rx_ring`.
+        let (tx, rx) = unsafe {
+            (
+                Producer::new(seg.ring_base(tx_ring), cap),
+                Consumer::new(seg.ring_base(rx_ring), cap, usize::MAX),
+            )
+        };
+        let index = self.alloc_slot()?;
+        let id = self.link_id(index);
+        if let Err(err) = self.epoll_add(sock.as_raw_fd(), u64::from(id.0)) {
+            self.release_slot(index as usize);
+            return Err(err);
+        }
+        self.links[index as usize] = Some(Box::new(Link {
+            sock,
+            tx,
+            rx,
+            _segment: seg,
+            peer_pid,
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            inflight: VecDeque::new(),
+            placing: None,
+            local_close: None,
+            peer_gone: false,
+            broken: None,
+        }));
+        Ok(id)
+    }
+
+    fn connect_shm(&mut self, name: &[u8]) -> Result<LinkId, TlError> {
+        let sock = match conn::connect(name) {
+            Ok(s) => s,
+            Err(e) => {
+                // Like a refused TCP connect: a link id now, the failure from `poll`.
+                let index = self.alloc_slot()?;
+                let id = self.link_id(index);
+                self.release_slot(index as usize);
+                let error = match TlError::from_errno(e) {
+                    TlError::NoResource => TlError::NoResource,
+                    TlError::Os(libc::ENOENT) => TlError::NotConnected,
+                    other => other,
+                };
+                self.deferred.push(Deferred::LinkFailed { link: id, error });
+                return Ok(id);
+            }
+        };
+        let (seg, memfd) =
+            Segment::create(self.cfg.ring_capacity, self.cfg.try_hugepages).map_err(|err| {
+                tracing::warn!(%err, "shm segment creation failed");
+                match err {
+                    super::segment::SegmentError::Os(_, e) => TlError::from_errno(e),
+                    _ => TlError::InvalidParam,
+                }
+            })?;
+        let hello = Hello {
+            capacity: seg.capacity() as u64,
+            segment_len: seg.len() as u64,
+            max_frame: self.cfg.max_frame as u32,
+        };
+        conn::send_with_fd(sock.as_raw_fd(), &hello.encode(), memfd.as_raw_fd())
+            .map_err(TlError::from_errno)?;
+        drop(memfd);
+        let pid = conn::peer_pid(sock.as_raw_fd()).unwrap_or(0);
+        let id = self.insert_link(sock, seg, true, pid)?;
+        self.deferred.push(Deferred::Connected(id));
+        Ok(id)
+    }
+
+    /// Checks the sockets: new connections, hellos, peers gone.
+    fn check_sockets(&mut self) {
+        let mut events = std::mem::take(&mut self.epoll_events);
+        // SAFETY: epoll_wait writes at most `events.len()` entries into our buffer; no wait.
+        let n =
+            unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, 0) };
+        for ev in events.iter().take(n.max(0) as usize) {
+            let key = ev.u64;
+            if key == KEY_LISTENER {
+                self.accept_all();
+            } else if key & KEY_PENDING != 0 {
+                self.try_hello(key);
+            } else if let Some(index) = self.index(LinkId(key as u32)) {
+                let link = self.links[index].as_mut().expect("index is live");
+                if conn::drain(link.sock.as_raw_fd()) == SocketState::Closed {
+                    link.peer_gone = true;
+                }
+            }
+        }
+        self.epoll_events = events;
+        if !self.pending.is_empty() {
+            let timeout = self.cfg.hello_timeout;
+            self.pending.retain(|p| {
+                let keep = p.since.elapsed() < timeout;
+                if !keep {
+                    tracing::debug!("shm: accepted connection sent no hello in time; dropped");
+                }
+                keep
+            });
+        }
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            let Some(listener) = self.listener.as_ref() else { return };
+            match conn::accept(listener.as_raw_fd()) {
+                Ok(Some(sock)) => {
+                    if self.pending.len() >= MAX_PENDING_ACCEPTS {
+                        self.pending.remove(0);
+                    }
+                    self.next_pending_key += 1;
+                    let key = KEY_PENDING | self.next_pending_key;
+                    if self.epoll_add(sock.as_raw_fd(), key).is_ok() {
+                        self.pending.push(PendingAccept { sock, key, since: Instant::now() });
+                        self.try_hello(key);
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::debug!(errno = e, "shm accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads the hello and segment of an accepted connection; a malformed one is dropped.
+    fn try_hello(&mut self, key: u64) {
+        let Some(pos) = self.pending.iter().position(|p| p.key == key) else { return };
+        let mut buf = [0u8; HELLO_LEN + 1];
+        let received = conn::recv_with_fds(self.pending[pos].sock.as_raw_fd(), &mut buf);
+        let (len, truncated, mut fds, fds_truncated) = match received {
+            Ok(Received::Nothing) => return,
+            Ok(Received::Packet { len, truncated, fds, fds_truncated }) => {
+                (len, truncated, fds, fds_truncated)
+            }
+            Ok(Received::Eof) | Err(_) => {
+                self.pending.remove(pos);
+                return;
+            }
+        };
+        let pending = self.pending.remove(pos);
+        let accepted = (|| {
+            if truncated || fds_truncated || fds.len() != 1 {
+                return Err("hello must carry exactly one descriptor".to_string());
+            }
+            let hello = Hello::decode(&buf[..len]).map_err(|e| format!("bad hello: {e:?}"))?;
+            let memfd = fds.pop().expect("one descriptor");
+            let (cap, seg_len) = (hello.capacity as usize, hello.segment_len as usize);
+            let seg = Segment::attach(&memfd, cap, seg_len).map_err(|e| e.to_string())?;
+            Ok(seg)
+        })();
+        match accepted {
+            Ok(seg) => {
+                let pid = conn::peer_pid(pending.sock.as_raw_fd()).unwrap_or(0);
+                // SAFETY: removes a descriptor we registered; it is closed right after anyway.
+                unsafe {
+                    libc::epoll_ctl(
+                        self.epoll.as_raw_fd(),
+                        libc::EPOLL_CTL_DEL,
+                        pending.sock.as_raw_fd(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                match self.insert_link(pending.sock, seg, false, pid) {
+                    Ok(id) => self.deferred.push(Deferred::Accepted(id)),
+                    Err(err) => tracing::debug!(%err, "shm: no room for an accepted link"),
+                }
+            }
+            Err(why) => tracing::debug!(%why, "shm: refused a connection"),
+        }
+    }
+
+    fn flush_deferred(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
+        let n = self.deferred.len();
+        for ev in self.deferred.drain(..) {
+            sink(match ev {
+                Deferred::Connected(link) => TlEvent::Connected { link },
+                Deferred::Accepted(link) => {
+                    TlEvent::Accepted { listener: ListenerId(0), link, peer: placeholder_peer() }
+                }
+                Deferred::SendDone { link, token, result } => TlEvent::SendDone { link, token, result },
+                Deferred::PlaceDone { link, token, result } => TlEvent::PlaceDone { link, token, result },
+                Deferred::LinkFailed { link, error } => TlEvent::LinkFailed { link, error },
+            });
+        }
+        n
+    }
+
+    /// Removes a link, reporting what it owes: its zero-copy sends and its placement end with
+    /// `result`, and `LinkFailed` follows unless it was closed locally.
+    fn finish_link(&mut self, index: usize, error: TlError) {
+        let id = self.link_id(index as u32);
+        let Some(mut link) = self.links[index].take() else { return };
+        let result = if link.local_close == Some(true) { TlError::Canceled } else { error };
+        for inflight in link.inflight.drain(..) {
+            if let Inflight::Zcopy { token, .. } = inflight {
+                self.deferred.push(Deferred::SendDone { link: id, token, result: Err(result) });
+            }
+        }
+        if let Some(target) = link.placing.take().and_then(|p| p.dest) {
+            self.deferred.push(Deferred::PlaceDone { link: id, token: target.token(), result: Err(result) });
+        }
+        if link.local_close.is_none() {
+            tracing::debug!(?id, ?error, "shm link failed");
+            self.deferred.push(Deferred::LinkFailed { link: id, error });
+        }
+        // Dropping the link closes its socket (the peer sees end-of-file) and unmaps the segment.
+        drop(link);
+        self.release_slot(index);
+    }
+
+    /// Moves queued frames into the ring while it has room.
+    fn flush_queue(link: &mut Link) {
+        ShmTransport::flush_queue_quiet(link);
+        if link.tx.take_wake() {
+            conn::wake(link.sock.as_raw_fd());
+        }
+    }
+
+    fn flush_queue_quiet(link: &mut Link) {
+        while let Some(q) = link.queue.front() {
+            match link.tx.push(q.kind, &[&q.bytes]) {
+                Ok(true) => {
+                    let q = link.queue.pop_front().expect("front exists");
+                    link.queued_bytes -= q.bytes.len();
+                }
+                Ok(false) => return,
+                Err(err) => {
+                    tracing::debug!(%err, "shm peer corrupted its ring index");
+                    link.broken = Some(TlError::ConnectionReset);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Writes a record now, or queues it behind earlier ones.
+    fn push_or_queue(link: &mut Link, kind: u32, parts: &[&[u8]], limit: usize) -> Result<(), TlError> {
+        if link.queue.is_empty() {
+            match link.tx.push(kind, parts) {
+                Ok(true) => {
+                    if link.tx.take_wake() {
+                        conn::wake(link.sock.as_raw_fd());
+                    }
+                    return Ok(());
+                }
+                Ok(false) => {}
+                Err(_) => {
+                    link.broken = Some(TlError::ConnectionReset);
+                    return Err(TlError::ConnectionReset);
+                }
+            }
+        }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if link.queued_bytes + len > limit {
+            return Err(TlError::NoResource);
+        }
+        let mut bytes = Vec::with_capacity(len);
+        for p in parts {
+            bytes.extend_from_slice(p);
+        }
+        link.queued_bytes += len;
+        link.queue.push_back(Queued { kind, bytes });
+        Ok(())
+    }
+
+    fn live_link(&mut self, link: LinkId) -> Result<&mut Link, TlError> {
+        let index = self.index(link).ok_or(TlError::InvalidParam)?;
+        let l = self.links[index].as_mut().expect("index is live");
+        if l.local_close.is_some() {
+            return Err(TlError::InvalidParam);
+        }
+        if let Some(err) = l.broken {
+            return Err(err);
+        }
+        Ok(l)
+    }
+
+    /// Progresses one link: its placement, its received records, its queue, its close.
+    fn poll_link(&mut self, index: usize, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
+        let id = self.link_id(index as u32);
+        let Some(link) = self.links[index].as_deref_mut() else { return 0 };
+        let mut count = 0;
+        link.rx.awake();
+        let mut failure = link.broken;
+        if failure.is_none() {
+            if let Err(err) = poll_rx(link, id, sink, &mut count) {
+                failure = Some(err);
+            }
+        }
+        if failure.is_none() {
+            ShmTransport::flush_queue(link);
+            failure = link.broken;
+        }
+        if failure.is_none() && link.peer_gone && link.placing.is_none() && !link.rx.has_data() {
+            // Everything the peer published before it closed has been delivered.
+            failure = Some(TlError::ConnectionReset);
+        }
+        let closed = link.local_close == Some(false) && link.idle() && link.placing.is_none();
+        if let Some(err) = failure {
+            self.finish_link(index, err);
+        } else if closed {
+            self.finish_link(index, TlError::Canceled);
+        }
+        count
+    }
+}
+
+/// Copies the next chunk of a placement; `Ok(true)` when it is complete (or was dropped).
+fn copy_placing(link: &mut Link) -> Result<bool, i32> {
+    let Some(p) = link.placing.as_mut() else { return Ok(true) };
+    let Some(dest) = p.dest else { return Ok(true) };
+    let mut budget = PLACE_CHUNK;
+    while p.done < p.len && budget > 0 {
+        let n = (p.len - p.done).min(budget);
+        let local = libc::iovec {
+            // SAFETY: `done < len`, and the destination spans `len` bytes (PlaceTarget's contract).
+            iov_base: unsafe { dest.ptr().add(p.done) }.cast(),
+            iov_len: n,
+        };
+        let remote = libc::iovec { iov_base: (p.remote as usize + p.done) as *mut libc::c_void, iov_len: n };
+        // SAFETY: the kernel writes at most `n` bytes into our destination range, which the api
+        // lent us until PlaceDone; the remote side is only read (in the peer's address space).
+        let got = unsafe { libc::process_vm_readv(link.peer_pid, &local, 1, &remote, 1, 0) };
+        if got < 0 {
+            return Err(errno());
+        }
+        if got == 0 {
+            return Err(libc::EFAULT);
+        }
+        p.done += got as usize;
+        budget = budget.saturating_sub(got as usize);
+    }
+    Ok(p.done >= p.len)
+}
+
+/// Receives on one link: finishes the placement in progress, then reads records until the ring is
+/// empty, the budget is spent, or a new placement starts.
+fn poll_rx(
+    link: &mut Link,
+    id: LinkId,
+    sink: &mut dyn FnMut(TlEvent<'_>),
+    count: &mut usize,
+) -> Result<(), TlError> {
+    for _ in 0..RECORDS_PER_POLL {
+        if link.placing.is_some() {
+            if link.peer_gone {
+                // The peer may have released (even reused) the memory: do not read it any more.
+                return Err(TlError::ConnectionReset);
+            }
+            let status = match copy_placing(link) {
+                Ok(false) => {
+                    // More next poll; records read before the placement go back to the peer now.
+                    link.rx.release();
+                    return Ok(());
+                }
+                Ok(true) => 0i32,
+                Err(errno) => {
+                    tracing::debug!(errno, pid = link.peer_pid, "shm: reading a placed payload failed");
+                    errno
+                }
+            };
+            let p = link.placing.take().expect("placing");
+            if let Some(dest) = p.dest {
+                let result = if status == 0 { Ok(()) } else { Err(TlError::from_errno(status)) };
+                *count += 1;
+                sink(TlEvent::PlaceDone { link: id, token: dest.token(), result });
+            }
+            let mut done = [0u8; DONE_LEN];
+            done[..8].copy_from_slice(&p.cookie.to_le_bytes());
+            done[8..].copy_from_slice(&status.to_le_bytes());
+            // The release is tiny and must not be lost: no byte limit on it.
+            ShmTransport::push_or_queue(link, KIND_PLACE_DONE, &[&done], usize::MAX)?;
+        }
+        let Some((kind, bytes)) = link.rx.next_record().map_err(|err| {
+            tracing::debug!(%err, "shm peer wrote a malformed ring");
+            TlError::ConnectionReset
+        })?
+        else {
+            break;
+        };
+        match kind {
+            KIND_FRAME => {
+                *count += 1;
+                sink(TlEvent::Frame { link: id, bytes });
+            }
+            KIND_PLACED => {
+                if bytes.len() < PLACED_PREFIX || link.peer_gone {
+                    return Err(TlError::ConnectionReset);
+                }
+                let remote = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
+                let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+                let len = usize::try_from(len).map_err(|_| TlError::ConnectionReset)?;
+                if len > isize::MAX as usize || remote.checked_add(len as u64).is_none() {
+                    return Err(TlError::ConnectionReset);
+                }
+                let mut dest = Placement::default();
+                *count += 1;
+                sink(TlEvent::Placed { link: id, header: &bytes[PLACED_PREFIX..], len, dest: &mut dest });
+                link.placing = Some(Placing { remote, len, done: 0, cookie: remote, dest: dest.take() });
+            }
+            KIND_PLACE_DONE => {
+                if bytes.len() != DONE_LEN {
+                    return Err(TlError::ConnectionReset);
+                }
+                let cookie = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
+                let status = i32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+                // Placements complete in order: the release must name the oldest one.
+                match link.inflight.front() {
+                    Some(front) if front.range().0 == cookie => {}
+                    _ => return Err(TlError::ConnectionReset),
+                }
+                if status != 0 {
+                    tracing::debug!(status, "shm peer could not read a placed payload");
+                }
+                if let Some(Inflight::Zcopy { token, .. }) = link.inflight.pop_front() {
+                    *count += 1;
+                    sink(TlEvent::SendDone { link: id, token, result: Ok(()) });
+                }
+            }
+            _ => return Err(TlError::ConnectionReset),
+        }
+    }
+    link.rx.release();
+    Ok(())
+}
+
+impl Drop for ShmTransport {
+    fn drop(&mut self) {
+        // Links and their segments go with `self.links`; nothing is left to report.
+        self.links.clear();
+        self.pending.clear();
+    }
+}
+
+impl Transport for ShmTransport {
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    fn address(&self) -> Option<TransportAddress> {
+        Some(TransportAddress::Shm { socket_name: self.name.clone() })
+    }
+
+    fn listen(&mut self, _addr: SocketAddr) -> Result<(ListenerId, SocketAddr), TlError> {
+        Err(TlError::Unsupported)
+    }
+
+    fn close_listener(&mut self, listener: ListenerId) {
+        if listener == ListenerId(0) {
+            self.listener = None;
+        }
+    }
+
+    fn connect(&mut self, target: ConnectTarget<'_>) -> Result<LinkId, TlError> {
+        match target {
+            ConnectTarget::Address(TransportAddress::Shm { socket_name }) => self.connect_shm(socket_name),
+            _ => Err(TlError::Unsupported),
+        }
+    }
+
+    fn link_addrs(&self, _link: LinkId) -> (Option<SocketAddr>, Option<SocketAddr>) {
+        (None, None)
+    }
+
+    fn send(&mut self, link: LinkId, header: &[u8], payload: Payload<'_>) -> Result<SendOutcome, TlError> {
+        let (max_frame, max_queued) = (self.cfg.max_frame, self.cfg.max_queued_bytes);
+        let l = self.live_link(link)?;
+        if header.len() + payload.len() > max_frame {
+            return Err(TlError::InvalidParam);
+        }
+        let bytes = match &payload {
+            Payload::None => &[][..],
+            Payload::Copy(b) => b,
+            // SAFETY: `ZcopyPayload::new`'s contract keeps the bytes live until SendDone, which
+            // cannot come before this call returns; they are copied into the ring here.
+            Payload::Zcopy(z) => unsafe { z.as_slice() },
+        };
+        if !l.queue.is_empty() {
+            ShmTransport::flush_queue(l);
+        }
+        ShmTransport::push_or_queue(l, KIND_FRAME, &[header, bytes], max_queued)?;
+        Ok(SendOutcome::Done)
+    }
+
+    fn send_placed(
+        &mut self,
+        link: LinkId,
+        header: &[u8],
+        payload: Payload<'_>,
+    ) -> Result<SendOutcome, TlError> {
+        let (max_frame, max_placed, max_queued) =
+            (self.cfg.max_frame, self.cfg.max_placed, self.cfg.max_queued_bytes);
+        if header.len() > MAX_PLACED_HEADER || payload.len() > max_placed {
+            return Err(TlError::InvalidParam);
+        }
+        let small_copy = !matches!(payload, Payload::Zcopy(_)) && header.len() + payload.len() <= max_frame;
+        if small_copy || payload.is_empty() {
+            // Fits a frame: one copy through the ring is as cheap as a placement.
+            let bytes: &[u8] = match &payload {
+                Payload::Copy(b) => b,
+                _ => &[],
+            };
+            return self.send(link, header, Payload::Copy(bytes));
+        }
+        let l = self.live_link(link)?;
+        if !l.queue.is_empty() {
+            ShmTransport::flush_queue(l);
+        }
+        let (inflight, outcome) = match payload {
+            Payload::Zcopy(z) => (
+                Inflight::Zcopy { token: z.token(), addr: z.ptr() as u64, len: z.len() },
+                SendOutcome::InFlight,
+            ),
+            Payload::Copy(b) => (Inflight::Staged { bytes: b.to_vec() }, SendOutcome::Done),
+            Payload::None => return Err(TlError::InvalidParam),
+        };
+        let (addr, len) = inflight.range();
+        let mut prefix = [0u8; PLACED_PREFIX];
+        prefix[..8].copy_from_slice(&addr.to_le_bytes());
+        prefix[8..].copy_from_slice(&(len as u64).to_le_bytes());
+        ShmTransport::push_or_queue(l, KIND_PLACED, &[&prefix, header], max_queued)?;
+        l.inflight.push_back(inflight);
+        Ok(outcome)
+    }
+
+    fn close(&mut self, link: LinkId, force: bool) {
+        let Some(index) = self.index(link) else { return };
+        let l = self.links[index].as_mut().expect("index is live");
+        match l.local_close {
+            Some(true) => return,
+            Some(false) if !force => return,
+            _ => {}
+        }
+        l.local_close = Some(force);
+        if force || (l.idle() && l.placing.is_none()) {
+            self.finish_link(index, TlError::Canceled);
+        }
+    }
+
+    fn has_pending_sends(&self, link: LinkId) -> bool {
+        match self.index(link) {
+            Some(index) => !self.links[index].as_ref().expect("index is live").idle(),
+            None => false,
+        }
+    }
+
+    fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
+        self.polls += 1;
+        if (self.polls - 1) % u64::from(self.cfg.socket_check_interval) == 0 {
+            self.check_sockets();
+        }
+        // Connected/Accepted before the first frame of their link.
+        let mut count = self.flush_deferred(sink);
+        for index in 0..self.links.len() {
+            count += self.poll_link(index, sink);
+        }
+        count += self.flush_deferred(sink);
+        count
+    }
+
+    fn event_fd(&self) -> Option<BorrowedFd<'_>> {
+        // SAFETY: the epoll descriptor lives as long as `self`, which the borrow is tied to.
+        Some(unsafe { BorrowedFd::borrow_raw(self.epoll.as_raw_fd()) })
+    }
+
+    fn has_events(&self) -> bool {
+        if !self.deferred.is_empty() {
+            return true;
+        }
+        for link in self.links.iter().flatten() {
+            if link.placing.is_some() || !link.queue.is_empty() || link.broken.is_some() || link.peer_gone {
+                return true;
+            }
+        }
+        // Announce sleep on every ring before the last look, so a frame written after it wakes us
+        // through the link socket (in the epoll set).
+        if self.links.iter().flatten().any(|l| l.rx.announce_sleep()) {
+            return true;
+        }
+        let mut pfd = libc::pollfd { fd: self.epoll.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, no wait.
+        unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+    }
+}

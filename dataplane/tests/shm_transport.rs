@@ -1,0 +1,667 @@
+//! The shm transport over real memfd segments and abstract Unix sockets, in one process and
+//! across two.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zcx_control::TransportAddress;
+use zcx_dataplane::shm::conn::{self, Hello};
+use zcx_dataplane::shm::segment::{segment_len, Segment};
+use zcx_dataplane::{
+    ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, SendOutcome, ShmConfig, ShmTransport, TlError,
+    TlEvent, Transport, ZcopyPayload,
+};
+
+#[derive(Debug, Clone, PartialEq)]
+enum Ev {
+    Connected(LinkId),
+    Accepted(ListenerId, LinkId),
+    Frame(LinkId, Vec<u8>),
+    SendDone(LinkId, u64, Result<(), TlError>),
+    /// Link, header, payload length, the token of the destination (`None`: dropped).
+    Placed(LinkId, Vec<u8>, usize, Option<u64>),
+    PlaceDone(LinkId, u64, Result<(), TlError>),
+    Failed(LinkId, TlError),
+}
+
+struct Side {
+    t: ShmTransport,
+    ev: Vec<Ev>,
+    /// Destinations of placed payloads, by token; after `t`, so the transport drops first.
+    dests: Vec<Vec<u8>>,
+}
+
+/// Placed payloads are kept when their header starts with an even byte (or is empty).
+fn keeps(header: &[u8]) -> bool {
+    header.first().is_none_or(|b| b % 2 == 0)
+}
+
+fn small_cfg() -> ShmConfig {
+    // Small rings, so back-pressure and wrap-around happen quickly.
+    ShmConfig { ring_capacity: 1 << 20, socket_check_interval: 4, ..ShmConfig::default() }
+}
+
+impl Side {
+    fn new() -> Side {
+        Side::with(&small_cfg())
+    }
+
+    fn with(cfg: &ShmConfig) -> Side {
+        Side { t: ShmTransport::new(cfg).expect("shm transport"), ev: Vec::new(), dests: Vec::new() }
+    }
+
+    fn poll(&mut self) {
+        let (ev, dests) = (&mut self.ev, &mut self.dests);
+        self.t.poll(&mut |e| match e {
+            TlEvent::Placed { link, header, len, dest } => {
+                let token = keeps(header).then(|| {
+                    dests.push(vec![0xA5; len]);
+                    let token = dests.len() - 1;
+                    // SAFETY: the Vec's heap buffer never moves while `dests` lives, and `dests`
+                    // outlives the transport.
+                    dest.set(unsafe { PlaceTarget::new(dests[token].as_mut_ptr(), token as u64) });
+                    token as u64
+                });
+                ev.push(Ev::Placed(link, header.to_vec(), len, token));
+            }
+            TlEvent::Connected { link } => ev.push(Ev::Connected(link)),
+            TlEvent::Accepted { listener, link, .. } => ev.push(Ev::Accepted(listener, link)),
+            TlEvent::Frame { link, bytes } => ev.push(Ev::Frame(link, bytes.to_vec())),
+            TlEvent::SendDone { link, token, result } => ev.push(Ev::SendDone(link, token, result)),
+            TlEvent::PlaceDone { link, token, result } => ev.push(Ev::PlaceDone(link, token, result)),
+            TlEvent::LinkFailed { link, error } => ev.push(Ev::Failed(link, error)),
+        });
+    }
+
+    fn frames(&self, link: LinkId) -> Vec<Vec<u8>> {
+        self.ev
+            .iter()
+            .filter_map(|e| match e {
+                Ev::Frame(l, b) if *l == link => Some(b.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn failed(&self, link: LinkId) -> Option<TlError> {
+        self.ev.iter().find_map(|e| match e {
+            Ev::Failed(l, err) if *l == link => Some(*err),
+            _ => None,
+        })
+    }
+
+    fn accepted(&self) -> Option<LinkId> {
+        self.ev.iter().find_map(|e| match e {
+            Ev::Accepted(ListenerId(0), l) => Some(*l),
+            _ => None,
+        })
+    }
+}
+
+fn brief(ev: &[Ev]) -> Vec<String> {
+    ev.iter()
+        .map(|e| match e {
+            Ev::Frame(l, b) => format!("Frame({l:?}, {} bytes)", b.len()),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+/// Polls both sides until `done` holds; fails after ten seconds.
+fn pump(a: &mut Side, b: &mut Side, what: &str, mut done: impl FnMut(&Side, &Side) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done(a, b) {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; a: {:?}, b: {:?}",
+            brief(&a.ev),
+            brief(&b.ev)
+        );
+        a.poll();
+        b.poll();
+    }
+}
+
+fn pump_one(a: &mut Side, what: &str, mut done: impl FnMut(&Side) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done(a) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}; events: {:?}", brief(&a.ev));
+        a.poll();
+    }
+}
+
+/// Connects `b` to `a`'s worker address; returns (a's link, b's link).
+fn pair(a: &mut Side, b: &mut Side) -> (LinkId, LinkId) {
+    let addr = a.t.address().expect("address");
+    let lb = b.t.connect(ConnectTarget::Address(&addr)).expect("connect");
+    pump(a, b, "connect/accept", |a, b| a.accepted().is_some() && b.ev.contains(&Ev::Connected(lb)));
+    let la = a.accepted().unwrap();
+    a.ev.clear();
+    b.ev.clear();
+    (la, lb)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8).collect()
+}
+
+#[test]
+fn address_listen_and_sockaddr_are_as_documented() {
+    let mut a = Side::new();
+    let Some(TransportAddress::Shm { socket_name }) = a.t.address() else { panic!("not an shm address") };
+    assert!(socket_name.starts_with(format!("zcx-shm-{}-", std::process::id()).as_bytes()));
+    assert_eq!(a.t.listen("127.0.0.1:0".parse().unwrap()), Err(TlError::Unsupported));
+    let sockaddr = ConnectTarget::Sockaddr { remote: "127.0.0.1:1".parse().unwrap(), local: None };
+    assert_eq!(a.t.connect(sockaddr), Err(TlError::Unsupported));
+    assert_eq!(a.t.caps().name, "shm");
+    // Nobody listens on this name: a link id now, NotConnected from poll.
+    let nowhere = TransportAddress::Shm { socket_name: b"zcx-shm-nobody-here".to_vec() };
+    let l = a.t.connect(ConnectTarget::Address(&nowhere)).unwrap();
+    pump_one(&mut a, "connect failure", |a| a.failed(l).is_some());
+    assert_eq!(a.failed(l), Some(TlError::NotConnected));
+}
+
+#[test]
+fn frames_of_every_size_both_ways_in_order() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    let max = a.t.caps().max_frame;
+    let sizes = [0usize, 1, 7, 8, 55, 56, 57, 63, 64, 4096, 65535, 200_000, max - 8];
+    let mut expect = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let header = [i as u8; 8];
+        let payload = pattern(n, i as u8);
+        assert_eq!(a.t.send(la, &header, Payload::Copy(&payload)), Ok(SendOutcome::Done));
+        assert_eq!(b.t.send(lb, &header, Payload::Copy(&payload)), Ok(SendOutcome::Done));
+        expect.push([&header[..], &payload].concat());
+    }
+    a.t.send(la, b"", Payload::None).unwrap();
+    b.t.send(lb, b"", Payload::None).unwrap();
+    expect.push(Vec::new());
+    // A zero-copy payload through `send` is copied into the ring at once.
+    let z = pattern(100_000, 3);
+    // SAFETY: `z` outlives the call, and `send` copies it before returning (it says Done).
+    let zp = unsafe { ZcopyPayload::new(z.as_ptr(), z.len(), 77) };
+    assert_eq!(a.t.send(la, b"Z", Payload::Zcopy(zp)), Ok(SendOutcome::Done));
+    let zp = unsafe { ZcopyPayload::new(z.as_ptr(), z.len(), 77) };
+    assert_eq!(b.t.send(lb, b"Z", Payload::Zcopy(zp)), Ok(SendOutcome::Done));
+    expect.push([&b"Z"[..], &z].concat());
+    assert_eq!(a.t.send(la, b"HDR!!!!!!", Payload::Copy(&pattern(max - 8, 0))), Err(TlError::InvalidParam));
+    let n = expect.len();
+    pump(&mut a, &mut b, "all frames", |a, b| a.frames(la).len() == n && b.frames(lb).len() == n);
+    assert!(a.frames(la) == expect, "frames to a differ");
+    assert!(b.frames(lb) == expect, "frames to b differ");
+    assert!(!a.ev.iter().any(|e| matches!(e, Ev::SendDone(..))), "no SendDone after Done");
+}
+
+#[test]
+fn more_than_a_ring_holds_is_queued_without_loss_or_reorder() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    // 16 MiB into a 1 MiB ring with the receiver not polling.
+    let mut expect = Vec::new();
+    for i in 0..800u32 {
+        let payload = pattern(((i as usize) * 7919) % 40_000, i as u8);
+        assert_eq!(b.t.send(lb, &i.to_le_bytes(), Payload::Copy(&payload)), Ok(SendOutcome::Done));
+        expect.push([&i.to_le_bytes()[..], &payload].concat());
+    }
+    assert!(b.t.has_pending_sends(lb), "16 MiB fit in a 1 MiB ring");
+    b.poll();
+    pump(&mut a, &mut b, "800 frames", |a, _| a.frames(la).len() == 800);
+    assert!(a.frames(la) == expect, "frames lost or reordered");
+    pump(&mut a, &mut b, "queue drained", |_, b| !b.t.has_pending_sends(lb));
+    // The queue is bounded: beyond max_queued_bytes, send says NoResource (back-pressure).
+    let big = pattern(200_000, 1);
+    let mut refused = false;
+    for _ in 0..1000 {
+        match b.t.send(lb, b"x", Payload::Copy(&big)) {
+            Ok(_) => {}
+            Err(TlError::NoResource) => {
+                refused = true;
+                break;
+            }
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    assert!(refused, "the send queue is unbounded");
+}
+
+#[test]
+fn placed_64_mib_arrives_byte_exact_with_a_single_copy() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    let big = pattern(64 << 20, 5);
+    // SAFETY: `big` is neither written nor freed until SendDone (awaited below).
+    let z = unsafe { ZcopyPayload::new(big.as_ptr(), big.len(), 4242) };
+    assert_eq!(b.t.send_placed(lb, b"\x02rndv", Payload::Zcopy(z)), Ok(SendOutcome::InFlight));
+    // A frame behind it arrives after it.
+    b.t.send(lb, b"after", Payload::None).unwrap();
+    assert!(b.t.has_pending_sends(lb));
+    pump(&mut a, &mut b, "placement and release", |a, b| {
+        b.ev.contains(&Ev::SendDone(lb, 4242, Ok(()))) && a.frames(la).len() == 1
+    });
+    let placed_at = a.ev.iter().position(|e| matches!(e, Ev::Placed(..))).unwrap();
+    let done_at = a.ev.iter().position(|e| matches!(e, Ev::PlaceDone(..))).unwrap();
+    let frame_at = a.ev.iter().position(|e| matches!(e, Ev::Frame(..))).unwrap();
+    assert!(placed_at < done_at && done_at < frame_at, "order: {:?}", brief(&a.ev));
+    assert_eq!(a.ev[placed_at], Ev::Placed(la, b"\x02rndv".to_vec(), 64 << 20, Some(0)));
+    assert_eq!(a.ev[done_at], Ev::PlaceDone(la, 0, Ok(())));
+    assert!(a.dests[0] == big, "placed bytes differ");
+    assert!(!b.t.has_pending_sends(lb));
+
+    // A copied payload too large for a frame is staged and placed too; `Done` at once.
+    let copied = pattern(3 << 20, 9);
+    assert_eq!(b.t.send_placed(lb, b"\x04copy", Payload::Copy(&copied)), Ok(SendOutcome::Done));
+    // A small placed payload travels as an ordinary frame (the receiver accepts both forms).
+    assert_eq!(b.t.send_placed(lb, b"\x06s", Payload::Copy(b"tiny")), Ok(SendOutcome::Done));
+    pump(&mut a, &mut b, "staged placement", |a, _| a.frames(la).len() == 2);
+    assert!(a.dests[1] == copied);
+    assert_eq!(a.frames(la)[1], b"\x06stiny".to_vec());
+    let too_big = a.t.caps().max_placed + 1;
+    // SAFETY: refused before any byte is read.
+    let z = unsafe { ZcopyPayload::new(big.as_ptr(), too_big, 1) };
+    assert_eq!(b.t.send_placed(lb, b"\x02", Payload::Zcopy(z)), Err(TlError::InvalidParam));
+}
+
+#[test]
+fn a_dropped_placement_still_releases_the_sender() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    let buf = pattern(1 << 20, 1);
+    for token in 0..3u64 {
+        // Odd first header byte: the receiver drops it.
+        // SAFETY: `buf` lives and is unchanged until the SendDone awaited below.
+        let z = unsafe { ZcopyPayload::new(buf.as_ptr(), buf.len(), token) };
+        assert_eq!(b.t.send_placed(lb, &[1, token as u8], Payload::Zcopy(z)), Ok(SendOutcome::InFlight));
+    }
+    b.t.send(lb, b"next", Payload::None).unwrap();
+    pump(&mut a, &mut b, "releases", |a, b| {
+        (0..3).all(|t| b.ev.contains(&Ev::SendDone(lb, t, Ok(())))) && a.frames(la).len() == 1
+    });
+    assert!(!a.ev.iter().any(|e| matches!(e, Ev::PlaceDone(..))), "no destination, no PlaceDone");
+    assert_eq!(a.ev.iter().filter(|e| matches!(e, Ev::Placed(_, _, _, None))).count(), 3);
+}
+
+#[test]
+fn local_close_is_seen_by_the_peer_after_the_frames_before_it() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    for i in 0..300u32 {
+        b.t.send(lb, &i.to_le_bytes(), Payload::Copy(&pattern(10_000, i as u8))).unwrap();
+    }
+    b.t.close(lb, false);
+    assert_eq!(b.t.send(lb, b"late", Payload::None), Err(TlError::InvalidParam));
+    pump(&mut a, &mut b, "peer failure", |a, _| a.failed(la).is_some());
+    assert_eq!(a.failed(la), Some(TlError::ConnectionReset));
+    assert_eq!(a.frames(la).len(), 300, "frames sent before the close were lost");
+    assert!(b.failed(lb).is_none(), "no LinkFailed after a local close");
+    assert_eq!(b.t.link_count(), 0);
+    assert_eq!(a.t.link_count(), 0);
+
+    // A forced close with a placement in flight cancels it locally; the peer fails its link.
+    let (la, lb) = pair(&mut a, &mut b);
+    let buf = pattern(1 << 20, 2);
+    // SAFETY: `buf` outlives both transports' use of it (released by the cancel below).
+    let z = unsafe { ZcopyPayload::new(buf.as_ptr(), buf.len(), 9) };
+    b.t.send_placed(lb, b"\x02", Payload::Zcopy(z)).unwrap();
+    b.t.close(lb, true);
+    pump(&mut a, &mut b, "cancel and failure", |a, b| {
+        b.ev.contains(&Ev::SendDone(lb, 9, Err(TlError::Canceled))) && a.failed(la).is_some()
+    });
+}
+
+/// Counts this process's descriptors and shm segment mappings.
+fn fds_and_maps() -> (usize, usize) {
+    let fds = std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    (fds, maps.lines().filter(|l| l.contains("zcx-shm")).count())
+}
+
+/// Runs `name` alone in a child process (fd counts are per process, and other tests run in
+/// parallel threads); true in the child.
+fn run_alone(name: &str) -> bool {
+    if std::env::var("ZCX_SHM_ALONE").as_deref() == Ok(name) {
+        return true;
+    }
+    if std::env::var("ZCX_SHM_ALONE").is_ok() || std::env::var("ZCX_SHM_PEER").is_ok() {
+        return false;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--test-threads=1", "--nocapture"])
+        .env("ZCX_SHM_ALONE", name)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "child failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
+/// The peer process of the two-process tests: connects to `ZCX_SHM_PEER`, sends frames and a
+/// placed payload, then either waits to be killed or closes.
+fn peer_main(name: &str, mode: &str) {
+    let mut b = Side::new();
+    let addr = TransportAddress::Shm { socket_name: name.as_bytes().to_vec() };
+    let lb = b.t.connect(ConnectTarget::Address(&addr)).unwrap();
+    for i in 0..500u32 {
+        b.t.send(lb, &i.to_le_bytes(), Payload::Copy(&pattern((i as usize * 977) % 70_000, i as u8)))
+            .unwrap();
+    }
+    let big = pattern(16 << 20, 7);
+    // SAFETY: `big` lives until the end of this function, after SendDone or the kill.
+    let z = unsafe { ZcopyPayload::new(big.as_ptr(), big.len(), 1) };
+    b.t.send_placed(lb, b"\x02big", Payload::Zcopy(z)).unwrap();
+    pump_one(&mut b, "release", |b| b.ev.contains(&Ev::SendDone(lb, 1, Ok(()))));
+    b.t.send(lb, b"ready", Payload::None).unwrap();
+    if mode == "wait" {
+        // Polled until the parent kills us (bounded in case it never does).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            b.poll();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::process::exit(3);
+    }
+    pump_one(&mut b, "echo", |b| b.frames(lb).len() == 1);
+    assert_eq!(b.frames(lb)[0], b"echo".to_vec());
+    b.t.close(lb, false);
+    pump_one(&mut b, "close", |b| b.t.link_count() == 0);
+}
+
+fn spawn_peer(test: &str, name: &[u8], mode: &str) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--test-threads=1", "--nocapture"])
+        .env("ZCX_SHM_PEER", String::from_utf8(name.to_vec()).unwrap())
+        .env("ZCX_SHM_PEER_MODE", mode)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Receives the peer's 500 frames and 16 MiB placement; returns the link.
+fn receive_from_peer(a: &mut Side) -> LinkId {
+    pump_one(a, "peer's frames", |a| a.accepted().is_some_and(|l| a.frames(l).len() == 501));
+    let la = a.accepted().unwrap();
+    let frames = a.frames(la);
+    for (i, f) in frames[..500].iter().enumerate() {
+        let expect = [&(i as u32).to_le_bytes()[..], &pattern((i * 977) % 70_000, i as u8)].concat();
+        assert!(*f == expect, "frame {i} differs");
+    }
+    assert_eq!(frames[500], b"ready".to_vec());
+    assert!(a.ev.contains(&Ev::PlaceDone(la, 0, Ok(()))));
+    assert!(a.dests[0] == pattern(16 << 20, 7), "placed bytes from the other process differ");
+    la
+}
+
+#[test]
+fn two_processes_exchange_frames_and_a_placed_payload() {
+    if let Ok(name) = std::env::var("ZCX_SHM_PEER") {
+        if std::env::var("ZCX_SHM_PEER_MODE").as_deref() == Ok("close") {
+            peer_main(&name, "close");
+        }
+        return;
+    }
+    let mut a = Side::new();
+    let mut child =
+        spawn_peer("two_processes_exchange_frames_and_a_placed_payload", a.t.socket_name(), "close");
+    let la = receive_from_peer(&mut a);
+    a.t.send(la, b"echo", Payload::None).unwrap();
+    pump_one(&mut a, "peer's close", |a| a.failed(la).is_some());
+    assert_eq!(a.failed(la), Some(TlError::ConnectionReset));
+    assert!(child.wait().unwrap().success(), "peer process failed");
+}
+
+#[test]
+fn a_killed_peer_fails_the_link_and_leaks_nothing() {
+    if let Ok(name) = std::env::var("ZCX_SHM_PEER") {
+        if std::env::var("ZCX_SHM_PEER_MODE").as_deref() == Ok("wait") {
+            peer_main(&name, "wait");
+        }
+        return;
+    }
+    if !run_alone("a_killed_peer_fails_the_link_and_leaks_nothing") {
+        return;
+    }
+    let mut a = Side::new();
+    let before = fds_and_maps();
+    let mut child = spawn_peer("a_killed_peer_fails_the_link_and_leaks_nothing", a.t.socket_name(), "wait");
+    let la = receive_from_peer(&mut a);
+    let (fds, maps) = fds_and_maps();
+    assert!(fds > before.0 && maps > before.1, "a link holds a socket and a mapping");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let killed = Instant::now();
+    pump_one(&mut a, "link failure after the kill", |a| a.failed(la).is_some());
+    assert!(killed.elapsed() < Duration::from_secs(2), "took {:?}", killed.elapsed());
+    assert_eq!(a.failed(la), Some(TlError::ConnectionReset));
+    let _ = child.wait();
+    assert_eq!(fds_and_maps(), before, "descriptors or mappings leaked");
+}
+
+#[test]
+fn many_links_leave_no_descriptor_or_mapping_behind() {
+    if !run_alone("many_links_leave_no_descriptor_or_mapping_behind") {
+        return;
+    }
+    let before = fds_and_maps();
+    {
+        let (mut a, mut b) = (Side::new(), Side::new());
+        let with_transports = fds_and_maps();
+        for round in 0..20 {
+            let (la, lb) = pair(&mut a, &mut b);
+            b.t.send(lb, b"bye", Payload::Copy(&[round as u8; 1000])).unwrap();
+            pump(&mut a, &mut b, "frame", |a, _| !a.frames(la).is_empty());
+            if round % 2 == 0 {
+                a.t.close(la, round % 4 == 0);
+                pump(&mut a, &mut b, "peer failure", |_, b| b.failed(lb).is_some());
+            } else {
+                b.t.close(lb, false);
+                pump(&mut a, &mut b, "peer failure", |a, _| a.failed(la).is_some());
+            }
+            a.ev.clear();
+            b.ev.clear();
+        }
+        assert_eq!(fds_and_maps(), with_transports, "links leaked");
+        // Live links are released with their transport.
+        let _ = pair(&mut a, &mut b);
+    }
+    assert_eq!(fds_and_maps(), before, "dropped transports leaked");
+}
+
+/// Connects a raw socket to the transport's listener.
+fn raw_connect(t: &ShmTransport) -> OwnedFd {
+    conn::connect(t.socket_name()).expect("raw connect")
+}
+
+fn memfd(len: usize, seal: bool) -> OwnedFd {
+    // SAFETY: memfd_create with a literal name; checked.
+    let raw = unsafe { libc::memfd_create(c"test".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    assert!(raw >= 0);
+    // SAFETY: a fresh descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: plain calls on our descriptor.
+    unsafe {
+        assert_eq!(libc::ftruncate(fd.as_raw_fd(), len as libc::off_t), 0);
+        if seal {
+            libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW);
+        }
+    }
+    fd
+}
+
+#[test]
+fn hostile_connections_are_refused_without_harm() {
+    if !run_alone("hostile_connections_are_refused_without_harm") {
+        return;
+    }
+    let cfg = ShmConfig { hello_timeout: Duration::from_millis(200), ..small_cfg() };
+    let mut a = Side::with(&cfg);
+    let before = fds_and_maps();
+    let cap = 1 << 20;
+    let good = Hello { capacity: cap as u64, segment_len: segment_len(cap) as u64, max_frame: 4096 };
+    let mut socks = Vec::new();
+    // A forged hello with no descriptor.
+    let s = raw_connect(&a.t);
+    let mut forged = good.encode();
+    forged[0] ^= 1;
+    // SAFETY: send on our socket from a live buffer.
+    unsafe { libc::send(s.as_raw_fd(), forged.as_ptr().cast(), forged.len(), 0) };
+    socks.push(s);
+    // A good hello with a memfd of the wrong size.
+    let s = raw_connect(&a.t);
+    conn::send_with_fd(s.as_raw_fd(), &good.encode(), memfd(4096, true).as_raw_fd()).unwrap();
+    socks.push(s);
+    // A good hello with an unsealed memfd of the right size.
+    let s = raw_connect(&a.t);
+    conn::send_with_fd(s.as_raw_fd(), &good.encode(), memfd(segment_len(cap), false).as_raw_fd()).unwrap();
+    socks.push(s);
+    // A good hello with a sealed memfd of the right size but no segment header.
+    let s = raw_connect(&a.t);
+    conn::send_with_fd(s.as_raw_fd(), &good.encode(), memfd(segment_len(cap), true).as_raw_fd()).unwrap();
+    socks.push(s);
+    // A good hello with something that is not a memfd (a pipe).
+    let mut pipe = [0; 2];
+    // SAFETY: pipe2 into a two-element array.
+    assert_eq!(unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let s = raw_connect(&a.t);
+    conn::send_with_fd(s.as_raw_fd(), &good.encode(), pipe[0]).unwrap();
+    // SAFETY: closing our own pipe ends.
+    unsafe {
+        libc::close(pipe[0]);
+        libc::close(pipe[1]);
+    }
+    socks.push(s);
+    // A hello that lies about the segment size of a real segment.
+    let (seg, fd) = Segment::create(cap, false).unwrap();
+    let lie = Hello { segment_len: seg.len() as u64 + 4096, ..good };
+    let s = raw_connect(&a.t);
+    conn::send_with_fd(s.as_raw_fd(), &lie.encode(), fd.as_raw_fd()).unwrap();
+    socks.push(s);
+    // Garbage bytes, and a connection that says nothing at all.
+    let s = raw_connect(&a.t);
+    // SAFETY: send on our socket from a live buffer.
+    unsafe { libc::send(s.as_raw_fd(), [0xFFu8; 7].as_ptr().cast(), 7, 0) };
+    socks.push(s);
+    socks.push(raw_connect(&a.t));
+    drop((seg, fd));
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(500) {
+        a.poll();
+    }
+    assert!(a.accepted().is_none(), "a hostile connection was accepted: {:?}", brief(&a.ev));
+    // Each refused connection was closed: the other end reads end-of-file.
+    for s in &socks {
+        assert_eq!(conn::drain(s.as_raw_fd()), conn::SocketState::Closed);
+    }
+    drop(socks);
+    assert_eq!(fds_and_maps(), before, "refused connections leaked");
+    // And a real peer still gets in.
+    let mut b = Side::new();
+    let (la, lb) = pair(&mut a, &mut b);
+    b.t.send(lb, b"fine", Payload::None).unwrap();
+    pump(&mut a, &mut b, "frame", |a, _| a.frames(la).len() == 1);
+}
+
+#[test]
+fn a_peer_corrupting_the_ring_fails_the_link_without_panic() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    b.t.send(lb, b"ok", Payload::None).unwrap();
+    pump(&mut a, &mut b, "frame", |a, _| a.frames(la).len() == 1);
+    // Find b's mapping of the segment and scribble over ring 0's producer index (b is the
+    // connector: ring 0 is b → a). Both transports live in this process, so the shared pages are
+    // reachable through b's mapping; write a head far beyond the capacity.
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let starts: Vec<usize> = maps
+        .lines()
+        .filter(|l| l.contains("zcx-shm"))
+        .map(|l| usize::from_str_radix(l.split('-').next().unwrap(), 16).unwrap())
+        .collect();
+    assert!(!starts.is_empty());
+    for start in starts {
+        // SAFETY: `start` is the base of a live zcx-shm mapping of this process (our two links'
+        // segments), at least a page long; the ring 0 head sits at offset 256.
+        unsafe {
+            let head = (start + 256) as *mut u64;
+            let v = head.read_volatile();
+            head.write_volatile(v + (1 << 40));
+        }
+    }
+    pump(&mut a, &mut b, "link failure", |a, _| a.failed(la).is_some());
+    assert_eq!(a.failed(la), Some(TlError::ConnectionReset));
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn hello_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = Hello::decode(&bytes);
+        }
+
+        #[test]
+        fn mutated_hellos_decode_or_fail_cleanly(flip in 0usize..32, bit in 0u8..8, cap_log in 10u32..32) {
+            let cap = 1usize << cap_log;
+            let hello = Hello { capacity: cap as u64, segment_len: segment_len(cap) as u64, max_frame: 1 };
+            let mut bytes = hello.encode();
+            if (12..=30).contains(&cap_log) {
+                prop_assert_eq!(Hello::decode(&bytes), Ok(hello));
+            }
+            bytes[flip] ^= 1 << bit;
+            if let Ok(h) = Hello::decode(&bytes) {
+                prop_assert!(h.capacity.is_power_of_two());
+                prop_assert!(h.segment_len >= segment_len(h.capacity as usize) as u64);
+            }
+        }
+    }
+}
+
+/// Waits up to `timeout` for `fd` to become readable.
+fn readable_within(fd: i32, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) > 0 }
+}
+
+#[test]
+fn event_fd_wakes_a_sleeper_for_a_frame_and_for_a_dead_peer() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    for _ in 0..10 {
+        a.poll();
+    }
+    let efd = a.t.event_fd().unwrap().as_raw_fd();
+    // `arm`: nothing pending, so the worker may sleep.
+    assert!(!a.t.has_events());
+    assert!(!readable_within(efd, Duration::from_millis(50)), "readable with nothing to do");
+    let sleeper = std::thread::spawn(move || {
+        let start = Instant::now();
+        (readable_within(efd, Duration::from_secs(5)), start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(150));
+    b.t.send(lb, b"wake up", Payload::None).unwrap();
+    let (woken, after) = sleeper.join().unwrap();
+    assert!(woken && after >= Duration::from_millis(100), "woken {woken} after {after:?}");
+    pump_one(&mut a, "frame after wakeup", |a| a.frames(la).len() == 1);
+    // A frame already waiting makes `arm` refuse to sleep.
+    for _ in 0..10 {
+        a.poll();
+    }
+    b.t.send(lb, b"pending", Payload::None).unwrap();
+    assert!(a.t.has_events());
+    pump_one(&mut a, "second frame", |a| a.frames(la).len() == 2);
+    for _ in 0..10 {
+        a.poll();
+    }
+    // The peer going away wakes a sleeper too.
+    assert!(!a.t.has_events());
+    drop(b);
+    assert!(readable_within(efd, Duration::from_secs(5)), "not woken by the peer's close");
+    pump_one(&mut a, "link failure", |a| a.failed(la).is_some());
+}
