@@ -123,13 +123,23 @@ fn placed_limit(caps: &Caps) -> usize {
     }
 }
 
+/// The set's id of member `member`'s listener. Listener 0 is every member's worker-address
+/// listener, and the worker has one such listener whatever carries it, so it stays 0.
+fn listener_id(member: usize, listener: ListenerId) -> ListenerId {
+    if listener.0 == 0 {
+        listener
+    } else {
+        ListenerId(global(member, listener.0))
+    }
+}
+
 /// `event` with its link and listener ids renamed into the set's id space.
 fn renamed(member: usize, event: TlEvent<'_>) -> TlEvent<'_> {
     let link = |l: LinkId| LinkId(global(member, l.0));
     match event {
         TlEvent::Connected { link: l } => TlEvent::Connected { link: link(l) },
         TlEvent::Accepted { listener, link: l, peer } => {
-            TlEvent::Accepted { listener: ListenerId(global(member, listener.0)), link: link(l), peer }
+            TlEvent::Accepted { listener: listener_id(member, listener), link: link(l), peer }
         }
         TlEvent::Frame { link: l, bytes } => TlEvent::Frame { link: link(l), bytes },
         TlEvent::SendDone { link: l, token, result } => TlEvent::SendDone { link: link(l), token, result },
@@ -163,7 +173,7 @@ impl Transport for TransportSet {
         for (index, tl) in self.members.iter_mut().enumerate() {
             match tl.listen(addr) {
                 Err(TlError::Unsupported) => continue,
-                other => return other.map(|(id, bound)| (ListenerId(global(index, id.0)), bound)),
+                other => return other.map(|(id, bound)| (listener_id(index, id), bound)),
             }
         }
         Err(TlError::Unsupported)
@@ -258,6 +268,15 @@ mod tests {
                 assert_eq!(split(global(member, local)), (member, local));
             }
         }
+    }
+
+    #[test]
+    fn every_members_worker_address_listener_is_listener_0() {
+        for member in 0..MAX_MEMBERS {
+            assert_eq!(listener_id(member, ListenerId(0)), ListenerId(0));
+        }
+        assert_eq!(listener_id(1, ListenerId(3)), ListenerId(global(1, 3)));
+        assert_ne!(listener_id(1, ListenerId(3)), ListenerId(0));
     }
 
     #[test]

@@ -150,7 +150,9 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 fn address_listen_and_sockaddr_are_as_documented() {
     let mut a = Side::new();
     let Some(TransportAddress::Shm { socket_name }) = a.t.address() else { panic!("not an shm address") };
-    assert!(socket_name.starts_with(format!("zcx-shm-{}-", std::process::id()).as_bytes()));
+    let prefix = format!("zcx-shm-{}-{}-", zcx_dataplane::shm::namespace_tag(), std::process::id());
+    assert!(socket_name.starts_with(prefix.as_bytes()));
+    assert!(ShmTransport::reaches(&TransportAddress::Shm { socket_name }));
     assert_eq!(a.t.listen("127.0.0.1:0".parse().unwrap()), Err(TlError::Unsupported));
     let sockaddr = ConnectTarget::Sockaddr { remote: "127.0.0.1:1".parse().unwrap(), local: None };
     assert_eq!(a.t.connect(sockaddr), Err(TlError::Unsupported));

@@ -13,4 +13,4 @@ pub mod ring;
 pub mod segment;
 mod transport;
 
-pub use transport::{ShmConfig, ShmTransport};
+pub use transport::{namespace_tag, ShmConfig, ShmTransport};

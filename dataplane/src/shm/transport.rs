@@ -197,7 +197,7 @@ fn placeholder_peer() -> SocketAddr {
 
 impl ShmTransport {
     /// Checks the configuration and the host (memfd and abstract Unix sockets), then listens on a
-    /// fresh abstract socket `zcx-shm-<pid>-<random hex>`.
+    /// fresh abstract socket `zcx-shm-<namespaces>-<pid>-<random hex>` (see [`namespace_tag`]).
     pub fn new(cfg: &ShmConfig) -> Result<ShmTransport, TlError> {
         if !valid_capacity(cfg.ring_capacity) || cfg.max_frame > max_record_payload(cfg.ring_capacity) {
             tracing::warn!(
@@ -218,7 +218,8 @@ impl ShmTransport {
                 _ => TlError::Unsupported,
             });
         }
-        let name = format!("zcx-shm-{}-{:016x}", std::process::id(), random_u64()).into_bytes();
+        let name =
+            format!("zcx-shm-{}-{}-{:016x}", namespace_tag(), std::process::id(), random_u64()).into_bytes();
         let listener = conn::listen(&name).map_err(|e| {
             tracing::warn!(
                 err = %std::io::Error::from_raw_os_error(e),
@@ -266,6 +267,18 @@ impl ShmTransport {
         this.epoll_add(listener_fd, KEY_LISTENER)?;
         tracing::debug!(name = %String::from_utf8_lossy(&this.name), "shm transport listening");
         Ok(this)
+    }
+
+    /// Whether a peer's shm address can be reached from this process: the peer must share our
+    /// network namespace (abstract Unix sockets live in one) and our pid namespace (its memory is
+    /// read through its pid). Network namespaces on one machine share a boot id, so the boot id
+    /// alone would send two "hosts" of a test bed to each other's sockets.
+    pub fn reaches(peer: &TransportAddress) -> bool {
+        let TransportAddress::Shm { socket_name } = peer else { return false };
+        let ours = namespace_tag();
+        socket_name
+            .strip_prefix(b"zcx-shm-")
+            .is_some_and(|rest| rest.starts_with(ours.as_bytes()) && rest.get(ours.len()) == Some(&b'-'))
     }
 
     /// The abstract socket name peers connect to (without the leading NUL).
@@ -912,5 +925,32 @@ impl Transport for ShmTransport {
         let mut pfd = libc::pollfd { fd: self.epoll.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd, no wait.
         unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+    }
+}
+
+/// This process's network and pid namespaces, as `<net inode hex>.<pid inode hex>`: what a peer's
+/// shm address must carry for us to reach it. `0` stands for a namespace that cannot be read.
+pub fn namespace_tag() -> String {
+    use std::os::unix::fs::MetadataExt as _;
+    let inode = |path: &str| std::fs::metadata(path).map(|m| m.ino()).unwrap_or(0);
+    format!("{:x}.{:x}", inode("/proc/self/ns/net"), inode("/proc/self/ns/pid"))
+}
+
+#[cfg(test)]
+mod namespace_tests {
+    use super::*;
+
+    #[test]
+    fn reaches_only_addresses_of_our_namespaces() {
+        let ours = format!("zcx-shm-{}-1-00", namespace_tag()).into_bytes();
+        assert!(ShmTransport::reaches(&TransportAddress::Shm { socket_name: ours }));
+        for other in ["zcx-shm-0.0-1-00", "zcx-shm-", "other", ""] {
+            let socket_name = other.as_bytes().to_vec();
+            assert!(!ShmTransport::reaches(&TransportAddress::Shm { socket_name }), "{other}");
+        }
+        let tag = namespace_tag();
+        let prefix_only = format!("zcx-shm-{}0-1-00", tag).into_bytes();
+        assert!(!ShmTransport::reaches(&TransportAddress::Shm { socket_name: prefix_only }));
+        assert!(!ShmTransport::reaches(&TransportAddress::Uring { addr: "127.0.0.1:1".parse().unwrap() }));
     }
 }
