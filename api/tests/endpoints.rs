@@ -1,501 +1,559 @@
-//! Two workers in one process over loopback TCP: connect by sockaddr and by worker address, and
-//! every operation kind, checked byte for byte.
+//! Two workers in one process: connect by sockaddr and by worker address, and every operation
+//! kind, checked byte for byte — once over loopback TCP alone, once with shared memory, which the
+//! endpoints then use (same host).
 
 mod common;
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+/// The suite, for one value of `ZCX_TLS`.
+macro_rules! suite {
+    ($tls:literal) => {
+        const TLS: &str = $tls;
 
-use common::net::{progress_until, wait};
-use zcx::{
-    AmProto, AmSendParams, AtomicOp, AtomicSize, CloseMode, Context, Endpoint, EpParams, Features,
-    ListenerParams, MemMapParams, Prot, RequestParams, Status, TagSendParams, Worker, WorkerParams,
-};
+        use std::net::SocketAddr;
+        use std::sync::{Arc, Mutex};
 
-fn context() -> Context {
-    Context::with_features(Features::TAG | Features::RMA | Features::AM | Features::STREAM | Features::AMO64)
-        .expect("context")
-}
+        use crate::common::net::{progress_until, wait};
+        use zcx::{
+            AmProto, AmSendParams, AtomicOp, AtomicSize, CloseMode, Context, Endpoint, EpParams, Features,
+            ListenerParams, MemMapParams, Prot, RequestParams, Status, TagSendParams, Worker, WorkerParams,
+        };
 
-/// A connected client/server pair over 127.0.0.1.
-struct Pair {
-    client: Worker,
-    server: Worker,
-    client_ep: Endpoint,
-    server_ep: Endpoint,
-    _listener: zcx::Listener,
-}
+        fn context() -> Context {
+            let features = Features::TAG | Features::RMA | Features::AM | Features::STREAM | Features::AMO64;
+            let config = zcx::Config::from_vars([("ZCX_TLS", TLS)]).expect("config");
+            Context::new(&zcx::ContextParams::new(features), &config).expect("context")
+        }
 
-impl Pair {
-    fn new() -> Pair {
-        let ctx = context();
-        let client = ctx.create_worker(&WorkerParams::default()).unwrap();
-        let server = ctx.create_worker(&WorkerParams::default()).unwrap();
-        let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
-        let slot = Arc::clone(&accepted);
-        let server_clone = server.clone();
-        let listener = server
-            .listen(ListenerParams {
-                sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-                conn_handler: Some(Box::new(move |request| {
-                    let ep = server_clone.create_endpoint(EpParams::conn_request(request)).unwrap();
-                    *slot.lock().unwrap() = Some(ep);
-                })),
-                ..Default::default()
-            })
-            .unwrap();
-        let client_ep = client.create_endpoint(EpParams::sockaddr(listener.sockaddr())).unwrap();
-        progress_until(&[&client, &server], "accept", || accepted.lock().unwrap().is_some());
-        let server_ep = accepted.lock().unwrap().take().unwrap();
-        Pair { client, server, client_ep, server_ep, _listener: listener }
-    }
+        /// A connected client/server pair over 127.0.0.1.
+        struct Pair {
+            client: Worker,
+            server: Worker,
+            client_ep: Endpoint,
+            server_ep: Endpoint,
+            _listener: zcx::Listener,
+        }
 
-    fn both(&self) -> [&Worker; 2] {
-        [&self.client, &self.server]
-    }
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
-}
-
-#[test]
-fn listener_port_zero_reports_the_real_port() {
-    let ctx = context();
-    let w = ctx.create_worker(&WorkerParams::default()).unwrap();
-    let listener = w
-        .listen(ListenerParams {
-            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-            accept_handler: Some(Box::new(|_| {})),
-            ..Default::default()
-        })
-        .unwrap();
-    assert_ne!(listener.sockaddr().port(), 0);
-    let busy = w.listen(ListenerParams {
-        sockaddr: Some(listener.sockaddr()),
-        accept_handler: Some(Box::new(|_| {})),
-        ..Default::default()
-    });
-    assert_eq!(busy.unwrap_err(), Status::Busy);
-}
-
-#[test]
-fn listener_and_endpoint_parameter_rules() {
-    let ctx = context();
-    let w = ctx.create_worker(&WorkerParams::default()).unwrap();
-    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    assert_eq!(w.listen(ListenerParams::default()).unwrap_err(), Status::InvalidParam);
-    assert_eq!(
-        w.listen(ListenerParams { sockaddr: Some(addr), ..Default::default() }).unwrap_err(),
-        Status::InvalidParam
-    );
-    assert_eq!(
-        w.listen(ListenerParams {
-            sockaddr: Some(addr),
-            conn_handler: Some(Box::new(|_| {})),
-            accept_handler: Some(Box::new(|_| {})),
-            ..Default::default()
-        })
-        .unwrap_err(),
-        Status::InvalidParam
-    );
-    assert_eq!(w.create_endpoint(EpParams::default()).unwrap_err(), Status::InvalidParam);
-    let both = EpParams { remote_address: Some(w.address().to_vec()), ..EpParams::sockaddr(addr) };
-    assert_eq!(w.create_endpoint(both).unwrap_err(), Status::InvalidParam);
-    let local_only = EpParams {
-        remote_address: Some(w.address().to_vec()),
-        local_sockaddr: Some(addr),
-        ..Default::default()
-    };
-    assert_eq!(w.create_endpoint(local_only).unwrap_err(), Status::InvalidParam);
-}
-
-#[test]
-fn tag_messages_of_every_size_arrive_intact() {
-    let pair = Pair::new();
-    for &len in &[0usize, 1, 8, 4096, 65535, 65536, 300_000, 4 << 20] {
-        let data = pattern(len, len as u8);
-        let recv = pair.server.tag_recv(vec![0u8; len], 7, u64::MAX, RequestParams::default()).unwrap();
-        let send = pair.client_ep.tag_send(data.clone(), 7, TagSendParams::default()).unwrap();
-        let got = wait(&pair.both(), recv).unwrap();
-        assert_eq!(got.info.length, len);
-        assert_eq!(got.info.sender_tag, 7);
-        assert!(got.buf == data, "payload of {len} bytes differs");
-        let sent = wait(&pair.both(), send).unwrap();
-        assert_eq!(sent.buf, data);
-    }
-}
-
-#[test]
-fn unexpected_messages_masks_probe_and_truncation() {
-    let pair = Pair::new();
-    // Unexpected: sent before the receive is posted, eager and rendezvous.
-    pair.client_ep.tag_send(pattern(100, 1), 0x1234_0001, TagSendParams::default()).unwrap();
-    let big = pattern(200_000, 2);
-    let big_send = pair.client_ep.tag_send(big.clone(), 0x1234_0002, TagSendParams::default()).unwrap();
-    progress_until(&pair.both(), "probe", || pair.server.tag_probe(0x1234_0000, 0xffff_0000).is_some());
-    let info = pair.server.tag_probe(0x1234_0001, u64::MAX).unwrap();
-    assert_eq!(info.length, 100);
-    let msg = pair.server.tag_probe_remove(0x1234_0001, u64::MAX).unwrap();
-    let got = wait(&pair.both(), msg.recv(vec![0u8; 100], RequestParams::default()).unwrap()).unwrap();
-    assert_eq!(got.buf, pattern(100, 1));
-    // Mask: any tag with the high half 0x1234.
-    let got = wait(
-        &pair.both(),
-        pair.server.tag_recv(vec![0u8; 200_000], 0x1234_0000, 0xffff_0000, RequestParams::default()).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(got.info.sender_tag, 0x1234_0002);
-    assert!(got.buf == big);
-    wait(&pair.both(), big_send).unwrap();
-    // Truncation, eager and rendezvous.
-    let recv = pair.server.tag_recv(vec![0u8; 10], 9, u64::MAX, RequestParams::default()).unwrap();
-    pair.client_ep.tag_send(pattern(20, 3), 9, TagSendParams::default()).unwrap();
-    assert_eq!(wait(&pair.both(), recv).unwrap_err(), Status::MessageTruncated);
-    let recv = pair.server.tag_recv(vec![0u8; 1000], 10, u64::MAX, RequestParams::default()).unwrap();
-    let send = pair.client_ep.tag_send(pattern(100_000, 4), 10, TagSendParams::default()).unwrap();
-    assert_eq!(wait(&pair.both(), recv).unwrap_err(), Status::MessageTruncated);
-    wait(&pair.both(), send).unwrap();
-}
-
-#[test]
-fn sync_send_completes_only_after_the_match() {
-    let pair = Pair::new();
-    let send = pair
-        .client_ep
-        .tag_send(pattern(64, 5), 11, TagSendParams { sync: true, ..Default::default() })
-        .unwrap();
-    for _ in 0..2000 {
-        pair.client.progress();
-        pair.server.progress();
-    }
-    assert_eq!(send.status(), Status::InProgress, "sync send completed before any receive");
-    let recv = pair.server.tag_recv(vec![0u8; 64], 11, u64::MAX, RequestParams::default()).unwrap();
-    wait(&pair.both(), recv).unwrap();
-    wait(&pair.both(), send).unwrap();
-}
-
-#[test]
-fn cancelled_receive_leaves_its_buffer_untouched() {
-    let ctx = context();
-    let w = ctx.create_worker(&WorkerParams::default()).unwrap();
-    let memh = ctx.mem_map(&MemMapParams::alloc(4096)).unwrap();
-    // SAFETY: the handle's 4096 bytes are mapped and owned by this test.
-    unsafe { std::ptr::write_bytes(memh.address(), 0xAB, 4096) };
-    let fired = Arc::new(Mutex::new(None));
-    let f = Arc::clone(&fired);
-    let recv = w
-        .tag_recv(
-            memh.slice(0, 4096).unwrap(),
-            1,
-            u64::MAX,
-            RequestParams::with_callback(move |s, _| *f.lock().unwrap() = Some(s)),
-        )
-        .unwrap();
-    recv.cancel();
-    assert_eq!(recv.status(), Status::Canceled);
-    w.progress();
-    assert_eq!(*fired.lock().unwrap(), Some(Status::Canceled));
-    // SAFETY: as above.
-    let bytes = unsafe { std::slice::from_raw_parts(memh.address(), 4096) };
-    assert!(bytes.iter().all(|&b| b == 0xAB));
-}
-
-#[test]
-fn stream_waitall_and_partial() {
-    let pair = Pair::new();
-    let data = pattern(1 << 20, 9);
-    let send = pair.client_ep.stream_send(data.clone(), RequestParams::default()).unwrap();
-    let got = wait(
-        &pair.both(),
-        pair.server_ep.stream_recv(vec![0u8; 1 << 20], true, RequestParams::default()).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(got.info.length, 1 << 20);
-    assert!(got.buf == data);
-    wait(&pair.both(), send).unwrap();
-    pair.server_ep.stream_send(b"hello".to_vec(), RequestParams::default()).unwrap();
-    let got = wait(
-        &pair.both(),
-        pair.client_ep.stream_recv(vec![0u8; 100], false, RequestParams::default()).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(&got.buf[..got.info.length], b"hello");
-}
-
-/// An AM's header and data as the handler saw them.
-type HeaderAndData = (Vec<u8>, Vec<u8>);
-
-#[test]
-fn active_messages_eager_and_rendezvous() {
-    let pair = Pair::new();
-    let seen: Arc<Mutex<Vec<HeaderAndData>>> = Arc::default();
-    let s = Arc::clone(&seen);
-    pair.server.set_am_handler(
-        3,
-        Some(Box::new(move |msg: &mut zcx::AmMessage| {
-            let header = msg.header().to_vec();
-            if msg.is_rndv() {
-                let len = msg.data_len();
-                let req = msg.recv_data(vec![0u8; len]).unwrap();
-                let s = Arc::clone(&s);
-                std::thread::spawn(move || {
-                    let done = req.wait().unwrap();
-                    s.lock().unwrap().push((header, done.buf));
-                });
-            } else {
-                let data = msg.data().unwrap().to_vec();
-                if let Some(ep) = msg.reply_ep() {
-                    ep.am_send(4, b"ack", Vec::new(), AmSendParams::default()).unwrap();
-                }
-                s.lock().unwrap().push((header, data));
+        impl Pair {
+            fn new() -> Pair {
+                let ctx = context();
+                let client = ctx.create_worker(&WorkerParams::default()).unwrap();
+                let server = ctx.create_worker(&WorkerParams::default()).unwrap();
+                let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
+                let slot = Arc::clone(&accepted);
+                let server_clone = server.clone();
+                let listener = server
+                    .listen(ListenerParams {
+                        sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+                        conn_handler: Some(Box::new(move |request| {
+                            let ep = server_clone.create_endpoint(EpParams::conn_request(request)).unwrap();
+                            *slot.lock().unwrap() = Some(ep);
+                        })),
+                        ..Default::default()
+                    })
+                    .unwrap();
+                let client_ep = client.create_endpoint(EpParams::sockaddr(listener.sockaddr())).unwrap();
+                progress_until(&[&client, &server], "accept", || accepted.lock().unwrap().is_some());
+                let server_ep = accepted.lock().unwrap().take().unwrap();
+                Pair { client, server, client_ep, server_ep, _listener: listener }
             }
-            Status::Ok
-        })),
-    );
-    let acks = Arc::new(Mutex::new(0));
-    let a = Arc::clone(&acks);
-    pair.client.set_am_handler(
-        4,
-        Some(Box::new(move |msg: &mut zcx::AmMessage| {
-            assert_eq!(msg.header(), b"ack");
-            *a.lock().unwrap() += 1;
-            Status::Ok
-        })),
-    );
-    let header = [7u8; 64];
-    pair.client_ep
-        .am_send(3, &header, pattern(1000, 1), AmSendParams { reply: true, ..Default::default() })
-        .unwrap();
-    let big = pattern(3 << 20, 2);
-    let send = pair
-        .client_ep
-        .am_send(3, &header, big.clone(), AmSendParams { proto: AmProto::Rndv, ..Default::default() })
-        .unwrap();
-    progress_until(&pair.both(), "two AMs and an ack", || {
-        seen.lock().unwrap().len() == 2 && *acks.lock().unwrap() == 1
-    });
-    wait(&pair.both(), send).unwrap();
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen[0], (header.to_vec(), pattern(1000, 1)));
-    assert!(seen[1].0 == header && seen[1].1 == big);
-}
 
-#[test]
-fn put_get_and_atomics_through_the_target() {
-    let pair = Pair::new();
-    let ctx = pair.server.context().clone();
-    let len = 8 << 20;
-    let memh = ctx
-        .mem_map(
-            &MemMapParams::alloc(len)
-                .prot(Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE),
-        )
-        .unwrap();
-    let base = memh.address() as u64;
-    let rkey = pair.client_ep.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap();
-    for &(off, n) in &[(0usize, 8usize), (100, 5000), (4096, 3 << 20)] {
-        let data = pattern(n, off as u8);
-        wait(
-            &pair.both(),
-            pair.client_ep.put(data.clone(), base + off as u64, &rkey, RequestParams::default()).unwrap(),
-        )
-        .unwrap();
-        // SAFETY: the range is inside the mapped handle.
-        let there = unsafe { std::slice::from_raw_parts(memh.address().add(off), n) };
-        assert!(there == data.as_slice(), "put of {n} bytes at {off} differs");
-        let back = wait(
-            &pair.both(),
-            pair.client_ep.get(vec![0u8; n], base + off as u64, &rkey, RequestParams::default()).unwrap(),
-        )
-        .unwrap();
-        assert!(back.buf == data, "get of {n} bytes at {off} differs");
-    }
-    let word = base + 64;
-    // SAFETY: 8-byte aligned word inside the handle.
-    unsafe { (memh.address().add(64) as *mut u64).write(10) };
-    let old = |op, size, value, compare| {
-        wait(
-            &pair.both(),
-            pair.client_ep.atomic(op, size, value, compare, word, &rkey, RequestParams::default()).unwrap(),
-        )
-        .unwrap()
-        .info
-        .value
+            fn both(&self) -> [&Worker; 2] {
+                [&self.client, &self.server]
+            }
+        }
+
+        fn pattern(len: usize, seed: u8) -> Vec<u8> {
+            (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+        }
+
+        /// The transport same-host endpoints must end up on for this suite's `ZCX_TLS`.
+        fn expected_transport() -> &'static str {
+            if TLS.contains("shm") {
+                "shm"
+            } else {
+                "uring"
+            }
+        }
+
+        #[test]
+        fn endpoints_use_the_transport_zcx_tls_selects() {
+            let pair = Pair::new();
+            progress_until(&pair.both(), "the client to connect", || {
+                pair.client_ep.query().unwrap().status == Status::Ok
+            });
+            assert_eq!(pair.client_ep.query().unwrap().transports, [expected_transport()]);
+            assert_eq!(pair.server_ep.query().unwrap().transports, [expected_transport()]);
+            // The lane keeps the sockaddrs of the connection that set it up.
+            let attr = pair.client_ep.query().unwrap();
+            assert!(attr.remote_sockaddr.is_some() && attr.local_sockaddr.is_some(), "{attr:?}");
+        }
+
+        #[test]
+        fn listener_port_zero_reports_the_real_port() {
+            let ctx = context();
+            let w = ctx.create_worker(&WorkerParams::default()).unwrap();
+            let listener = w
+                .listen(ListenerParams {
+                    sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+                    accept_handler: Some(Box::new(|_| {})),
+                    ..Default::default()
+                })
+                .unwrap();
+            assert_ne!(listener.sockaddr().port(), 0);
+            let busy = w.listen(ListenerParams {
+                sockaddr: Some(listener.sockaddr()),
+                accept_handler: Some(Box::new(|_| {})),
+                ..Default::default()
+            });
+            assert_eq!(busy.unwrap_err(), Status::Busy);
+        }
+
+        #[test]
+        fn listener_and_endpoint_parameter_rules() {
+            let ctx = context();
+            let w = ctx.create_worker(&WorkerParams::default()).unwrap();
+            let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+            assert_eq!(w.listen(ListenerParams::default()).unwrap_err(), Status::InvalidParam);
+            assert_eq!(
+                w.listen(ListenerParams { sockaddr: Some(addr), ..Default::default() }).unwrap_err(),
+                Status::InvalidParam
+            );
+            assert_eq!(
+                w.listen(ListenerParams {
+                    sockaddr: Some(addr),
+                    conn_handler: Some(Box::new(|_| {})),
+                    accept_handler: Some(Box::new(|_| {})),
+                    ..Default::default()
+                })
+                .unwrap_err(),
+                Status::InvalidParam
+            );
+            assert_eq!(w.create_endpoint(EpParams::default()).unwrap_err(), Status::InvalidParam);
+            let both = EpParams { remote_address: Some(w.address().to_vec()), ..EpParams::sockaddr(addr) };
+            assert_eq!(w.create_endpoint(both).unwrap_err(), Status::InvalidParam);
+            let local_only = EpParams {
+                remote_address: Some(w.address().to_vec()),
+                local_sockaddr: Some(addr),
+                ..Default::default()
+            };
+            assert_eq!(w.create_endpoint(local_only).unwrap_err(), Status::InvalidParam);
+        }
+
+        #[test]
+        fn tag_messages_of_every_size_arrive_intact() {
+            let pair = Pair::new();
+            for &len in &[0usize, 1, 8, 4096, 65535, 65536, 300_000, 4 << 20] {
+                let data = pattern(len, len as u8);
+                let recv =
+                    pair.server.tag_recv(vec![0u8; len], 7, u64::MAX, RequestParams::default()).unwrap();
+                let send = pair.client_ep.tag_send(data.clone(), 7, TagSendParams::default()).unwrap();
+                let got = wait(&pair.both(), recv).unwrap();
+                assert_eq!(got.info.length, len);
+                assert_eq!(got.info.sender_tag, 7);
+                assert!(got.buf == data, "payload of {len} bytes differs");
+                let sent = wait(&pair.both(), send).unwrap();
+                assert_eq!(sent.buf, data);
+            }
+        }
+
+        #[test]
+        fn unexpected_messages_masks_probe_and_truncation() {
+            let pair = Pair::new();
+            // Unexpected: sent before the receive is posted, eager and rendezvous.
+            pair.client_ep.tag_send(pattern(100, 1), 0x1234_0001, TagSendParams::default()).unwrap();
+            let big = pattern(200_000, 2);
+            let big_send =
+                pair.client_ep.tag_send(big.clone(), 0x1234_0002, TagSendParams::default()).unwrap();
+            progress_until(&pair.both(), "probe", || {
+                pair.server.tag_probe(0x1234_0000, 0xffff_0000).is_some()
+            });
+            let info = pair.server.tag_probe(0x1234_0001, u64::MAX).unwrap();
+            assert_eq!(info.length, 100);
+            let msg = pair.server.tag_probe_remove(0x1234_0001, u64::MAX).unwrap();
+            let got =
+                wait(&pair.both(), msg.recv(vec![0u8; 100], RequestParams::default()).unwrap()).unwrap();
+            assert_eq!(got.buf, pattern(100, 1));
+            // Mask: any tag with the high half 0x1234.
+            let got = wait(
+                &pair.both(),
+                pair.server
+                    .tag_recv(vec![0u8; 200_000], 0x1234_0000, 0xffff_0000, RequestParams::default())
+                    .unwrap(),
+            )
+            .unwrap();
+            assert_eq!(got.info.sender_tag, 0x1234_0002);
+            assert!(got.buf == big);
+            wait(&pair.both(), big_send).unwrap();
+            // Truncation, eager and rendezvous.
+            let recv = pair.server.tag_recv(vec![0u8; 10], 9, u64::MAX, RequestParams::default()).unwrap();
+            pair.client_ep.tag_send(pattern(20, 3), 9, TagSendParams::default()).unwrap();
+            assert_eq!(wait(&pair.both(), recv).unwrap_err(), Status::MessageTruncated);
+            let recv = pair.server.tag_recv(vec![0u8; 1000], 10, u64::MAX, RequestParams::default()).unwrap();
+            let send = pair.client_ep.tag_send(pattern(100_000, 4), 10, TagSendParams::default()).unwrap();
+            assert_eq!(wait(&pair.both(), recv).unwrap_err(), Status::MessageTruncated);
+            wait(&pair.both(), send).unwrap();
+        }
+
+        #[test]
+        fn sync_send_completes_only_after_the_match() {
+            let pair = Pair::new();
+            let send = pair
+                .client_ep
+                .tag_send(pattern(64, 5), 11, TagSendParams { sync: true, ..Default::default() })
+                .unwrap();
+            for _ in 0..2000 {
+                pair.client.progress();
+                pair.server.progress();
+            }
+            assert_eq!(send.status(), Status::InProgress, "sync send completed before any receive");
+            let recv = pair.server.tag_recv(vec![0u8; 64], 11, u64::MAX, RequestParams::default()).unwrap();
+            wait(&pair.both(), recv).unwrap();
+            wait(&pair.both(), send).unwrap();
+        }
+
+        #[test]
+        fn cancelled_receive_leaves_its_buffer_untouched() {
+            let ctx = context();
+            let w = ctx.create_worker(&WorkerParams::default()).unwrap();
+            let memh = ctx.mem_map(&MemMapParams::alloc(4096)).unwrap();
+            // SAFETY: the handle's 4096 bytes are mapped and owned by this test.
+            unsafe { std::ptr::write_bytes(memh.address(), 0xAB, 4096) };
+            let fired = Arc::new(Mutex::new(None));
+            let f = Arc::clone(&fired);
+            let recv = w
+                .tag_recv(
+                    memh.slice(0, 4096).unwrap(),
+                    1,
+                    u64::MAX,
+                    RequestParams::with_callback(move |s, _| *f.lock().unwrap() = Some(s)),
+                )
+                .unwrap();
+            recv.cancel();
+            assert_eq!(recv.status(), Status::Canceled);
+            w.progress();
+            assert_eq!(*fired.lock().unwrap(), Some(Status::Canceled));
+            // SAFETY: as above.
+            let bytes = unsafe { std::slice::from_raw_parts(memh.address(), 4096) };
+            assert!(bytes.iter().all(|&b| b == 0xAB));
+        }
+
+        #[test]
+        fn stream_waitall_and_partial() {
+            let pair = Pair::new();
+            let data = pattern(1 << 20, 9);
+            let send = pair.client_ep.stream_send(data.clone(), RequestParams::default()).unwrap();
+            let got = wait(
+                &pair.both(),
+                pair.server_ep.stream_recv(vec![0u8; 1 << 20], true, RequestParams::default()).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(got.info.length, 1 << 20);
+            assert!(got.buf == data);
+            wait(&pair.both(), send).unwrap();
+            pair.server_ep.stream_send(b"hello".to_vec(), RequestParams::default()).unwrap();
+            let got = wait(
+                &pair.both(),
+                pair.client_ep.stream_recv(vec![0u8; 100], false, RequestParams::default()).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(&got.buf[..got.info.length], b"hello");
+        }
+
+        /// An AM's header and data as the handler saw them.
+        type HeaderAndData = (Vec<u8>, Vec<u8>);
+
+        #[test]
+        fn active_messages_eager_and_rendezvous() {
+            let pair = Pair::new();
+            let seen: Arc<Mutex<Vec<HeaderAndData>>> = Arc::default();
+            let s = Arc::clone(&seen);
+            pair.server.set_am_handler(
+                3,
+                Some(Box::new(move |msg: &mut zcx::AmMessage| {
+                    let header = msg.header().to_vec();
+                    if msg.is_rndv() {
+                        let len = msg.data_len();
+                        let req = msg.recv_data(vec![0u8; len]).unwrap();
+                        let s = Arc::clone(&s);
+                        std::thread::spawn(move || {
+                            let done = req.wait().unwrap();
+                            s.lock().unwrap().push((header, done.buf));
+                        });
+                    } else {
+                        let data = msg.data().unwrap().to_vec();
+                        if let Some(ep) = msg.reply_ep() {
+                            ep.am_send(4, b"ack", Vec::new(), AmSendParams::default()).unwrap();
+                        }
+                        s.lock().unwrap().push((header, data));
+                    }
+                    Status::Ok
+                })),
+            );
+            let acks = Arc::new(Mutex::new(0));
+            let a = Arc::clone(&acks);
+            pair.client.set_am_handler(
+                4,
+                Some(Box::new(move |msg: &mut zcx::AmMessage| {
+                    assert_eq!(msg.header(), b"ack");
+                    *a.lock().unwrap() += 1;
+                    Status::Ok
+                })),
+            );
+            let header = [7u8; 64];
+            pair.client_ep
+                .am_send(3, &header, pattern(1000, 1), AmSendParams { reply: true, ..Default::default() })
+                .unwrap();
+            let big = pattern(3 << 20, 2);
+            let send = pair
+                .client_ep
+                .am_send(3, &header, big.clone(), AmSendParams { proto: AmProto::Rndv, ..Default::default() })
+                .unwrap();
+            progress_until(&pair.both(), "two AMs and an ack", || {
+                seen.lock().unwrap().len() == 2 && *acks.lock().unwrap() == 1
+            });
+            wait(&pair.both(), send).unwrap();
+            let seen = seen.lock().unwrap();
+            assert_eq!(seen[0], (header.to_vec(), pattern(1000, 1)));
+            assert!(seen[1].0 == header && seen[1].1 == big);
+        }
+
+        #[test]
+        fn put_get_and_atomics_through_the_target() {
+            let pair = Pair::new();
+            let ctx = pair.server.context().clone();
+            let len = 8 << 20;
+            let memh = ctx
+                .mem_map(
+                    &MemMapParams::alloc(len)
+                        .prot(Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE),
+                )
+                .unwrap();
+            let base = memh.address() as u64;
+            let rkey = pair.client_ep.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap();
+            for &(off, n) in &[(0usize, 8usize), (100, 5000), (4096, 3 << 20)] {
+                let data = pattern(n, off as u8);
+                wait(
+                    &pair.both(),
+                    pair.client_ep
+                        .put(data.clone(), base + off as u64, &rkey, RequestParams::default())
+                        .unwrap(),
+                )
+                .unwrap();
+                // SAFETY: the range is inside the mapped handle.
+                let there = unsafe { std::slice::from_raw_parts(memh.address().add(off), n) };
+                assert!(there == data.as_slice(), "put of {n} bytes at {off} differs");
+                let back = wait(
+                    &pair.both(),
+                    pair.client_ep
+                        .get(vec![0u8; n], base + off as u64, &rkey, RequestParams::default())
+                        .unwrap(),
+                )
+                .unwrap();
+                assert!(back.buf == data, "get of {n} bytes at {off} differs");
+            }
+            let word = base + 64;
+            // SAFETY: 8-byte aligned word inside the handle.
+            unsafe { (memh.address().add(64) as *mut u64).write(10) };
+            let old = |op, size, value, compare| {
+                wait(
+                    &pair.both(),
+                    pair.client_ep
+                        .atomic(op, size, value, compare, word, &rkey, RequestParams::default())
+                        .unwrap(),
+                )
+                .unwrap()
+                .info
+                .value
+            };
+            assert_eq!(old(AtomicOp::Add, AtomicSize::U64, 5, 0), 10);
+            assert_eq!(old(AtomicOp::Swap, AtomicSize::U64, 100, 0), 15);
+            assert_eq!(old(AtomicOp::Cswap, AtomicSize::U64, 7, 100), 100);
+            assert_eq!(old(AtomicOp::Cswap, AtomicSize::U64, 9, 100), 7);
+            assert_eq!(old(AtomicOp::And, AtomicSize::U64, 0b110, 0), 7);
+            assert_eq!(old(AtomicOp::Or, AtomicSize::U64, 0b1000, 0), 0b110);
+            assert_eq!(old(AtomicOp::Xor, AtomicSize::U64, 0b1111, 0), 0b1110);
+            assert_eq!(old(AtomicOp::Add, AtomicSize::U32, 1, 0), 0b0001);
+            assert_eq!(
+                pair.client_ep
+                    .atomic(AtomicOp::Add, AtomicSize::U64, 1, 0, word + 4, &rkey, RequestParams::default())
+                    .unwrap_err(),
+                Status::InvalidParam
+            );
+            // Out of bounds: refused, at once (shared memory checks the key here) or by the target;
+            // either way nothing is touched.
+            let before = unsafe { std::slice::from_raw_parts(memh.address(), len) }.to_vec();
+            let r = pair.client_ep.put(vec![1u8; 16], base + len as u64 - 8, &rkey, RequestParams::default());
+            assert_eq!(r.and_then(|r| wait(&pair.both(), r)).unwrap_err(), Status::InvalidAddr);
+            assert!(unsafe { std::slice::from_raw_parts(memh.address(), len) } == before.as_slice());
+            wait(&pair.both(), pair.client_ep.flush().unwrap()).unwrap();
+            wait(&pair.both(), pair.client.flush().unwrap()).unwrap();
+        }
+
+        #[test]
+        fn connect_by_worker_address() {
+            let ctx = context();
+            let a = ctx.create_worker(&WorkerParams::default()).unwrap();
+            let b = ctx.create_worker(&WorkerParams::default()).unwrap();
+            let ep = a.create_endpoint(EpParams::remote_address(b.address())).unwrap();
+            let recv = b.tag_recv(vec![0u8; 5], 1, u64::MAX, RequestParams::default()).unwrap();
+            ep.tag_send(b"hello".to_vec(), 1, TagSendParams::default()).unwrap();
+            let got = wait(&[&a, &b], recv).unwrap();
+            assert_eq!(got.buf, b"hello");
+            wait(&[&a, &b], ep.close(CloseMode::Flush).unwrap()).unwrap();
+        }
+
+        #[test]
+        fn query_reports_names_addresses_and_user_data() {
+            let pair = Pair::new();
+            progress_until(&pair.both(), "client connected", || {
+                pair.client_ep.query().unwrap().status == Status::Ok
+            });
+            let attr = pair.client_ep.query().unwrap();
+            assert_eq!(attr.remote_sockaddr, Some(pair._listener.sockaddr()));
+            assert!(attr.local_sockaddr.is_some());
+            assert!(!attr.name.is_empty());
+            let server_attr = pair.server_ep.query().unwrap();
+            assert_eq!(server_attr.remote_sockaddr, attr.local_sockaddr);
+        }
+
+        #[test]
+        fn a_small_message_overtakes_a_large_transfer() {
+            let pair = Pair::new();
+            let big_len = 32 << 20;
+            // The large message lands in registered memory, so the test can see its first bytes arrive.
+            let landing = pair.server.context().mem_map(&MemMapParams::alloc(big_len)).unwrap();
+            // SAFETY: the handle maps `big_len` bytes.
+            unsafe { std::ptr::write_bytes(landing.address(), 0, big_len) };
+            let big_recv = pair
+                .server
+                .tag_recv(landing.slice(0, big_len).unwrap(), 1, u64::MAX, RequestParams::default())
+                .unwrap();
+            let small_recv =
+                pair.server.tag_recv(vec![0u8; 8], 2, u64::MAX, RequestParams::default()).unwrap();
+            let big_send = pair.client_ep.tag_send(pattern(big_len, 1), 1, TagSendParams::default()).unwrap();
+            // Wait until the large payload streams (its first byte, 1, has landed) before the small send.
+            progress_until(&pair.both(), "first fragment", || {
+                // SAFETY: inside the mapping; the value is only read.
+                let first = unsafe { std::ptr::read_volatile(landing.address()) };
+                first != 0
+            });
+            pair.client_ep.tag_send(pattern(8, 2), 2, TagSendParams::default()).unwrap();
+            progress_until(&pair.both(), "small message", || small_recv.is_done());
+            assert_eq!(small_recv.status(), Status::Ok);
+            assert!(!big_recv.is_done(), "the small message waited for the whole large transfer");
+            wait(&pair.both(), big_recv).unwrap();
+            // SAFETY: as above; the transfer is complete.
+            let landed = unsafe { std::slice::from_raw_parts(landing.address(), big_len) };
+            assert!(landed == pattern(big_len, 1).as_slice());
+            wait(&pair.both(), big_send).unwrap();
+        }
+
+        #[test]
+        fn worker_params_are_reported_back() {
+            let ctx = context();
+            let params = WorkerParams {
+                name: Some("reporter".into()),
+                thread_mode: zcx::ThreadMode::Multi,
+                cpu_mask: Some(zcx::CpuSet::single(0).unwrap()),
+                client_id: 77,
+                events: zcx::WakeupEvents::TAG_RECV | zcx::WakeupEvents::RX,
+            };
+            let w = ctx.create_worker(&params).unwrap();
+            assert_eq!(w.name(), "reporter");
+            assert_eq!(w.thread_mode(), zcx::ThreadMode::Multi);
+            assert_eq!(w.wakeup_events(), zcx::WakeupEvents::TAG_RECV | zcx::WakeupEvents::RX);
+            assert!(w.cpu_mask().unwrap().contains(0));
+            let address = zcx_control::WorkerAddressWire::decode(w.address()).unwrap();
+            assert_eq!(address.name, "reporter");
+            assert!(address
+                .transports
+                .iter()
+                .any(|t| matches!(t, zcx_control::TransportAddress::Uring { .. })));
+        }
+
+        #[test]
+        fn client_id_reaches_the_conn_request() {
+            let ctx = context();
+            let client =
+                ctx.create_worker(&WorkerParams { client_id: 0xC1_1E47, ..WorkerParams::default() }).unwrap();
+            let server = ctx.create_worker(&WorkerParams::default()).unwrap();
+            let seen = Arc::new(Mutex::new(None));
+            let s = Arc::clone(&seen);
+            let listener = server
+                .listen(ListenerParams {
+                    sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+                    conn_handler: Some(Box::new(move |req| {
+                        *s.lock().unwrap() =
+                            Some((req.client_id(), req.client_addr(), req.client_ep_name().to_owned()));
+                    })),
+                    ..Default::default()
+                })
+                .unwrap();
+            let params = EpParams {
+                flags: zcx::EpFlags::CLIENT_SERVER | zcx::EpFlags::SEND_CLIENT_ID,
+                name: Some("named-ep".into()),
+                local_sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+                ..EpParams::sockaddr(listener.sockaddr())
+            };
+            let ep = client.create_endpoint(params).unwrap();
+            progress_until(&[&client, &server], "conn request", || seen.lock().unwrap().is_some());
+            let (id, addr, name) = seen.lock().unwrap().take().unwrap();
+            assert_eq!(id, 0xC1_1E47);
+            assert_eq!(name, "named-ep");
+            assert_eq!(addr, ep.query().unwrap().local_sockaddr);
+            assert_eq!(ep.query().unwrap().name, "named-ep");
+        }
+
+        /// Runs `f` on another thread and fails if it does not finish in 10 s (a deadlock), instead of
+        /// hanging the suite.
+        fn finishes(what: &str, f: impl FnOnce() + Send + 'static) {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                f();
+                let _ = tx.send(());
+            });
+            assert!(rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok(), "{what} deadlocked");
+        }
+
+        #[test]
+        fn dropping_handlers_that_own_endpoints_does_not_deadlock() {
+            let pair = Pair::new();
+            // A listener whose accept handler holds the only reference to the endpoint it accepted.
+            let (listener, accepted) = crate::common::net::accepting_listener(&pair.server);
+            let ep = pair.client.create_endpoint(EpParams::sockaddr(listener.sockaddr())).unwrap();
+            progress_until(&pair.both(), "accept", || accepted.lock().unwrap().is_some());
+            drop(accepted);
+            finishes("dropping the listener", move || drop(listener));
+            // An AM handler owning an endpoint, replaced and then removed.
+            let owned = pair.server_ep.clone();
+            pair.server.set_am_handler(
+                9,
+                Some(Box::new(move |_msg: &mut zcx::AmMessage| {
+                    let _ = &owned;
+                    Status::Ok
+                })),
+            );
+            let server = pair.server.clone();
+            let owned = pair.server_ep.clone();
+            finishes("replacing an AM handler", move || {
+                server.set_am_handler(
+                    9,
+                    Some(Box::new(move |_msg: &mut zcx::AmMessage| {
+                        let _ = &owned;
+                        Status::Ok
+                    })),
+                );
+                server.set_am_handler(9, None);
+            });
+            drop(ep);
+        }
     };
-    assert_eq!(old(AtomicOp::Add, AtomicSize::U64, 5, 0), 10);
-    assert_eq!(old(AtomicOp::Swap, AtomicSize::U64, 100, 0), 15);
-    assert_eq!(old(AtomicOp::Cswap, AtomicSize::U64, 7, 100), 100);
-    assert_eq!(old(AtomicOp::Cswap, AtomicSize::U64, 9, 100), 7);
-    assert_eq!(old(AtomicOp::And, AtomicSize::U64, 0b110, 0), 7);
-    assert_eq!(old(AtomicOp::Or, AtomicSize::U64, 0b1000, 0), 0b110);
-    assert_eq!(old(AtomicOp::Xor, AtomicSize::U64, 0b1111, 0), 0b1110);
-    assert_eq!(old(AtomicOp::Add, AtomicSize::U32, 1, 0), 0b0001);
-    assert_eq!(
-        pair.client_ep
-            .atomic(AtomicOp::Add, AtomicSize::U64, 1, 0, word + 4, &rkey, RequestParams::default())
-            .unwrap_err(),
-        Status::InvalidParam
-    );
-    // Out of bounds: refused by the target, which touches nothing.
-    let before = unsafe { std::slice::from_raw_parts(memh.address(), len) }.to_vec();
-    let r =
-        pair.client_ep.put(vec![1u8; 16], base + len as u64 - 8, &rkey, RequestParams::default()).unwrap();
-    assert_eq!(wait(&pair.both(), r).unwrap_err(), Status::InvalidAddr);
-    assert!(unsafe { std::slice::from_raw_parts(memh.address(), len) } == before.as_slice());
-    wait(&pair.both(), pair.client_ep.flush().unwrap()).unwrap();
-    wait(&pair.both(), pair.client.flush().unwrap()).unwrap();
 }
 
-#[test]
-fn connect_by_worker_address() {
-    let ctx = context();
-    let a = ctx.create_worker(&WorkerParams::default()).unwrap();
-    let b = ctx.create_worker(&WorkerParams::default()).unwrap();
-    let ep = a.create_endpoint(EpParams::remote_address(b.address())).unwrap();
-    let recv = b.tag_recv(vec![0u8; 5], 1, u64::MAX, RequestParams::default()).unwrap();
-    ep.tag_send(b"hello".to_vec(), 1, TagSendParams::default()).unwrap();
-    let got = wait(&[&a, &b], recv).unwrap();
-    assert_eq!(got.buf, b"hello");
-    wait(&[&a, &b], ep.close(CloseMode::Flush).unwrap()).unwrap();
+mod over_tcp {
+    suite!("tcp");
 }
 
-#[test]
-fn query_reports_names_addresses_and_user_data() {
-    let pair = Pair::new();
-    progress_until(&pair.both(), "client connected", || pair.client_ep.query().unwrap().status == Status::Ok);
-    let attr = pair.client_ep.query().unwrap();
-    assert_eq!(attr.remote_sockaddr, Some(pair._listener.sockaddr()));
-    assert!(attr.local_sockaddr.is_some());
-    assert!(!attr.name.is_empty());
-    let server_attr = pair.server_ep.query().unwrap();
-    assert_eq!(server_attr.remote_sockaddr, attr.local_sockaddr);
-}
-
-#[test]
-fn a_small_message_overtakes_a_large_transfer() {
-    let pair = Pair::new();
-    let big_len = 32 << 20;
-    // The large message lands in registered memory, so the test can see its first bytes arrive.
-    let landing = pair.server.context().mem_map(&MemMapParams::alloc(big_len)).unwrap();
-    // SAFETY: the handle maps `big_len` bytes.
-    unsafe { std::ptr::write_bytes(landing.address(), 0, big_len) };
-    let big_recv = pair
-        .server
-        .tag_recv(landing.slice(0, big_len).unwrap(), 1, u64::MAX, RequestParams::default())
-        .unwrap();
-    let small_recv = pair.server.tag_recv(vec![0u8; 8], 2, u64::MAX, RequestParams::default()).unwrap();
-    let big_send = pair.client_ep.tag_send(pattern(big_len, 1), 1, TagSendParams::default()).unwrap();
-    // Wait until the large payload streams (its first byte, 1, has landed) before the small send.
-    progress_until(&pair.both(), "first fragment", || {
-        // SAFETY: inside the mapping; the value is only read.
-        let first = unsafe { std::ptr::read_volatile(landing.address()) };
-        first != 0
-    });
-    pair.client_ep.tag_send(pattern(8, 2), 2, TagSendParams::default()).unwrap();
-    progress_until(&pair.both(), "small message", || small_recv.is_done());
-    assert_eq!(small_recv.status(), Status::Ok);
-    assert!(!big_recv.is_done(), "the small message waited for the whole large transfer");
-    wait(&pair.both(), big_recv).unwrap();
-    // SAFETY: as above; the transfer is complete.
-    let landed = unsafe { std::slice::from_raw_parts(landing.address(), big_len) };
-    assert!(landed == pattern(big_len, 1).as_slice());
-    wait(&pair.both(), big_send).unwrap();
-}
-
-#[test]
-fn worker_params_are_reported_back() {
-    let ctx = context();
-    let params = WorkerParams {
-        name: Some("reporter".into()),
-        thread_mode: zcx::ThreadMode::Multi,
-        cpu_mask: Some(zcx::CpuSet::single(0).unwrap()),
-        client_id: 77,
-        events: zcx::WakeupEvents::TAG_RECV | zcx::WakeupEvents::RX,
-    };
-    let w = ctx.create_worker(&params).unwrap();
-    assert_eq!(w.name(), "reporter");
-    assert_eq!(w.thread_mode(), zcx::ThreadMode::Multi);
-    assert_eq!(w.wakeup_events(), zcx::WakeupEvents::TAG_RECV | zcx::WakeupEvents::RX);
-    assert!(w.cpu_mask().unwrap().contains(0));
-    let address = zcx_control::WorkerAddressWire::decode(w.address()).unwrap();
-    assert_eq!(address.name, "reporter");
-    assert!(matches!(address.transports[0], zcx_control::TransportAddress::Uring { .. }));
-}
-
-#[test]
-fn client_id_reaches_the_conn_request() {
-    let ctx = context();
-    let client =
-        ctx.create_worker(&WorkerParams { client_id: 0xC1_1E47, ..WorkerParams::default() }).unwrap();
-    let server = ctx.create_worker(&WorkerParams::default()).unwrap();
-    let seen = Arc::new(Mutex::new(None));
-    let s = Arc::clone(&seen);
-    let listener = server
-        .listen(ListenerParams {
-            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-            conn_handler: Some(Box::new(move |req| {
-                *s.lock().unwrap() =
-                    Some((req.client_id(), req.client_addr(), req.client_ep_name().to_owned()));
-            })),
-            ..Default::default()
-        })
-        .unwrap();
-    let params = EpParams {
-        flags: zcx::EpFlags::CLIENT_SERVER | zcx::EpFlags::SEND_CLIENT_ID,
-        name: Some("named-ep".into()),
-        local_sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-        ..EpParams::sockaddr(listener.sockaddr())
-    };
-    let ep = client.create_endpoint(params).unwrap();
-    progress_until(&[&client, &server], "conn request", || seen.lock().unwrap().is_some());
-    let (id, addr, name) = seen.lock().unwrap().take().unwrap();
-    assert_eq!(id, 0xC1_1E47);
-    assert_eq!(name, "named-ep");
-    assert_eq!(addr, ep.query().unwrap().local_sockaddr);
-    assert_eq!(ep.query().unwrap().name, "named-ep");
-}
-
-/// Runs `f` on another thread and fails if it does not finish in 10 s (a deadlock), instead of
-/// hanging the suite.
-fn finishes(what: &str, f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        f();
-        let _ = tx.send(());
-    });
-    assert!(rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok(), "{what} deadlocked");
-}
-
-#[test]
-fn dropping_handlers_that_own_endpoints_does_not_deadlock() {
-    let pair = Pair::new();
-    // A listener whose accept handler holds the only reference to the endpoint it accepted.
-    let (listener, accepted) = common::net::accepting_listener(&pair.server);
-    let ep = pair.client.create_endpoint(EpParams::sockaddr(listener.sockaddr())).unwrap();
-    progress_until(&pair.both(), "accept", || accepted.lock().unwrap().is_some());
-    drop(accepted);
-    finishes("dropping the listener", move || drop(listener));
-    // An AM handler owning an endpoint, replaced and then removed.
-    let owned = pair.server_ep.clone();
-    pair.server.set_am_handler(
-        9,
-        Some(Box::new(move |_msg: &mut zcx::AmMessage| {
-            let _ = &owned;
-            Status::Ok
-        })),
-    );
-    let server = pair.server.clone();
-    let owned = pair.server_ep.clone();
-    finishes("replacing an AM handler", move || {
-        server.set_am_handler(
-            9,
-            Some(Box::new(move |_msg: &mut zcx::AmMessage| {
-                let _ = &owned;
-                Status::Ok
-            })),
-        );
-        server.set_am_handler(9, None);
-    });
-    drop(ep);
+mod over_shm {
+    suite!("shm,tcp");
 }

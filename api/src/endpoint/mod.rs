@@ -349,7 +349,7 @@ impl Worker {
                 let shm = peer
                     .transports
                     .iter()
-                    .find(|t| matches!(t, TransportAddress::Shm { .. }))
+                    .find(|t| zcx_dataplane::ShmTransport::reaches(t))
                     .filter(|_| same_host && core.st.shm_member.is_some());
                 let uring = || peer.transports.iter().find(|t| matches!(t, TransportAddress::Uring { .. }));
                 let target = shm.or_else(uring).ok_or_else(|| {

@@ -11,6 +11,9 @@ pub use zcx_dataplane::proto::AtomicOp;
 use zcx_dataplane::transport_set::member_of;
 use zcx_dataplane::Payload;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::Endpoint;
 use crate::mem::Prot;
@@ -39,12 +42,20 @@ impl AtomicSize {
 
 /// A remote key bound to the endpoint that unpacked it (`ucp_ep_rkey_unpack`): usable for RMA on
 /// that endpoint only.
+///
+/// Over shared memory the key's region is mapped here and accessed with CPU copies and atomics,
+/// but only once its owner has vouched for the key: the first operation with it goes to the owner,
+/// which checks the access key, bounds and protection like any remote access, and its success
+/// makes the key trusted for direct access. A forged key is therefore refused by the owner as over
+/// any transport. As in UCP, the owner must not unmap a region while peers still use keys for it.
 #[derive(Debug)]
 pub struct EpRkey {
     ep: u64,
     region: u64,
     key: [u8; 16],
     rkey: RemoteKey,
+    /// Set once the owner acknowledged an operation with this key.
+    verified: Arc<AtomicBool>,
 }
 
 impl EpRkey {
@@ -59,7 +70,13 @@ impl Endpoint {
     pub fn rkey_unpack(&self, packed: &[u8]) -> Result<EpRkey> {
         let rkey = self.shared().ctx.rkey_unpack(packed)?;
         let wire = rkey.wire();
-        Ok(EpRkey { ep: self.id(), region: wire.region_id, key: wire.access_key, rkey })
+        Ok(EpRkey {
+            ep: self.id(),
+            region: wire.region_id,
+            key: wire.access_key,
+            rkey,
+            verified: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     /// Where `[remote_addr, remote_addr + len)` of the key's region is mapped here, when the
@@ -77,7 +94,11 @@ impl Endpoint {
     ) -> Option<Result<*mut u8>> {
         let ep = st.eps.get(&self.id())?;
         let shm = st.shm_member?;
-        if ep.phase != Phase::Ready || member_of(ep.link) != shm || !rkey.rkey.is_shareable() {
+        if ep.phase != Phase::Ready
+            || member_of(ep.link) != shm
+            || !rkey.rkey.is_shareable()
+            || !rkey.verified.load(Ordering::Relaxed)
+        {
             return None;
         }
         let key = &rkey.rkey;
@@ -93,6 +114,14 @@ impl Endpoint {
         }
         // A mapping that fails (owner gone, kernel refuses) leaves the emulated path to report it.
         key.ptr(remote_addr).ok().map(Ok)
+    }
+
+    /// Has the owner's answer to operation `op` vouch for `rkey` when the endpoint could then
+    /// access the key's region directly (see [`EpRkey`]).
+    fn vouch_with(st: &mut State, op: u64, rkey: &EpRkey) {
+        if st.shm_member.is_some() && rkey.rkey.is_shareable() && !rkey.verified.load(Ordering::Relaxed) {
+            st.rkey_checks.insert(op, Arc::clone(&rkey.verified));
+        }
     }
 
     fn check_rkey(&self, rkey: &EpRkey) -> Result<()> {
@@ -136,6 +165,7 @@ impl Endpoint {
         let cell = ReqCell::new(shared, buf, params.callback);
         if len <= st.max_payload && len < st.rndv_thresh {
             let op = st.add_op(self.id(), cell.clone(), OutKind::RmaAck);
+            Self::vouch_with(st, op, rkey);
             // SAFETY: `SendBuf` guarantees the bytes did not move when the buffer moved into the cell.
             let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
             let frame = Op::Put { req: op, region: rkey.region, key: rkey.key, addr: remote_addr, ack: true };
@@ -186,6 +216,7 @@ impl Endpoint {
         }
         let cell = ReqCell::new(shared, buf, params.callback);
         let op = st.add_op(self.id(), cell.clone(), OutKind::Get { ptr, len, received: 0 });
+        Self::vouch_with(st, op, rkey);
         let frame =
             Op::Get { req: op, region: rkey.region, key: rkey.key, addr: remote_addr, len: len as u64 };
         if let Err(status) = send_on_ep(tl, st, self.id(), &frame, Payload::None, None) {
@@ -240,6 +271,7 @@ impl Endpoint {
         }
         let cell = ReqCell::new(shared, (), params.callback);
         let req = st.add_op(self.id(), cell.clone(), OutKind::RmaAck);
+        Self::vouch_with(st, req, rkey);
         let frame = Op::Atomic {
             req,
             region: rkey.region,

@@ -289,7 +289,7 @@ fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                 let old = std::mem::replace(&mut state.link, link);
                 st.link_eps.remove(&old);
                 st.link_eps.insert(link, ep);
-                st.to_close.push((old, false));
+                st.lanes_taken.push((ep, old));
                 tracing::debug!(ep, ?old, lane = ?link, "connected over shared memory");
             }
             st.connecting.remove(&client_ep_id);
@@ -326,7 +326,7 @@ fn shm_lane(
     if client.boot_id.is_none() || client.boot_id != st.address.boot_id {
         return None;
     }
-    client.transports.iter().find(|t| matches!(t, zcx_control::TransportAddress::Shm { .. })).cloned()
+    client.transports.iter().find(|t| zcx_dataplane::ShmTransport::reaches(t)).cloned()
 }
 
 fn on_tag_eager(st: &mut State, link: LinkId, ep: u64, tag: u64, sync_req: Option<u64>, payload: &[u8]) {
@@ -418,6 +418,9 @@ fn on_rma_ack(st: &mut State, ep: u64, req: u64, status: i8, value: u64) {
         return;
     }
     let status = if status == 0 {
+        if let Some(verified) = st.rkey_checks.get(&req) {
+            verified.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         Status::Ok
     } else {
         Status::from_code(i32::from(status)).unwrap_or(Status::IoError)

@@ -265,6 +265,24 @@ pub(crate) fn link_addrs(core: &Core, link: LinkId) -> (Option<SocketAddr>, Opti
     core.tl.link_addrs(link)
 }
 
+/// Remembers the socket addresses of the link an endpoint leaves for a shared-memory lane, which
+/// has none, so `query` still reports the connection's addresses.
+pub(crate) fn keep_sockaddrs(ep: &mut EpState, (local, remote): (Option<SocketAddr>, Option<SocketAddr>)) {
+    ep.local_addr = local.or(ep.local_addr);
+    ep.remote_addr = remote.or(ep.remote_addr);
+}
+
+/// Closes the links client endpoints left for a shared-memory lane, keeping their addresses.
+pub(crate) fn close_lanes_taken(core: &mut Core) {
+    let Core { tl, st } = core;
+    for (ep, old) in std::mem::take(&mut st.lanes_taken) {
+        if let Some(state) = st.eps.get_mut(&ep) {
+            keep_sockaddrs(state, tl.link_addrs(old));
+        }
+        tl.close(old, false);
+    }
+}
+
 /// Sends the accepts of [`LaneDial`]s: each on a new link to the client's shared-memory address,
 /// which becomes the endpoint's link; when that link cannot be opened, on the request's link, as
 /// if no faster lane existed.
@@ -283,6 +301,7 @@ pub(crate) fn open_lanes(core: &mut Core) {
             Ok(lane) if tl.send(lane, &header[..n], Payload::Copy(&dial.accept)).is_ok() => {
                 // The request's link stays open until the client closes it, so the client never
                 // sees it fail before the accept arrives on the new one.
+                keep_sockaddrs(ep, tl.link_addrs(old));
                 ep.link = lane;
                 st.link_eps.remove(&old);
                 st.link_eps.insert(lane, dial.ep);

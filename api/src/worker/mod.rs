@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use zcx_control::WorkerAddressWire;
 use zcx_dataplane::proto::wire::Op;
-use zcx_dataplane::{Payload, Transport, TransportSet, UringConfig, UringTransport, Wakeup};
+use zcx_dataplane::{
+    Payload, ShmConfig, ShmTransport, Transport, TransportSet, UringConfig, UringTransport, Wakeup,
+};
 use zcx_hugepages::CpuSet;
 
 use crate::context::Context;
@@ -109,10 +111,20 @@ impl Context {
     pub fn create_worker(&self, params: &WorkerParams) -> Result<Worker> {
         let config = self.config();
         let uring_config = UringConfig { sqpoll: config.uring_sqpoll(), ..UringConfig::default() };
-        let tl = UringTransport::new(&uring_config)
+        // Shared memory first: it is polled first, and same-host endpoints use it. io_uring
+        // always, since sockaddr listeners and connections (and the lane dial) go through it.
+        let mut members: Vec<Box<dyn Transport>> = Vec::new();
+        if config.transport_enabled("shm") {
+            match ShmTransport::new(&ShmConfig::default()) {
+                Ok(shm) => members.push(Box::new(shm)),
+                Err(e) => tracing::warn!(%e, "shared-memory transport unavailable; same-host peers use TCP"),
+            }
+        }
+        let uring = UringTransport::new(&uring_config)
             .map_err(|e| fail_with(status_of(e), format!("io_uring transport unavailable: {e}")))?;
-        let members: Vec<Box<dyn Transport>> = vec![Box::new(tl)];
+        members.push(Box::new(uring));
         let tl = TransportSet::new(members).map_err(status_of)?;
+        let shm_member = tl.member_named("shm");
         let uid = crate::context::random_bytes()?;
         let name = params.name.clone().unwrap_or_else(|| format!("{}:{}", self.inner.name, hex4(&uid)));
         let address = WorkerAddressWire {
@@ -127,9 +139,10 @@ impl Context {
         let wakeup = Wakeup::new().map_err(|e| fail_with(Status::IoError, format!("eventfd: {e}")))?;
         let epoll = wakeup::epoll_set(&[wakeup.as_fd()], &tl.event_fds())?;
         let caps = tl.caps().clone();
-        let st = State::new(self.inner.clone(), address, &caps);
+        let mut st = State::new(self.inner.clone(), address, &caps);
+        st.shm_member = shm_member;
         let pool = Arc::clone(&st.pool);
-        tracing::debug!(name, transport = caps.name, "worker created");
+        tracing::debug!(name, transports = ?tl.names(), "worker created");
         Ok(Worker {
             shared: Arc::new(WorkerShared {
                 ctx: self.clone(),
@@ -448,6 +461,9 @@ impl Core {
             for ep in eps {
                 state::flush_queued(&mut self.tl, &mut self.st, ep);
             }
+        }
+        if !self.st.lanes_taken.is_empty() {
+            lifecycle::close_lanes_taken(self);
         }
         if !self.st.to_close.is_empty() {
             let links = std::mem::take(&mut self.st.to_close);

@@ -20,7 +20,7 @@ use zcx_dataplane::{LinkId, Payload, RemoteAccess, SendOutcome, TlError, ZcopyPa
 
 use crate::request::{OpInfo, OpSink};
 use crate::status::Status;
-use crate::worker::state::{status_of, BulkJob, Core, FragKind, OutKind, State, FRAGMENT_WINDOW};
+use crate::worker::state::{status_of, BulkJob, Core, FragKind, OutKind, Phase, State, FRAGMENT_WINDOW};
 
 /// The receiver matched a rendezvous request to a buffer of `cap` bytes at `ptr`: asks the sender
 /// for as many bytes as fit, and completes at once when none will come.
@@ -55,6 +55,11 @@ pub(crate) fn run_bulk(core: &mut Core) {
     }
     let eps: Vec<u64> = core.st.bulk_active.drain().collect();
     for ep in eps {
+        // Nothing of a connecting endpoint leaves before the server's answer: the answer may move
+        // the endpoint to another link (a shared-memory lane). Becoming ready reactivates it.
+        if core.st.eps.get(&ep).is_some_and(|state| state.phase == Phase::Connecting) {
+            continue;
+        }
         run_ep_bulk(core, ep);
         if core.st.eps.get(&ep).is_some_and(|state| !state.bulk.is_empty()) {
             core.st.bulk_active.insert(ep);

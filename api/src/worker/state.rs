@@ -268,6 +268,12 @@ pub(crate) struct State {
     pub out: Vec<OutFrame>,
     /// Accepts to send on a new shared-memory link (see [`LaneDial`]), before `out`.
     pub lane_dials: Vec<LaneDial>,
+    /// Client endpoints that moved to a shared-memory lane during the poll, with the link they
+    /// left: its socket addresses are kept for `query`, then it is closed.
+    pub lanes_taken: Vec<(u64, LinkId)>,
+    /// RMA operations whose success proves a remote key good (see `EpRkey`): the flag is set
+    /// when the owner acknowledges one with OK.
+    pub rkey_checks: FastMap<u64, Arc<std::sync::atomic::AtomicBool>>,
     /// Client endpoints still connecting, by the token their request carries.
     pub connecting: FastMap<u64, u64>,
     /// The member of the transport set that is shared memory, if this worker has it.
@@ -326,6 +332,8 @@ impl State {
             deferred: Vec::new(),
             out: Vec::new(),
             lane_dials: Vec::new(),
+            lanes_taken: Vec::new(),
+            rkey_checks: FastMap::default(),
             connecting: FastMap::default(),
             shm_member: None,
             events: 0,
@@ -403,6 +411,9 @@ impl State {
     /// Removes a finished operation and completes its request.
     fn complete_op(&mut self, id: u64) {
         let Some(op) = self.ops.remove(&id) else { return };
+        if !self.rkey_checks.is_empty() {
+            self.rkey_checks.remove(&id);
+        }
         let (status, info) = op.result.unwrap_or((Status::Ok, OpInfo::default()));
         self.complete_sink(&op.sink, status, info);
         let ep = op.ep;
@@ -523,6 +534,9 @@ pub(crate) fn send_on_ep(
 pub(crate) fn flush_queued(tl: &mut TransportSet, st: &mut State, ep_id: u64) {
     let Some(ep) = st.eps.get_mut(&ep_id) else { return };
     let link = ep.link;
+    if !ep.bulk.is_empty() {
+        st.bulk_active.insert(ep_id);
+    }
     let frames = std::mem::take(&mut ep.queued);
     for frame in frames {
         let header = &frame.header[..frame.header_len as usize];
