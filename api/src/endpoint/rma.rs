@@ -177,6 +177,7 @@ impl Endpoint {
         }
         let frag = FragKind::Put { region: rkey.region, key: rkey.key, addr: remote_addr };
         let op = st.add_op(self.id(), cell.clone(), OutKind::Send { ptr, len, sent: 0, frag, acked: false });
+        Self::vouch_with(st, op, rkey);
         if let Some(ep) = st.eps.get_mut(&self.id()) {
             ep.bulk.push_back(BulkJob::Send { op });
         }
