@@ -204,6 +204,8 @@ pub(crate) fn finish_closes(core: &mut Core) {
     let Core { tl, st } = core;
     let closing: Vec<u64> =
         st.eps.iter().filter(|(_, ep)| ep.phase == Phase::Closing).map(|(&id, _)| id).collect();
+    // Progress looks again only once another close begins.
+    st.closes_pending = !closing.is_empty();
     for ep_id in closing {
         let busy = st
             .ops
@@ -252,6 +254,7 @@ pub(crate) fn begin_close(
         return None;
     }
     ep.phase = Phase::Closing;
+    st.closes_pending = true;
     let sink = sink?;
     let op = st.add_op(ep_id, sink, OutKind::Close);
     if let Some(ep) = st.eps.get_mut(&ep_id) {

@@ -426,6 +426,9 @@ impl DerefMut for CoreGuard<'_> {
 impl Drop for CoreGuard<'_> {
     fn drop(&mut self) {
         let Some(mut guard) = self.guard.take() else { return };
+        if guard.st.graveyard.is_empty() {
+            return;
+        }
         let buried = std::mem::take(&mut guard.st.graveyard);
         drop(guard);
         drop(buried);
@@ -472,7 +475,7 @@ impl Core {
             }
         }
         rndv::run_bulk(self);
-        if self.st.eps.values().any(|ep| ep.phase == Phase::Closing) {
+        if self.st.closes_pending {
             lifecycle::finish_closes(self);
         }
     }

@@ -274,6 +274,8 @@ pub(crate) struct State {
     /// RMA operations whose success proves a remote key good (see `EpRkey`): the flag is set
     /// when the owner acknowledges one with OK.
     pub rkey_checks: FastMap<u64, Arc<std::sync::atomic::AtomicBool>>,
+    /// Set when an endpoint starts a flush close; cleared once none is closing.
+    pub closes_pending: bool,
     /// Client endpoints still connecting, by the token their request carries.
     pub connecting: FastMap<u64, u64>,
     /// The member of the transport set that is shared memory, if this worker has it.
@@ -334,6 +336,7 @@ impl State {
             lane_dials: Vec::new(),
             lanes_taken: Vec::new(),
             rkey_checks: FastMap::default(),
+            closes_pending: false,
             connecting: FastMap::default(),
             shm_member: None,
             events: 0,

@@ -520,6 +520,15 @@ impl UringTransport {
         n
     }
 
+    /// Nothing to submit, reap or report: no dirty link, no deferred event, empty queues and no
+    /// task work waiting in the kernel.
+    fn is_idle(&self) -> bool {
+        // SAFETY: only the ring indices and flags are read; no entry is popped or pushed.
+        let (cq_empty, sq_empty) =
+            unsafe { (self.ring.completion_shared().is_empty(), self.ring.submission_shared().is_empty()) };
+        cq_empty && sq_empty && self.dirty.is_empty() && self.deferred.is_empty() && !self.taskrun_pending()
+    }
+
     fn taskrun_pending(&self) -> bool {
         // SAFETY: only the flags word is read; no entry is pushed through this shared view.
         COOP_TASKRUN && unsafe { self.ring.submission_shared() }.taskrun()
@@ -1071,6 +1080,11 @@ impl Transport for UringTransport {
             }
         } else {
             self.foreign_polls = 0;
+        }
+        if self.is_idle() {
+            // The common case of a busy-polling worker whose traffic is on another transport:
+            // a few loads, no ring synchronisation.
+            return 0;
         }
         self.flush_dirty();
         self.submit();
