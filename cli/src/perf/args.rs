@@ -32,7 +32,8 @@ pub struct PerfArgs {
     #[arg(short = 't', long = "test", value_enum, value_delimiter = ',')]
     pub tests: Vec<TestKind>,
     /// Message sizes in bytes, comma-separated (suffixes k, m, g: binary), each test runs once per
-    /// size; default 8 for latency tests, 1m for bandwidth tests. Atomic tests take 4 or 8.
+    /// size; default 8 for latency tests, 1m for bandwidth tests. Atomic tests run at the sizes
+    /// of the list that are 4 or 8 (at 8 if there are none, unless they were named with -t).
     #[arg(short = 's', long = "size", value_parser = parse_size, value_delimiter = ',', conflicts_with = "sweep")]
     pub sizes: Vec<usize>,
     /// Size sweep MIN:MAX, doubling from MIN up to MAX (e.g. 8:4m).
@@ -366,14 +367,15 @@ pub fn plan(args: &PerfArgs) -> Result<Vec<TestSpec>, String> {
         let default = if kind.is_latency() { 8 } else { 1 << 20 };
         let mut own: Vec<usize> = match &sizes {
             None => vec![default],
-            // Atomics move one operand: a sweep over message sizes runs them at the sizes they
-            // take, or at 8 bytes when the sweep has neither 4 nor 8, unless they were named.
-            Some(list) if kind.is_atomic() && !explicit => {
+            // Atomics move one operand: a list or sweep of message sizes runs them at the sizes
+            // they take (4, 8); with neither, at 8 bytes, unless they were named (then the sizes
+            // asked for are an error).
+            Some(list) if kind.is_atomic() => {
                 let fitting: Vec<usize> = list.iter().copied().filter(|&s| s == 4 || s == 8).collect();
-                if fitting.is_empty() {
-                    vec![8]
-                } else {
-                    fitting
+                match (fitting.is_empty(), explicit) {
+                    (false, _) => fitting,
+                    (true, false) => vec![8],
+                    (true, true) => list.clone(),
                 }
             }
             Some(list) => list.clone(),

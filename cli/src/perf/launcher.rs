@@ -105,7 +105,15 @@ pub fn run(args: &PerfArgs, specs: &[TestSpec], out: &client::Output) -> Result<
             out.tls
         ),
     );
-    let reports = client::run(args, addr, specs, out)?;
+    let reports = match client::run(args, addr, specs, out) {
+        Ok(reports) => reports,
+        Err(e) => {
+            // The server may have failed first (a validation error, say) and be printing why:
+            // let it finish and exit before it is killed, so its reason is not lost.
+            let _ = server.wait_exit(Duration::from_secs(3));
+            return Err(e);
+        }
+    };
     server.wait_exit(Duration::from_secs(10))?;
     Ok(reports)
 }

@@ -4,7 +4,7 @@
 //!
 //!   ```text
 //!   tag_lat size=8 iters=100000 latency_us=4.120 avg_us=4.302 min_us=3.801 p50_us=4.105 p99_us=6.870 p999_us=12.400 max_us=40.112 batches=100
-//!   tag_bw size=1048576 iters=2000 window=16 bandwidth_MBps=5120.33 bandwidth_GBps=5.120 msg_rate=4883 elapsed_s=0.410
+//!   tag_bw size=1048576 iters=2000 window=16 bandwidth_MBps=5120.33 bandwidth_GBps=5.120 msg_rate=4883 elapsed_s=0.409614
 //!   ```
 //!
 //! - `--csv`: a header line, then one line per test with every field of [`FIELDS`] (empty where a
@@ -175,7 +175,7 @@ impl Report {
                 v.push(Value::Num(bps / 1e6, 2));
                 v.push(Value::Num(bps / 1e9, 3));
                 v.push(Value::Num(bw.msg_rate(), 0));
-                v.push(Value::Num(bw.elapsed.as_secs_f64(), 3));
+                v.push(Value::Num(bw.elapsed.as_secs_f64(), 6));
             }
         }
         debug_assert_eq!(v.len(), FIELDS.len());
@@ -278,7 +278,7 @@ impl fmt::Display for Report {
                 let bps = bw.bytes_per_sec();
                 write!(
                     f,
-                    "{} size={} iters={} window={} bandwidth_MBps={:.2} bandwidth_GBps={:.3} msg_rate={:.0} elapsed_s={:.3}",
+                    "{} size={} iters={} window={} bandwidth_MBps={:.2} bandwidth_GBps={:.3} msg_rate={:.0} elapsed_s={:.6}",
                     bw.spec.kind,
                     bw.spec.size,
                     bw.spec.iters,
