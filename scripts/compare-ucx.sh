@@ -1,42 +1,100 @@
 #!/usr/bin/env bash
-# zcx perf against ucx_perftest (UCX over TCP) on this host, test by test, interleaved.
+# zcx perf against ucx_perftest on this host, test by test, interleaved.
 #
-# For each test, R rounds of: ucx_perftest (server pinned to CPU 1, client to CPU 0, UCX_TLS=tcp),
-# then `zcx perf` of the same test (its server child on CPU 1, client on CPU 0). Prints the median
-# of each side over the rounds and the ratio zcx/UCX. Interleaving spreads the machine's noise
-# over both sides instead of giving one a quiet minute.
+# For each test, R rounds of: ucx_perftest (server pinned to CPU 1, client to CPU 0, UCX_TLS set
+# by TRANSPORT), then `zcx perf` of the same test (its server child on CPU 1, client on CPU 0,
+# ZCX_TLS passed through with --tls). Prints one table with the median of each side over the
+# rounds and the ratio zcx/UCX. Interleaving spreads the machine's noise over both sides instead
+# of giving one a quiet minute.
 #
-#   test      UCX test      size     compared
-#   tag_lat   tag_lat       8        one-way latency, whole-run average (us)
-#   tag_bw    tag_bw        1 MiB    bandwidth (MB/s, MB = 1e6 B; UCX prints MiB/s, converted)
-#   put_lat   ucp_put_lat   8        one-way latency, whole-run average (us)
-#   am_lat    ucp_am_lat    8        one-way latency, whole-run average (us)
+#   test            UCX test       size     compared
+#   tag_lat         tag_lat        8        one-way latency, whole-run average (us)
+#   tag_sync_lat    tag_sync_lat   8        one-way latency (us)
+#   tag_bw          tag_bw         1 MiB    bandwidth (MB/s, MB = 1e6 B; UCX prints MiB/s, converted)
+#   put_lat         ucp_put_lat    8        one-way latency (us)
+#   put_bw          ucp_put_bw     1 MiB    bandwidth (MB/s)
+#   get_lat         ucp_get        8        latency of one get (us; neither side halves it)
+#   get_bw          ucp_get        1 MiB    bandwidth (MB/s)
+#   atomic_add_lat  ucp_add        8        time per add (us). Not like for like: UCX streams
+#                                           non-fetching adds, zcx waits for each acknowledgement
+#   fadd_lat        ucp_fadd       8        latency of one fetch-and-add (us)
+#   cswap_lat       ucp_cswap      8        latency of one compare-and-swap (us)
+#   am_lat          ucp_am_lat     8        one-way latency (us)
+#   am_bw           ucp_am_bw      1 MiB    bandwidth (MB/s)
+#   stream_lat      stream_lat     8        one-way latency (us)
+#   stream_bw       stream_bw      1 MiB    bandwidth (MB/s)
 #
-# Latency ratio > 1: zcx is slower. Bandwidth ratio > 1: zcx is faster.
+# Latency ratio > 1: zcx is slower. Bandwidth ratio > 1: zcx is faster. A pair that failed to
+# run shows FAILED in the table and makes the script exit 1 (after the table).
 #
-# Environment (defaults keep the whole run under ~5 minutes on a 2-core machine):
-#   ROUNDS=5          rounds per test
-#   LAT_ITERS=20000   iterations of the latency tests (LAT_WARMUP=1000)
-#   BW_ITERS=1000     iterations of the bandwidth test (BW_WARMUP=50)
-#   BW_SIZE=1048576   message size of the bandwidth test
+# Besides the table it writes a CSV of the medians (source,test,size,transport,latency_us,
+# bandwidth_MBps) and draws it with `zcx plot` (both sides on the same axes).
+#
+# Environment (defaults keep the whole run within a few minutes on a 2-core machine):
+#   TRANSPORT=tcp     tcp: UCX_TLS=tcp vs zcx over io_uring TCP (ZCX_TLS=uring);
+#                     posix: UCX_TLS=posix (shared memory) vs ZCX_TLS=shm
+#   ZCX_SIDE_TLS      override what zcx perf gets as --tls (default from TRANSPORT)
+#   ROUNDS=3          rounds per test
+#   LAT_ITERS=10000   iterations of the latency tests (LAT_WARMUP=500)
+#   BW_ITERS=500      iterations of the bandwidth tests (BW_WARMUP=50)
+#   BW_SIZE=1048576   message size of the bandwidth tests
 #   UCX_PORT_BASE=14300  first TCP port of the ucx_perftest servers (one port per run)
 #   SERVER_CPU=1 CLIENT_CPU=0
-#   TESTS="tag_lat tag_bw put_lat am_lat"
+#   TESTS="tag_lat tag_sync_lat tag_bw put_lat put_bw get_lat get_bw fadd_lat cswap_lat
+#          am_lat am_bw stream_lat stream_bw"   (atomic_add_lat too, on request)
+#   CSV=target/compare-ucx.csv   the medians as CSV
+#   PLOT=target/compare-ucx.svg  the plot (PLOT= draws nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/setup.sh
 
-ROUNDS=${ROUNDS:-5}
-LAT_ITERS=${LAT_ITERS:-20000}
-LAT_WARMUP=${LAT_WARMUP:-1000}
-BW_ITERS=${BW_ITERS:-1000}
+TRANSPORT=${TRANSPORT:-tcp}
+ROUNDS=${ROUNDS:-3}
+LAT_ITERS=${LAT_ITERS:-10000}
+LAT_WARMUP=${LAT_WARMUP:-500}
+BW_ITERS=${BW_ITERS:-500}
 BW_WARMUP=${BW_WARMUP:-50}
 BW_SIZE=${BW_SIZE:-1048576}
 UCX_PORT_BASE=${UCX_PORT_BASE:-14300}
 SERVER_CPU=${SERVER_CPU:-1}
 CLIENT_CPU=${CLIENT_CPU:-0}
-TESTS=${TESTS:-"tag_lat tag_bw put_lat am_lat"}
+TESTS=${TESTS:-"tag_lat tag_sync_lat tag_bw put_lat put_bw get_lat get_bw fadd_lat cswap_lat am_lat am_bw stream_lat stream_bw"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
+CSV=${CSV-target/compare-ucx.csv}
+PLOT=${PLOT-target/compare-ucx.svg}
+
+case $TRANSPORT in
+    tcp) UCX_SIDE_TLS=tcp; ZCX_SIDE_TLS=${ZCX_SIDE_TLS:-uring} ;;
+    posix) UCX_SIDE_TLS=posix; ZCX_SIDE_TLS=${ZCX_SIDE_TLS:-shm} ;;
+    *) echo "TRANSPORT must be tcp or posix (got $TRANSPORT)" >&2; exit 2 ;;
+esac
+
+# spec TEST: sets ucx_test, size, iters, warmup, metric for TEST; fails for a test with no
+# ucx_perftest counterpart.
+spec() {
+    local lat_size=8
+    metric=latency_us iters=$LAT_ITERS warmup=$LAT_WARMUP size=$lat_size
+    case $1 in
+        tag_lat | tag_sync_lat | stream_lat) ucx_test=$1 ;;
+        put_lat) ucx_test=ucp_put_lat ;;
+        get_lat) ucx_test=ucp_get ;;
+        atomic_add_lat) ucx_test=ucp_add ;;
+        fadd_lat) ucx_test=ucp_fadd ;;
+        cswap_lat) ucx_test=ucp_cswap ;;
+        am_lat) ucx_test=ucp_am_lat ;;
+        tag_bw | stream_bw) ucx_test=$1 ;;
+        put_bw) ucx_test=ucp_put_bw ;;
+        get_bw) ucx_test=ucp_get ;;
+        am_bw) ucx_test=ucp_am_bw ;;
+        *) return 1 ;;
+    esac
+    case $1 in
+        *_bw) metric=bandwidth_MBps iters=$BW_ITERS warmup=$BW_WARMUP size=$BW_SIZE ;;
+    esac
+}
+for test in $TESTS; do
+    spec "$test" || { echo "no ucx_perftest counterpart for $test (known: tag_lat tag_sync_lat tag_bw put_lat put_bw get_lat get_bw atomic_add_lat fadd_lat cswap_lat am_lat am_bw stream_lat stream_bw)" >&2; exit 2; }
+done
 
 zcx_require_cargo
 zcx_apt_install ucx-utils
@@ -91,19 +149,21 @@ ucx_run() {
     port=$((port + 1))
     server=$work/ucx-server.$port
     client=$work/ucx-client.$port
-    run_bg "$server" env UCX_TLS=tcp taskset -c "$SERVER_CPU" ucx_perftest -p "$port"
+    run_bg "$server" env UCX_TLS="$UCX_SIDE_TLS" taskset -c "$SERVER_CPU" ucx_perftest -p "$port"
     spid=$last_pid
     if ! wait_listen "$port" "$spid"; then
         zcx_log "ucx_perftest server on port $port did not start:"
         cat "$server" >&2
         return 1
     fi
-    run_bg "$client" env UCX_TLS=tcp timeout "$RUN_TIMEOUT" taskset -c "$CLIENT_CPU" \
+    run_bg "$client" env UCX_TLS="$UCX_SIDE_TLS" timeout "$RUN_TIMEOUT" taskset -c "$CLIENT_CPU" \
         ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" -w "$warmup" -f
     cpid=$last_pid
     if ! wait "$cpid"; then
         zcx_log "ucx_perftest $test failed:"
-        cat "$client" >&2
+        tail -5 "$client" >&2
+        kill "$spid" 2>/dev/null || true
+        wait "$spid" 2>/dev/null || true
         return 1
     fi
     # The server exits after its client; give it a moment, then stop it.
@@ -123,11 +183,11 @@ zcx_run() {
     local test=$1 size=$2 iters=$3 warmup=$4 out pid
     out=$work/zcx.$test.$RANDOM
     run_bg "$out" timeout "$RUN_TIMEOUT" "$ZCX" perf -t "$test" -s "$size" -n "$iters" -w "$warmup" \
-        --client-cpu "$CLIENT_CPU" --server-cpu "$SERVER_CPU"
+        --client-cpu "$CLIENT_CPU" --server-cpu "$SERVER_CPU" --tls "$ZCX_SIDE_TLS"
     pid=$last_pid
     if ! wait "$pid"; then
         zcx_log "zcx perf $test failed:"
-        cat "$out" >&2
+        tail -5 "$out" >&2
         return 1
     fi
     zcx_line=$(grep "^$test " "$out") || {
@@ -142,55 +202,80 @@ field() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; m = int((NR + 1) / 2); print (NR % 2) ? v[m] : (v[m] + v[m + 1]) / 2 }'; }
 
-echo "== ucx_perftest (UCX_TLS=tcp) vs zcx perf: $ROUNDS rounds, interleaved; server CPU $SERVER_CPU, client CPU $CLIENT_CPU" >&2
+echo "== ucx_perftest (UCX_TLS=$UCX_SIDE_TLS) vs zcx perf (--tls $ZCX_SIDE_TLS): $ROUNDS rounds, interleaved; server CPU $SERVER_CPU, client CPU $CLIENT_CPU" >&2
 declare -A result_ucx result_zcx
+failed=0
 for test in $TESTS; do
-    case $test in
-        tag_lat) ucx_test=tag_lat size=8 iters=$LAT_ITERS warmup=$LAT_WARMUP ;;
-        tag_bw) ucx_test=tag_bw size=$BW_SIZE iters=$BW_ITERS warmup=$BW_WARMUP ;;
-        put_lat) ucx_test=ucp_put_lat size=8 iters=$LAT_ITERS warmup=$LAT_WARMUP ;;
-        am_lat) ucx_test=ucp_am_lat size=8 iters=$LAT_ITERS warmup=$LAT_WARMUP ;;
-        *) zcx_log "unknown test $test (known: tag_lat tag_bw put_lat am_lat)"; exit 1 ;;
-    esac
+    spec "$test"
     ucx_values=$work/$test.ucx
     zcx_values=$work/$test.zcx
     : >"$ucx_values"
     : >"$zcx_values"
     for round in $(seq 1 "$ROUNDS"); do
-        ucx_run "$ucx_test" "$size" "$iters" "$warmup"
-        zcx_run "$test" "$size" "$iters" "$warmup"
-        u=$ucx_line
-        z=$zcx_line
-        if [ "$test" = tag_bw ]; then
-            # ucx_perftest's MB/s is MiB/s (column 6: overall); zcx's is 1e6 B/s.
-            uv=$(awk '{ printf "%.2f", $6 * 1.048576 }' <<<"$u")
-            zv=$(field bandwidth_MBps "$z")
-        else
-            # Column 4: overall average one-way latency, like zcx's avg_us.
-            uv=$(awk '{ print $4 }' <<<"$u")
-            zv=$(field avg_us "$z")
+        uv=FAILED zv=FAILED
+        if ucx_run "$ucx_test" "$size" "$iters" "$warmup"; then
+            if [ "$metric" = bandwidth_MBps ]; then
+                # ucx_perftest's MB/s is MiB/s (column 6: overall); zcx's is 1e6 B/s.
+                uv=$(awk '{ printf "%.2f", $6 * 1.048576 }' <<<"$ucx_line")
+            else
+                # Column 4: overall average latency (one-way for ping-pongs), like zcx's avg_us.
+                uv=$(awk '{ print $4 }' <<<"$ucx_line")
+            fi
+            echo "$uv" >>"$ucx_values"
         fi
-        echo "$uv" >>"$ucx_values"
-        echo "$zv" >>"$zcx_values"
-        printf '   %-8s round %d/%d: UCX %10s  zcx %10s\n' "$test" "$round" "$ROUNDS" "$uv" "$zv" >&2
+        if zcx_run "$test" "$size" "$iters" "$warmup"; then
+            if [ "$metric" = bandwidth_MBps ]; then
+                zv=$(field bandwidth_MBps "$zcx_line")
+            else
+                zv=$(field avg_us "$zcx_line")
+            fi
+            echo "$zv" >>"$zcx_values"
+        fi
+        printf '   %-14s round %d/%d: UCX %10s  zcx %10s\n' "$test" "$round" "$ROUNDS" "$uv" "$zv" >&2
     done
-    result_ucx[$test]=$(median <"$ucx_values")
-    result_zcx[$test]=$(median <"$zcx_values")
+    # A side that failed in any round failed the pair: its median would hide it.
+    if [ "$(wc -l <"$ucx_values")" -eq "$ROUNDS" ]; then result_ucx[$test]=$(median <"$ucx_values"); else result_ucx[$test]=FAILED; failed=1; fi
+    if [ "$(wc -l <"$zcx_values")" -eq "$ROUNDS" ]; then result_zcx[$test]=$(median <"$zcx_values"); else result_zcx[$test]=FAILED; failed=1; fi
 done
 
 echo
-printf '%-8s %-12s %8s  %-15s %12s %12s %9s\n' test ucx_test size metric UCX_tcp zcx zcx/UCX
+printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s\n' test ucx_test size transport metric UCX zcx zcx/UCX
+if [ -n "$CSV" ]; then
+    mkdir -p "$(dirname "$CSV")"
+    echo "source,test,size,transport,latency_us,bandwidth_MBps" >"$CSV"
+fi
 for test in $TESTS; do
-    case $test in
-        tag_lat) ucx_test=tag_lat size=8 metric=latency_us ;;
-        tag_bw) ucx_test=tag_bw size=$BW_SIZE metric=bandwidth_MBps ;;
-        put_lat) ucx_test=ucp_put_lat size=8 metric=latency_us ;;
-        am_lat) ucx_test=ucp_am_lat size=8 metric=latency_us ;;
-    esac
+    spec "$test"
     u=${result_ucx[$test]}
     z=${result_zcx[$test]}
-    ratio=$(awk -v z="$z" -v u="$u" 'BEGIN { if (u > 0) printf "%.2f", z / u; else print "n/a" }')
-    printf '%-8s %-12s %8s  %-15s %12s %12s %9s\n' "$test" "$ucx_test" "$size" "$metric" "$u" "$z" "$ratio"
+    ratio=$(awk -v z="$z" -v u="$u" 'BEGIN { if (u + 0 > 0 && z + 0 > 0) printf "%.2f", z / u; else print "n/a" }')
+    printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s\n' "$test" "$ucx_test" "$size" "$TRANSPORT" "$metric" "$u" "$z" "$ratio"
+    if [ -n "$CSV" ]; then
+        for side in ucx zcx; do
+            v=$u
+            [ $side = zcx ] && v=$z
+            [ "$v" = FAILED ] && continue
+            if [ "$metric" = latency_us ]; then
+                echo "$side,$test,$size,$TRANSPORT,$v," >>"$CSV"
+            else
+                echo "$side,$test,$size,$TRANSPORT,,$v" >>"$CSV"
+            fi
+        done
+    fi
 done
-echo "# medians of $ROUNDS rounds; latency: one-way whole-run average (ratio > 1: zcx slower);"
-echo "# bandwidth: MB = 1e6 B (ratio > 1: zcx faster). UCX 1.13 over TCP (UCX_TLS=tcp)."
+echo "# medians of $ROUNDS rounds; latency: whole-run average, one-way for ping-pongs (ratio > 1: zcx slower);"
+echo "# bandwidth: MB = 1e6 B (ratio > 1: zcx faster). UCX $(ucx_info -v 2>/dev/null | sed -n 's/^# Version *//p' | head -1) with UCX_TLS=$UCX_SIDE_TLS; zcx with ZCX_TLS=$ZCX_SIDE_TLS."
+if [ "$TRANSPORT" = posix ]; then
+    echo "# note: until zcx's endpoints run over its shm transport, ZCX_TLS=shm is accepted and they use io_uring TCP."
+fi
+if [ -n "$CSV" ]; then
+    echo "# medians written to $CSV"
+    if [ -n "$PLOT" ]; then
+        mkdir -p "$(dirname "$PLOT")"
+        if "$ZCX" plot --input "$CSV" --out "$PLOT"; then echo "# plot written to $PLOT"; else failed=1; fi
+    fi
+fi
+if [ "$failed" != 0 ]; then
+    echo "# some pairs FAILED to run (see the messages above)" >&2
+    exit 1
+fi

@@ -1,9 +1,10 @@
-//! The `zcx` command: `zcx info` (the `ucx_info` of zcx) and `zcx perf` (its `ucx_perftest`).
+//! The `zcx` command: `zcx info` (the `ucx_info` of zcx), `zcx perf` (its `ucx_perftest`) and
+//! `zcx plot` (draws the CSV `zcx perf --csv` or `scripts/compare-ucx.sh` write).
 
 mod info;
 mod perf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "zcx", version, about = "zcx kernel-bypass transport: information and benchmarks")]
@@ -16,9 +17,11 @@ struct Cli {
 enum Command {
     /// Version, hugepage pools, memlock limit, transports and configuration (like ucx_info).
     Info(info::InfoArgs),
-    /// End-to-end benchmarks over endpoints: latency and bandwidth of tag, put and AM (like
-    /// ucx_perftest). With no options: every test, server and client on this host.
+    /// End-to-end benchmarks over endpoints: latency and bandwidth of tag, put, get, atomics, AM
+    /// and stream (like ucx_perftest). With no options: every test, server and client on this host.
     Perf(perf::PerfArgs),
+    /// Draw latency and bandwidth against message size from a CSV into an SVG file.
+    Plot(perf::PlotArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -32,7 +35,17 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
-        Command::Perf(args) => perf::run(&args),
+        Command::Perf(args) => match perf::run(&args) {
+            Ok(()) => Ok(()),
+            Err(perf::PerfError::Failed(err)) => Err(err),
+            // Like a parse error: clap's format and exit code 2.
+            Err(perf::PerfError::Usage(err)) => {
+                let mut cmd = Cli::command();
+                let perf = cmd.find_subcommand_mut("perf").expect("the perf subcommand").clone();
+                perf.bin_name("zcx perf").error(clap::error::ErrorKind::ValueValidation, err).exit()
+            }
+        },
+        Command::Plot(args) => perf::plot_csv(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,11 +1,14 @@
 //! The receiving side of the active-message tests: a handler that records each message's
-//! arrival, fetching rendezvous data into registered slots first.
+//! arrival, fetching rendezvous data into registered slots first, and with `--validate` checks
+//! each message's bytes (messages are numbered in the order the handler sees them, which is the
+//! order they were sent in).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use zcx::{AmMessage, MemHandle, MemSlice, Request, Status, Worker};
+use zcx::{AmMessage, MemHandle, MemSlice, Request, SendBuf as _, Status, Worker};
 
+use crate::perf::pattern;
 use crate::perf::session::{detailed, Session};
 
 /// Counts the messages of one AM id as they arrive. Dropping it removes the handler.
@@ -19,10 +22,18 @@ pub struct AmSink {
 /// What the handler and the polling loop share.
 struct Shared {
     arrived: AtomicU64,
+    /// Messages the handler saw (their numbers are given in this order).
+    seen: AtomicU64,
+    /// The expected size of every message.
+    size: usize,
+    /// The test name when validating.
+    validate: Option<&'static str>,
+    /// A message failed its check (cheap to poll; the message is in `error`).
+    failed: AtomicBool,
     /// Number of entries in `pending` (read without the lock on every poll).
     in_flight: AtomicUsize,
     /// Rendezvous receives under way, each into a slot.
-    pending: Mutex<Vec<Request<MemSlice>>>,
+    pending: Mutex<Vec<(u64, Request<MemSlice>)>>,
     /// Free slots.
     pool: Mutex<Vec<MemSlice>>,
     error: Mutex<Option<String>>,
@@ -34,12 +45,14 @@ impl Shared {
         let mut pending = lock(&self.pending);
         let mut i = 0;
         while i < pending.len() {
-            if !pending[i].is_done() {
+            if !pending[i].1.is_done() {
                 i += 1;
                 continue;
             }
-            match pending.swap_remove(i).try_take() {
+            let (n, request) = pending.swap_remove(i);
+            match request.try_take() {
                 Ok(Ok(done)) => {
+                    self.verify(n, done.buf.as_bytes());
                     lock(&self.pool).push(done.buf);
                     self.arrived.fetch_add(1, Ordering::Relaxed);
                 }
@@ -52,8 +65,28 @@ impl Shared {
         self.in_flight.store(pending.len(), Ordering::Relaxed);
     }
 
+    /// Records a validation failure of message `n` (the first one wins).
+    fn verify(&self, n: u64, bytes: &[u8]) {
+        let result = if bytes.len() != self.size {
+            Err(format!("message {n} has {} bytes, expected {}", bytes.len(), self.size))
+        } else if let Some(test) = self.validate {
+            pattern::check(test, bytes, n, 0..0)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = result {
+            lock(&self.error).get_or_insert(e);
+            self.failed.store(true, Ordering::Relaxed);
+        }
+    }
+
     fn on_message(&self, msg: &mut AmMessage) {
+        let n = self.seen.fetch_add(1, Ordering::Relaxed);
         if !msg.is_rndv() {
+            match msg.data() {
+                Some(data) => self.verify(n, data),
+                None => self.verify(n, &[]),
+            }
             self.arrived.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -69,7 +102,7 @@ impl Shared {
         match msg.recv_data(slot) {
             Ok(request) => {
                 let mut pending = lock(&self.pending);
-                pending.push(request);
+                pending.push((n, request));
                 self.in_flight.store(pending.len(), Ordering::Relaxed);
             }
             Err(status) => *lock(&self.error) = Some(format!("am_recv_data failed: {}", detailed(status))),
@@ -79,8 +112,14 @@ impl Shared {
 
 impl AmSink {
     /// Installs the handler of `id`, able to receive `window` rendezvous messages of `size` bytes
-    /// at a time.
-    pub fn install(session: &Session, id: u16, window: usize, size: usize) -> Result<AmSink, String> {
+    /// at a time; `validate` names the test when messages are to be checked.
+    pub fn install(
+        session: &Session,
+        id: u16,
+        window: usize,
+        size: usize,
+        validate: Option<&'static str>,
+    ) -> Result<AmSink, String> {
         // Twice the window: a slot returns to the pool only when its receive is reclaimed.
         let slots = 2 * window.max(1);
         let region = session.remote_region(slots * size.max(1))?;
@@ -90,6 +129,10 @@ impl AmSink {
         }
         let shared = Arc::new(Shared {
             arrived: AtomicU64::new(0),
+            seen: AtomicU64::new(0),
+            size,
+            validate,
+            failed: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             pending: Mutex::new(Vec::with_capacity(slots)),
             pool: Mutex::new(free),
@@ -110,6 +153,11 @@ impl AmSink {
     pub fn arrived(&self) -> Result<u64, String> {
         if self.shared.in_flight.load(Ordering::Relaxed) > 0 {
             self.shared.reclaim();
+            if let Some(error) = lock(&self.shared.error).take() {
+                return Err(error);
+            }
+        }
+        if self.shared.failed.load(Ordering::Relaxed) {
             if let Some(error) = lock(&self.shared.error).take() {
                 return Err(error);
             }

@@ -7,6 +7,13 @@ use clap::{Args, ValueEnum};
 /// Default TCP port of `--server` / `--client` (the one `ucx_perftest` uses).
 pub const DEFAULT_PORT: u16 = 13337;
 
+/// Largest message of a latency test: past this a ping-pong measures bandwidth, and a typo like
+/// `-s 1g` would allocate gigabytes per side before failing.
+pub const LATENCY_SIZE_CAP: usize = 64 << 20;
+
+/// Largest message of any test.
+pub const SIZE_CAP: usize = 1 << 30;
+
 /// Options of `zcx perf`. Without `--server` or `--client` it runs both sides on this host: it
 /// starts itself as a server process pinned to `--server-cpu` and runs the client pinned to
 /// `--client-cpu`.
@@ -24,10 +31,14 @@ pub struct PerfArgs {
     /// Tests to run, comma-separated (default: all of them, in this order).
     #[arg(short = 't', long = "test", value_enum, value_delimiter = ',')]
     pub tests: Vec<TestKind>,
-    /// Message size in bytes (suffixes k, m, g: binary); default 8 for latency tests, 1m for
-    /// bandwidth tests.
-    #[arg(short = 's', long, value_parser = parse_size)]
-    pub size: Option<usize>,
+    /// Message sizes in bytes, comma-separated (suffixes k, m, g: binary), each test runs once per
+    /// size; default 8 for latency tests, 1m for bandwidth tests. Atomic tests run at the sizes
+    /// of the list that are 4 or 8 (at 8 if there are none, unless they were named with -t).
+    #[arg(short = 's', long = "size", value_parser = parse_size, value_delimiter = ',', conflicts_with = "sweep")]
+    pub sizes: Vec<usize>,
+    /// Size sweep MIN:MAX, doubling from MIN up to MAX (e.g. 8:4m).
+    #[arg(long, value_name = "MIN:MAX", value_parser = parse_sweep)]
+    pub sweep: Option<(usize, usize)>,
     /// Measured iterations (default 100000 for latency tests, 2000 for bandwidth tests).
     #[arg(short = 'n', long = "iters")]
     pub iters: Option<u64>,
@@ -35,11 +46,34 @@ pub struct PerfArgs {
     #[arg(short = 'w', long)]
     pub warmup: Option<u64>,
     /// Outstanding operations in bandwidth tests.
-    #[arg(short = 'W', long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(short = 'W', long, default_value_t = 16, value_parser = parse_window)]
     pub window: u32,
-    /// Iterations per timed batch of latency tests (the latency is the median of the batches).
+    /// Iterations per timed batch of latency tests (`latency_us` is the median of the batches).
     #[arg(short = 'b', long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub batch: u64,
+    /// The receiver checks every byte of every message against a pattern derived from the
+    /// message's number; the first wrong byte fails the run.
+    #[arg(long)]
+    pub validate: bool,
+    /// Send from and receive into memory registered up front (`mem_map`'d slices) or, with `no`,
+    /// from plain heap buffers. Default: heap buffers for latency, registered for bandwidth tests.
+    #[arg(long, value_name = "yes|no", num_args = 0..=1, default_missing_value = "yes", value_parser = parse_yes_no)]
+    pub mem_prereg: Option<bool>,
+    /// Transports for both sides (sets ZCX_TLS, like UCX_TLS for ucx_perftest).
+    #[arg(long, value_name = "TLS")]
+    pub tls: Option<String>,
+    /// Print one CSV record per test (with a header line) instead of key=value lines.
+    #[arg(long, conflicts_with = "json")]
+    pub csv: bool,
+    /// Print one JSON object per test, one per line, instead of key=value lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Show a progress line on stderr while a test runs (default: only when stderr is a terminal).
+    #[arg(long)]
+    pub progress: bool,
+    /// Also draw latency and bandwidth against message size into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
     /// CPU of the client (used by the default mode and --client).
     #[arg(long, default_value_t = 0)]
     pub client_cpu: usize,
@@ -52,6 +86,10 @@ pub struct PerfArgs {
     /// Seconds one operation may take before the run fails (a dead peer, a lost message).
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
+    /// For tests of the harness: the client flips a byte of its message N (counting warm-up from
+    /// 0), which `--validate` must catch.
+    #[arg(long, hide = true, value_name = "N")]
+    pub corrupt_iter: Option<u64>,
     /// Set by the default mode when it starts the server: the server dies with this process.
     #[arg(long, hide = true)]
     pub parent_pid: Option<u32>,
@@ -63,38 +101,70 @@ pub struct PerfArgs {
 pub enum TestKind {
     /// Tag ping-pong; one-way latency (RTT/2).
     TagLat,
+    /// Tag ping-pong with synchronous sends (complete once the peer matched); one-way latency.
+    TagSyncLat,
     /// Tag streaming with a window of sends; bandwidth.
     TagBw,
     /// Put ping-pong through registered memory, polled by each side; one-way latency.
     PutLat,
     /// A window of puts, then a flush; bandwidth.
     PutBw,
+    /// One get at a time; latency of the whole operation (a round trip).
+    GetLat,
+    /// A window of gets; bandwidth.
+    GetBw,
+    /// Atomic add, waiting for the target's acknowledgement each time; latency of the operation.
+    AtomicAddLat,
+    /// Fetch-and-add, one at a time; latency of the operation.
+    FaddLat,
+    /// Compare-and-swap (always succeeding), one at a time; latency of the operation.
+    CswapLat,
     /// Active-message ping-pong; one-way latency.
     AmLat,
     /// Active-message streaming with a window of sends; bandwidth.
     AmBw,
+    /// Stream ping-pong (receives wait for the whole message); one-way latency.
+    StreamLat,
+    /// Stream sends with a window, received message by message; bandwidth.
+    StreamBw,
 }
 
 impl TestKind {
     /// Every test, in the order of a default run.
-    pub const ALL: [TestKind; 6] = [
+    pub const ALL: [TestKind; 14] = [
         TestKind::TagLat,
+        TestKind::TagSyncLat,
         TestKind::TagBw,
         TestKind::PutLat,
         TestKind::PutBw,
+        TestKind::GetLat,
+        TestKind::GetBw,
+        TestKind::AtomicAddLat,
+        TestKind::FaddLat,
+        TestKind::CswapLat,
         TestKind::AmLat,
         TestKind::AmBw,
+        TestKind::StreamLat,
+        TestKind::StreamBw,
     ];
 
     /// The name used on the command line, in the output and on the wire.
     pub fn name(self) -> &'static str {
         match self {
             TestKind::TagLat => "tag_lat",
+            TestKind::TagSyncLat => "tag_sync_lat",
             TestKind::TagBw => "tag_bw",
             TestKind::PutLat => "put_lat",
             TestKind::PutBw => "put_bw",
+            TestKind::GetLat => "get_lat",
+            TestKind::GetBw => "get_bw",
+            TestKind::AtomicAddLat => "atomic_add_lat",
+            TestKind::FaddLat => "fadd_lat",
+            TestKind::CswapLat => "cswap_lat",
             TestKind::AmLat => "am_lat",
             TestKind::AmBw => "am_bw",
+            TestKind::StreamLat => "stream_lat",
+            TestKind::StreamBw => "stream_bw",
         }
     }
 
@@ -103,15 +173,66 @@ impl TestKind {
         TestKind::ALL.into_iter().find(|t| t.name() == name)
     }
 
-    /// True for ping-pong tests, false for bandwidth tests.
+    /// True for latency tests, false for bandwidth tests.
     pub fn is_latency(self) -> bool {
-        matches!(self, TestKind::TagLat | TestKind::PutLat | TestKind::AmLat)
+        !matches!(
+            self,
+            TestKind::TagBw | TestKind::PutBw | TestKind::GetBw | TestKind::AmBw | TestKind::StreamBw
+        )
+    }
+
+    /// True for the atomic tests, whose "size" is the operand size.
+    pub fn is_atomic(self) -> bool {
+        matches!(self, TestKind::AtomicAddLat | TestKind::FaddLat | TestKind::CswapLat)
+    }
+
+    /// True for ping-pong tests: one iteration is two messages, and the latency reported is
+    /// half of it. One-sided operations (get, atomics) report the whole operation, as
+    /// `ucx_perftest` does for them.
+    pub fn is_ping_pong(self) -> bool {
+        matches!(
+            self,
+            TestKind::TagLat
+                | TestKind::TagSyncLat
+                | TestKind::PutLat
+                | TestKind::AmLat
+                | TestKind::StreamLat
+        )
+    }
+
+    /// The smallest message the test can move.
+    fn min_size(self) -> usize {
+        match self {
+            TestKind::TagLat | TestKind::TagSyncLat | TestKind::AmLat => 0,
+            TestKind::PutLat => 8,
+            TestKind::AtomicAddLat | TestKind::FaddLat | TestKind::CswapLat => 4,
+            _ => 1,
+        }
     }
 }
 
 impl fmt::Display for TestKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// Which buffers a test sends from and receives into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemMode {
+    /// `mem_map`'d memory, registered before the test starts.
+    Prereg,
+    /// Heap `Vec`s, registered (or copied) by the transport per operation.
+    Heap,
+}
+
+impl MemMode {
+    /// The name in the output and on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemMode::Prereg => "prereg",
+            MemMode::Heap => "heap",
+        }
     }
 }
 
@@ -123,32 +244,51 @@ pub struct TestSpec {
     pub iters: u64,
     pub warmup: u64,
     pub window: u32,
+    pub validate: bool,
+    pub mem: MemMode,
 }
 
 impl TestSpec {
-    /// The spec of `kind` under `args`, with the per-kind defaults.
-    pub fn new(kind: TestKind, args: &PerfArgs) -> TestSpec {
-        let (size, iters, warmup) = if kind.is_latency() { (8, 100_000, 1000) } else { (1 << 20, 2000, 100) };
-        let mut size = args.size.unwrap_or(size);
-        if kind == TestKind::PutLat {
-            // The 8-byte counter each side polls for lives in the message.
-            size = size.max(8);
-        }
+    /// The spec of `kind` with message `size` under `args`, with the per-kind defaults.
+    pub fn new(kind: TestKind, size: usize, args: &PerfArgs) -> TestSpec {
+        let (iters, warmup) = if kind.is_latency() { (100_000, 1000) } else { (2000, 100) };
+        let mem = match args.mem_prereg {
+            Some(true) => MemMode::Prereg,
+            Some(false) => MemMode::Heap,
+            None if kind.is_latency() => MemMode::Heap,
+            None => MemMode::Prereg,
+        };
         TestSpec {
             kind,
             size,
             iters: args.iters.unwrap_or(iters).max(1),
             warmup: args.warmup.unwrap_or(warmup),
             window: if kind.is_latency() { 1 } else { args.window },
+            validate: args.validate,
+            mem,
         }
     }
 
-    /// The wire form: `test <name> <size> <iters> <warmup> <window>`.
-    pub fn encode(&self) -> String {
-        format!("test {} {} {} {} {}", self.kind, self.size, self.iters, self.warmup, self.window)
+    /// Messages the sender issues in all (warm-up included).
+    pub fn total(&self) -> u64 {
+        self.warmup + self.iters
     }
 
-    /// Parses [`TestSpec::encode`]'s output.
+    /// The wire form: `test <name> <size> <iters> <warmup> <window> <validate> <mem>`.
+    pub fn encode(&self) -> String {
+        format!(
+            "test {} {} {} {} {} {} {}",
+            self.kind,
+            self.size,
+            self.iters,
+            self.warmup,
+            self.window,
+            u8::from(self.validate),
+            self.mem.name()
+        )
+    }
+
+    /// Parses [`TestSpec::encode`]'s output; `None` for anything malformed or out of range.
     pub fn decode(text: &str) -> Option<TestSpec> {
         let mut words = text.split_ascii_whitespace();
         if words.next()? != "test" {
@@ -159,11 +299,101 @@ impl TestSpec {
         let iters = words.next()?.parse().ok()?;
         let warmup = words.next()?.parse().ok()?;
         let window = words.next()?.parse().ok()?;
-        if words.next().is_some() || window == 0 || (kind == TestKind::PutLat && size < 8) {
+        let validate = match words.next()? {
+            "0" => false,
+            "1" => true,
+            _ => return None,
+        };
+        let mem = match words.next()? {
+            "prereg" => MemMode::Prereg,
+            "heap" => MemMode::Heap,
+            _ => return None,
+        };
+        let spec = TestSpec { kind, size, iters, warmup, window, validate, mem };
+        if words.next().is_some() || spec.problem().is_some() {
             return None;
         }
-        Some(TestSpec { kind, size, iters, warmup, window })
+        Some(spec)
     }
+
+    /// What is wrong with this spec, if anything (checked by the client before it starts and by
+    /// the server on every request).
+    pub fn problem(&self) -> Option<String> {
+        let kind = self.kind;
+        if kind.is_atomic() && self.size != 4 && self.size != 8 {
+            return Some(format!("{kind}: the size is the operand size, 4 or 8 bytes (got {})", self.size));
+        }
+        if self.size < kind.min_size() {
+            let what = if kind.is_latency() { "" } else { " (a bandwidth test moves bytes)" };
+            return Some(format!(
+                "{kind}: message size {} is too small, the least is {}{what}",
+                self.size,
+                kind.min_size()
+            ));
+        }
+        if kind.is_latency() && self.size > LATENCY_SIZE_CAP {
+            return Some(format!(
+                "{kind}: message size {} is above the latency tests' cap of {} MiB; use a bandwidth test",
+                self.size,
+                LATENCY_SIZE_CAP >> 20
+            ));
+        }
+        if self.size > SIZE_CAP {
+            return Some(format!(
+                "{kind}: message size {} is above the cap of {} GiB",
+                self.size,
+                SIZE_CAP >> 30
+            ));
+        }
+        if self.window == 0 || self.iters == 0 {
+            return Some(format!("{kind}: the window and the iteration count must be at least 1"));
+        }
+        None
+    }
+}
+
+/// The tests and sizes `args` asks for, in run order (test by test, each over the sizes), or
+/// what is wrong with the request.
+pub fn plan(args: &PerfArgs) -> Result<Vec<TestSpec>, String> {
+    let explicit = !args.tests.is_empty();
+    let kinds = if explicit { args.tests.clone() } else { TestKind::ALL.to_vec() };
+    let sizes: Option<Vec<usize>> = match args.sweep {
+        Some((min, max)) => Some(sweep_sizes(min, max)),
+        None if !args.sizes.is_empty() => Some(args.sizes.clone()),
+        None => None,
+    };
+    let mut specs = Vec::new();
+    for kind in kinds {
+        let default = if kind.is_latency() { 8 } else { 1 << 20 };
+        let mut own: Vec<usize> = match &sizes {
+            None => vec![default],
+            // Atomics move one operand: a list or sweep of message sizes runs them at the sizes
+            // they take (4, 8); with neither, at 8 bytes, unless they were named (then the sizes
+            // asked for are an error).
+            Some(list) if kind.is_atomic() => {
+                let fitting: Vec<usize> = list.iter().copied().filter(|&s| s == 4 || s == 8).collect();
+                match (fitting.is_empty(), explicit) {
+                    (false, _) => fitting,
+                    (true, false) => vec![8],
+                    (true, true) => list.clone(),
+                }
+            }
+            Some(list) => list.clone(),
+        };
+        if kind == TestKind::PutLat {
+            // The 8-byte counter each side polls for lives in the message.
+            own.iter_mut().for_each(|s| *s = (*s).max(8));
+        }
+        own.dedup();
+        for size in own {
+            let spec = TestSpec::new(kind, size, args);
+            if let Some(problem) = spec.problem() {
+                return Err(problem);
+            }
+            specs.push(spec);
+        }
+    }
+    Ok(specs)
 }
 
 /// `4096`, `64k`, `1m`, `1g` (binary multiples).
@@ -177,9 +407,56 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
     n.checked_mul(1usize << shift).ok_or_else(|| format!("size {text:?} is too large"))
 }
 
+/// `MIN:MAX` with sizes as [`parse_size`] reads them; MIN at least 1 and at most MAX.
+pub fn parse_sweep(text: &str) -> Result<(usize, usize), String> {
+    let (min, max) =
+        text.split_once(':').ok_or_else(|| format!("bad sweep {text:?}: expected MIN:MAX, e.g. 8:4m"))?;
+    let (min, max) = (parse_size(min)?, parse_size(max)?);
+    if min == 0 {
+        return Err("a sweep starts at 1 byte or more (it doubles from MIN)".into());
+    }
+    if min > max {
+        return Err(format!("bad sweep {text:?}: MIN is larger than MAX"));
+    }
+    Ok((min, max))
+}
+
+/// MIN, 2·MIN, 4·MIN, … up to MAX (MAX itself included even when it is not on the ladder).
+pub fn sweep_sizes(min: usize, max: usize) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    let mut size = min;
+    while size < max {
+        sizes.push(size);
+        size = size.saturating_mul(2);
+    }
+    sizes.push(max);
+    sizes
+}
+
+fn parse_window(text: &str) -> Result<u32, String> {
+    let window: u32 =
+        text.parse().map_err(|_| format!("bad window {text:?}: expected a number of operations"))?;
+    if !(1..=1024).contains(&window) {
+        return Err(format!("the window must be 1 to 1024 outstanding operations (got {window})"));
+    }
+    Ok(window)
+}
+
+fn parse_yes_no(text: &str) -> Result<bool, String> {
+    match text {
+        "yes" | "y" | "1" | "true" => Ok(true),
+        "no" | "n" | "0" | "false" => Ok(false),
+        _ => Err(format!("expected yes or no, got {text:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn spec(kind: TestKind, size: usize) -> TestSpec {
+        TestSpec { kind, size, iters: 10, warmup: 2, window: 16, validate: false, mem: MemMode::Prereg }
+    }
 
     #[test]
     fn sizes_parse_with_binary_suffixes() {
@@ -192,11 +469,39 @@ mod tests {
     }
 
     #[test]
+    fn sweeps_double_and_end_at_max() {
+        assert_eq!(sweep_sizes(8, 64), vec![8, 16, 32, 64]);
+        assert_eq!(sweep_sizes(8, 100), vec![8, 16, 32, 64, 100]);
+        assert_eq!(sweep_sizes(4, 4), vec![4]);
+        assert_eq!(parse_sweep("8:4m"), Ok((8, 4 << 20)));
+        assert!(parse_sweep("0:8").is_err());
+        assert!(parse_sweep("64:8").is_err());
+        assert!(parse_sweep("8").is_err());
+    }
+
+    #[test]
     fn specs_round_trip_through_the_wire_form() {
-        let spec = TestSpec { kind: TestKind::PutBw, size: 1 << 20, iters: 10, warmup: 2, window: 16 };
-        assert_eq!(TestSpec::decode(&spec.encode()), Some(spec));
-        assert_eq!(TestSpec::decode("test put_lat 4 1 1 1"), None);
-        assert_eq!(TestSpec::decode("test nope 8 1 1 1"), None);
+        for kind in TestKind::ALL {
+            let size = if kind.is_atomic() { 8 } else { 1 << 20 };
+            let mut s = spec(kind, size);
+            s.validate = kind.is_latency();
+            assert_eq!(TestSpec::decode(&s.encode()), Some(s), "{kind}");
+            assert_eq!(TestKind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(TestSpec::decode("test put_lat 4 1 1 1 0 heap"), None);
+        assert_eq!(TestSpec::decode("test fadd_lat 16 1 1 1 0 heap"), None);
+        assert_eq!(TestSpec::decode("test tag_bw 0 1 1 1 0 heap"), None);
+        assert_eq!(TestSpec::decode("test tag_lat 8 1 1 0 0 heap"), None);
+        assert_eq!(TestSpec::decode("test nope 8 1 1 1 0 heap"), None);
         assert_eq!(TestSpec::decode("done"), None);
+    }
+
+    #[test]
+    fn problems_say_what_is_wrong() {
+        assert!(spec(TestKind::TagBw, 0).problem().unwrap().contains("too small"));
+        assert!(spec(TestKind::CswapLat, 16).problem().unwrap().contains("4 or 8"));
+        assert!(spec(TestKind::TagLat, LATENCY_SIZE_CAP + 1).problem().unwrap().contains("cap"));
+        assert!(spec(TestKind::TagLat, 0).problem().is_none());
+        assert!(spec(TestKind::TagBw, LATENCY_SIZE_CAP + 1).problem().is_none());
     }
 }

@@ -1,22 +1,68 @@
 //! The client side: connects, asks the server for each test, drives it and reports.
+//!
+//! Messages of a test are numbered from 0, warm-up included; with `--validate` message `n`
+//! carries [`pattern`]'s bytes for `n` and the receiver checks them.
 
 use std::collections::VecDeque;
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zcx::{AmSendParams, CloseMode, EpParams, MemSlice, Request, RequestParams, TagSendParams};
+use zcx::{
+    AmSendParams, AtomicOp, AtomicSize, CloseMode, Completion, EpParams, EpRkey, Request, RequestParams,
+    TagSendParams,
+};
 
 use crate::perf::am::AmSink;
 use crate::perf::args::{PerfArgs, TestKind, TestSpec};
-use crate::perf::report::{Bandwidth, BatchClock, Latency, Report};
+use crate::perf::buf::{pool, PerfBuf};
+use crate::perf::pattern;
+use crate::perf::report::{Bandwidth, Format, LatClock, Latency, Report};
 use crate::perf::session::{self, detailed, Session, AM_PING, AM_PONG, TAG_ACK, TAG_CTRL, TAG_DATA};
 
-/// Connects to the server at `addr`, runs `specs` in order, printing each result line as it
-/// comes, and tells the server it is done.
-pub fn run(args: &PerfArgs, addr: SocketAddr, specs: &[TestSpec]) -> Result<Vec<Report>, String> {
+/// How the client prints what it measured.
+pub struct Output {
+    pub format: Format,
+    /// The transports in use, for the CSV and JSON records.
+    pub tls: String,
+    /// Show the progress line on stderr.
+    pub progress: bool,
+}
+
+impl Output {
+    /// The output `args` ask for.
+    pub fn new(args: &PerfArgs) -> Output {
+        let format = if args.csv {
+            Format::Csv
+        } else if args.json {
+            Format::Json
+        } else {
+            Format::Text
+        };
+        let tls = args.tls.clone().or_else(|| std::env::var("ZCX_TLS").ok()).unwrap_or_else(|| "all".into());
+        Output { format, tls, progress: args.progress || std::io::stderr().is_terminal() }
+    }
+
+    fn print(&self, report: &Report) {
+        match self.format {
+            Format::Text => println!("{report}"),
+            Format::Csv => println!("{}", report.csv(&self.tls)),
+            Format::Json => println!("{}", report.json(&self.tls)),
+        }
+        let _ = std::io::stdout().flush();
+    }
+}
+
+/// Connects to the server at `addr`, runs `specs` in order, printing each result as it comes,
+/// and tells the server it is done.
+pub fn run(
+    args: &PerfArgs,
+    addr: SocketAddr,
+    specs: &[TestSpec],
+    out: &Output,
+) -> Result<Vec<Report>, String> {
     let ctx = session::context()?;
     let worker = session::worker(&ctx, "zcx-perf-client")?;
     let peer_failed = Arc::new(AtomicBool::new(false));
@@ -29,16 +75,18 @@ pub fn run(args: &PerfArgs, addr: SocketAddr, specs: &[TestSpec]) -> Result<Vec<
     for spec in specs {
         session.send_ctrl(TAG_CTRL, spec.encode().as_bytes()).map_err(|e| format!("{addr}: {e}"))?;
         session.expect_ctrl("ready")?;
-        let report = match spec.kind {
-            TestKind::TagLat => Report::Latency(tag_lat(&session, spec, args.batch)?),
-            TestKind::TagBw => Report::Bandwidth(tag_bw(&session, spec)?),
-            TestKind::PutLat => Report::Latency(put_lat(&session, spec, args.batch)?),
-            TestKind::PutBw => Report::Bandwidth(put_bw(&session, spec)?),
-            TestKind::AmLat => Report::Latency(am_lat(&session, spec, args.batch)?),
-            TestKind::AmBw => Report::Bandwidth(am_bw(&session, spec)?),
-        };
-        println!("{report}");
-        let _ = std::io::stdout().flush();
+        let t =
+            Test { s: &session, spec: *spec, batch: args.batch, progress: Progress::new(out.progress, spec) };
+        let report = t.run().map_err(|e| {
+            t.progress.clear();
+            if session.peer_failed.load(Ordering::Relaxed) {
+                format!("{}: {e} (the server's error, if it had one, is above)", spec.kind)
+            } else {
+                format!("{}: {e}", spec.kind)
+            }
+        })?;
+        t.progress.clear();
+        out.print(&report);
         reports.push(report);
     }
     session.send_ctrl(TAG_CTRL, b"done")?;
@@ -49,151 +97,435 @@ pub fn run(args: &PerfArgs, addr: SocketAddr, specs: &[TestSpec]) -> Result<Vec<
     Ok(reports)
 }
 
-/// Runs `round` `warmup` times, then `iters` times under a batch clock.
-fn ping_pong(
-    spec: &TestSpec,
-    batch: u64,
-    mut round: impl FnMut(u64) -> Result<(), String>,
-) -> Result<Latency, String> {
-    let mut seq = 0u64;
-    for _ in 0..spec.warmup {
-        seq += 1;
-        round(seq)?;
-    }
-    let mut clock = BatchClock::start(spec.iters, batch);
-    for _ in 0..spec.iters {
-        seq += 1;
-        round(seq)?;
-        clock.tick();
-    }
-    Ok(Latency { spec: *spec, batches: clock.finish() })
+/// The progress line on stderr: redrawn at most every 200 ms, erased when the test ends.
+pub struct Progress {
+    enabled: bool,
+    label: String,
+    total: u64,
+    last: std::cell::Cell<Option<Instant>>,
 }
 
-/// Runs the warm-up phase, then times the measured one.
-fn streamed(spec: &TestSpec, mut phase: impl FnMut(u64) -> Result<(), String>) -> Result<Bandwidth, String> {
-    if spec.warmup > 0 {
-        phase(spec.warmup)?;
-    }
-    let start = Instant::now();
-    phase(spec.iters)?;
-    Ok(Bandwidth { spec: *spec, elapsed: start.elapsed() })
-}
-
-/// Issues `count` operations with at most `window` outstanding and waits for all of them.
-fn windowed<B: Send + 'static>(
-    s: &Session,
-    count: u64,
-    window: u32,
-    mut issue: impl FnMut() -> Result<Request<B>, String>,
-) -> Result<(), String> {
-    let mut inflight = VecDeque::with_capacity(window as usize);
-    for _ in 0..count {
-        if inflight.len() == window as usize {
-            let oldest = inflight.pop_front().expect("the window is full");
-            s.wait(oldest, "an operation of the window")?;
+impl Progress {
+    fn new(enabled: bool, spec: &TestSpec) -> Progress {
+        Progress {
+            enabled,
+            label: format!("{} size={}", spec.kind, spec.size),
+            total: spec.total(),
+            last: std::cell::Cell::new(None),
         }
-        inflight.push_back(issue()?);
     }
-    while let Some(request) = inflight.pop_front() {
-        s.wait(request, "the window to drain")?;
+
+    /// Called now and then with the messages done so far (warm-up included).
+    #[inline]
+    fn update(&self, done: u64) {
+        if !self.enabled {
+            return;
+        }
+        let now = Instant::now();
+        if self.last.get().is_some_and(|t| now - t < Duration::from_millis(200)) {
+            return;
+        }
+        self.last.set(Some(now));
+        let pct = done as f64 * 100.0 / self.total.max(1) as f64;
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r\x1b[K{}: {done}/{} ({pct:.0}%)", self.label, self.total);
+        let _ = err.flush();
     }
-    Ok(())
+
+    fn clear(&self) {
+        if self.enabled && self.last.get().is_some() {
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
+        }
+    }
 }
 
-fn tag_lat(s: &Session, spec: &TestSpec, batch: u64) -> Result<Latency, String> {
-    let mut sbuf = Some(vec![0xA5u8; spec.size]);
-    let mut rbuf = Some(vec![0u8; spec.size]);
-    ping_pong(spec, batch, |_| {
-        let recv = s
-            .worker
-            .tag_recv(rbuf.take().expect("buffer"), TAG_DATA, u64::MAX, RequestParams::default())
-            .map_err(|st| format!("tag_recv failed: {}", detailed(st)))?;
-        let send =
-            s.ep.tag_send(sbuf.take().expect("buffer"), TAG_DATA, TagSendParams::default())
-                .map_err(|st| format!("tag_send failed: {}", detailed(st)))?;
-        sbuf = Some(s.wait(send, "the ping to leave")?.buf);
-        rbuf = Some(s.wait(recv, "the pong")?.buf);
+/// One test being run by the client.
+struct Test<'a> {
+    s: &'a Session,
+    spec: TestSpec,
+    batch: u64,
+    progress: Progress,
+}
+
+impl Test<'_> {
+    fn run(&self) -> Result<Report, String> {
+        Ok(match self.spec.kind {
+            TestKind::TagLat => Report::Latency(self.tag_lat(false)?),
+            TestKind::TagSyncLat => Report::Latency(self.tag_lat(true)?),
+            TestKind::TagBw => Report::Bandwidth(self.tag_bw()?),
+            TestKind::PutLat => Report::Latency(self.put_lat()?),
+            TestKind::PutBw => Report::Bandwidth(self.put_bw()?),
+            TestKind::GetLat => Report::Latency(self.get_lat()?),
+            TestKind::GetBw => Report::Bandwidth(self.get_bw()?),
+            TestKind::AtomicAddLat | TestKind::FaddLat | TestKind::CswapLat => {
+                Report::Latency(self.atomic_lat()?)
+            }
+            TestKind::AmLat => Report::Latency(self.am_lat()?),
+            TestKind::AmBw => Report::Bandwidth(self.am_bw()?),
+            TestKind::StreamLat => Report::Latency(self.stream_lat()?),
+            TestKind::StreamBw => Report::Bandwidth(self.stream_bw()?),
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        self.spec.kind.name()
+    }
+
+    /// Writes message `n` into `buf` when validating (the client's messages may be corrupted on
+    /// purpose, see [`pattern`]).
+    fn fill(&self, buf: &mut PerfBuf, n: u64) {
+        if self.spec.validate {
+            pattern::fill(buf.bytes_mut(), n, true);
+        }
+    }
+
+    /// Checks a received message: its length always, its bytes when validating.
+    fn check(&self, bytes: &[u8], length: usize, n: u64) -> Result<(), String> {
+        if length != self.spec.size {
+            return Err(format!("message {n} has {length} bytes, expected {}", self.spec.size));
+        }
+        if self.spec.validate {
+            pattern::check(self.name(), bytes, n, 0..0)?;
+        }
         Ok(())
-    })
-}
+    }
 
-fn tag_bw(s: &Session, spec: &TestSpec) -> Result<Bandwidth, String> {
-    let region = s.remote_region(spec.size)?;
-    streamed(spec, |count| {
-        let ack = s.post_ctrl(TAG_ACK)?;
-        windowed(s, count, spec.window, || {
-            s.ep.tag_send(slice(&region, spec.size)?, TAG_DATA, TagSendParams::default())
-                .map_err(|st| format!("tag_send failed: {}", detailed(st)))
-        })?;
-        s.take_ctrl(ack, "the server's acknowledgement").map(drop)
-    })
-}
+    /// Runs `round(n)` for the warm-up messages, then for the measured ones under the clock.
+    fn ping_pong(&self, mut round: impl FnMut(u64) -> Result<(), String>) -> Result<Latency, String> {
+        let spec = &self.spec;
+        for n in 0..spec.warmup {
+            round(n)?;
+            if n % 1024 == 0 {
+                self.progress.update(n);
+            }
+        }
+        let mut clock = LatClock::start(spec.iters, self.batch);
+        for n in spec.warmup..spec.total() {
+            round(n)?;
+            clock.tick();
+            if n % 1024 == 0 {
+                self.progress.update(n);
+            }
+        }
+        let (batches, hist) = clock.finish();
+        Ok(Latency { spec: *spec, batches, hist })
+    }
 
-fn put_lat(s: &Session, spec: &TestSpec, batch: u64) -> Result<Latency, String> {
-    let region = s.remote_region(spec.size)?;
-    let (rkey, base) = s.exchange_rkeys(&region)?;
-    let offset = counter_offset(spec.size);
-    // SAFETY: `offset + 8 <= size <= region length`, and the offset is 8-byte aligned.
-    let mine = unsafe { region.address().add(offset) } as *const u64;
-    let mut sbuf = Some(vec![0xA5u8; spec.size]);
-    let latency = ping_pong(spec, batch, |seq| {
-        let mut buf = sbuf.take().expect("buffer");
-        buf[offset..offset + 8].copy_from_slice(&seq.to_ne_bytes());
-        let put =
-            s.ep.put(buf, base, &rkey, RequestParams::default())
-                .map_err(|st| format!("put failed: {}", detailed(st)))?;
-        // SAFETY: `mine` points into the live region; the peer's puts write it, so read it volatile.
-        s.poll_until("the peer's put", || unsafe { std::ptr::read_volatile(mine) } == seq)?;
-        std::sync::atomic::fence(Ordering::Acquire);
-        sbuf = Some(s.wait(put, "the put's acknowledgement")?.buf);
+    /// Runs `phase(first, count)` for the warm-up messages, then times it for the measured ones.
+    fn streamed(&self, mut phase: impl FnMut(u64, u64) -> Result<(), String>) -> Result<Bandwidth, String> {
+        let spec = &self.spec;
+        if spec.warmup > 0 {
+            phase(0, spec.warmup)?;
+        }
+        let start = Instant::now();
+        phase(spec.warmup, spec.iters)?;
+        Ok(Bandwidth { spec: *spec, elapsed: start.elapsed() })
+    }
+
+    /// Issues messages `first..first + count` with at most a window of them outstanding, each
+    /// with a buffer of `bufs`, and hands each completion to `done` with its message number.
+    fn windowed(
+        &self,
+        bufs: &mut Vec<PerfBuf>,
+        first: u64,
+        count: u64,
+        mut issue: impl FnMut(PerfBuf, u64) -> Result<Request<PerfBuf>, String>,
+        mut done: impl FnMut(&Completion<PerfBuf>, u64) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let window = bufs.len();
+        let mut inflight: VecDeque<(u64, Request<PerfBuf>)> = VecDeque::with_capacity(window);
+        let mut finish = |inflight: &mut VecDeque<(u64, Request<PerfBuf>)>, bufs: &mut Vec<PerfBuf>| {
+            let (n, request) = inflight.pop_front().expect("an operation is in flight");
+            let completion = self.s.wait(request, "an operation of the window")?;
+            done(&completion, n)?;
+            bufs.push(completion.buf);
+            Ok::<(), String>(())
+        };
+        for n in first..first + count {
+            if bufs.is_empty() {
+                finish(&mut inflight, bufs)?;
+            }
+            let mut buf = bufs.pop().expect("a free buffer");
+            self.fill(&mut buf, n);
+            inflight.push_back((n, issue(buf, n)?));
+            if n % 64 == 0 {
+                self.progress.update(n);
+            }
+        }
+        while !inflight.is_empty() {
+            finish(&mut inflight, bufs)?;
+        }
         Ok(())
-    })?;
-    drop(rkey);
-    Ok(latency)
-}
+    }
 
-fn put_bw(s: &Session, spec: &TestSpec) -> Result<Bandwidth, String> {
-    let region = s.remote_region(spec.size)?;
-    let (rkey, base) = s.exchange_rkeys(&region)?;
-    let bw = streamed(spec, |count| {
-        windowed(s, count, spec.window, || {
-            s.ep.put(slice(&region, spec.size)?, base, &rkey, RequestParams::default())
-                .map_err(|st| format!("put failed: {}", detailed(st)))
+    /// Tells the server a one-sided test is over and returns its verdict on what it found in its
+    /// memory.
+    fn end_one_sided(&self) -> Result<(), String> {
+        self.s.send_ctrl(TAG_CTRL, b"end")?;
+        let verdict = self.s.recv_ctrl(TAG_CTRL, "the server's verdict")?;
+        match verdict.strip_prefix(b"fail ") {
+            Some(reason) => Err(format!("the server found: {}", String::from_utf8_lossy(reason))),
+            None if verdict == b"ok" => Ok(()),
+            None => Err(format!("unexpected verdict {:?}", String::from_utf8_lossy(&verdict))),
+        }
+    }
+
+    fn tag_lat(&self, sync: bool) -> Result<Latency, String> {
+        let s = self.s;
+        let mut bufs = pool(s, self.spec.mem, 2, self.spec.size, true, 0xA5)?;
+        let (mut sbuf, mut rbuf) = (bufs.pop(), bufs.pop());
+        self.ping_pong(|n| {
+            let recv = s
+                .worker
+                .tag_recv(rbuf.take().expect("buffer"), TAG_DATA, u64::MAX, RequestParams::default())
+                .map_err(|st| format!("tag_recv failed: {}", detailed(st)))?;
+            let mut buf = sbuf.take().expect("buffer");
+            self.fill(&mut buf, n);
+            let send =
+                s.ep.tag_send(buf, TAG_DATA, TagSendParams { sync, ..TagSendParams::default() })
+                    .map_err(|st| format!("tag_send failed: {}", detailed(st)))?;
+            sbuf = Some(s.wait(send, "the ping to leave")?.buf);
+            let pong = s.wait(recv, "the pong")?;
+            self.check(pong.buf.bytes(), pong.info.length, n)?;
+            rbuf = Some(pong.buf);
+            Ok(())
+        })
+    }
+
+    fn tag_bw(&self) -> Result<Bandwidth, String> {
+        let s = self.s;
+        let spec = self.spec;
+        let mut bufs = pool(s, spec.mem, spec.window as usize, spec.size, spec.validate, 0xA5)?;
+        self.streamed(|first, count| {
+            let ack = s.post_ctrl(TAG_ACK)?;
+            self.windowed(
+                &mut bufs,
+                first,
+                count,
+                |buf, _| {
+                    s.ep.tag_send(buf, TAG_DATA, TagSendParams::default())
+                        .map_err(|st| format!("tag_send failed: {}", detailed(st)))
+                },
+                |_, _| Ok(()),
+            )?;
+            s.take_ctrl(ack, "the server's acknowledgement").map(drop)
+        })
+    }
+
+    fn put_lat(&self) -> Result<Latency, String> {
+        let s = self.s;
+        let size = self.spec.size;
+        let region = s.remote_region(size)?;
+        let (rkey, base) = s.exchange_rkeys(&region)?;
+        let offset = counter_offset(size);
+        // SAFETY: `offset + 8 <= size <= region length`, and the offset is 8-byte aligned.
+        let mine = unsafe { region.address().add(offset) } as *const u64;
+        let mut sbuf = pool(s, self.spec.mem, 1, size, true, 0xA5)?.pop();
+        let latency = self.ping_pong(|n| {
+            let seq = n + 1;
+            let mut buf = sbuf.take().expect("buffer");
+            self.fill(&mut buf, n);
+            buf.bytes_mut()[offset..offset + 8].copy_from_slice(&seq.to_ne_bytes());
+            let put =
+                s.ep.put(buf, base, &rkey, RequestParams::default())
+                    .map_err(|st| format!("put failed: {}", detailed(st)))?;
+            // SAFETY: `mine` points into the live region; the peer's puts write it, so read it volatile.
+            s.poll_until("the peer's put", || unsafe { std::ptr::read_volatile(mine) } == seq)?;
+            std::sync::atomic::fence(Ordering::Acquire);
+            if self.spec.validate {
+                // SAFETY: the region is mapped for `size` bytes; the server writes it again only
+                // after our next put, so it is stable while we read it.
+                let got = unsafe { std::slice::from_raw_parts(region.address(), size) };
+                pattern::check(self.name(), got, n, offset..offset + 8)?;
+            }
+            sbuf = Some(s.wait(put, "the put's acknowledgement")?.buf);
+            Ok(())
         })?;
-        let flush = s.ep.flush().map_err(|st| format!("flush failed: {}", detailed(st)))?;
-        s.wait(flush, "the flush").map(drop)
-    })?;
-    s.send_ctrl(TAG_CTRL, b"end")?;
-    Ok(bw)
-}
+        drop(rkey);
+        Ok(latency)
+    }
 
-fn am_lat(s: &Session, spec: &TestSpec, batch: u64) -> Result<Latency, String> {
-    let pongs = AmSink::install(s, AM_PONG, 1, spec.size)?;
-    let data: Arc<[u8]> = vec![0xA5u8; spec.size].into();
-    ping_pong(spec, batch, |seq| {
-        let send =
-            s.ep.am_send(AM_PING, &[], data.clone(), AmSendParams::default())
-                .map_err(|st| format!("am_send failed: {}", detailed(st)))?;
-        pongs.wait_for(s, seq)?;
-        s.wait(send, "the ping to leave").map(drop)
-    })
-}
-
-fn am_bw(s: &Session, spec: &TestSpec) -> Result<Bandwidth, String> {
-    let region = s.remote_region(spec.size)?;
-    streamed(spec, |count| {
-        let ack = s.post_ctrl(TAG_ACK)?;
-        windowed(s, count, spec.window, || {
-            s.ep.am_send(AM_PING, &[], slice(&region, spec.size)?, AmSendParams::default())
-                .map_err(|st| format!("am_send failed: {}", detailed(st)))
+    fn put_bw(&self) -> Result<Bandwidth, String> {
+        let s = self.s;
+        let spec = self.spec;
+        let (rkey, base) = s.exchange_rkeys(&s.remote_region(8)?)?;
+        let mut bufs = pool(s, spec.mem, spec.window as usize, spec.size, spec.validate, 0xA5)?;
+        let bw = self.streamed(|first, count| {
+            self.windowed(
+                &mut bufs,
+                first,
+                count,
+                |buf, n| {
+                    // Validated puts go to one of `window` slots of the server's region, so the
+                    // last window of messages can be checked there; otherwise all to its start.
+                    let slot =
+                        if spec.validate { (n % u64::from(spec.window)) * spec.size as u64 } else { 0 };
+                    s.ep.put(buf, base + slot, &rkey, RequestParams::default())
+                        .map_err(|st| format!("put failed: {}", detailed(st)))
+                },
+                |_, _| Ok(()),
+            )?;
+            let flush = s.ep.flush().map_err(|st| format!("flush failed: {}", detailed(st)))?;
+            s.wait(flush, "the flush").map(drop)
         })?;
-        s.take_ctrl(ack, "the server's acknowledgement").map(drop)
-    })
-}
+        self.end_one_sided()?;
+        Ok(bw)
+    }
 
-/// The first `len` bytes of a registered region as an operation buffer (no allocation).
-pub fn slice(region: &zcx::MemHandle, len: usize) -> Result<MemSlice, String> {
-    region.slice(0, len).map_err(|s| format!("cannot slice the region: {}", detailed(s)))
+    /// Gets read the server's region, which holds message 0's pattern for the whole test.
+    fn get_lat(&self) -> Result<Latency, String> {
+        let s = self.s;
+        let (rkey, base) = s.exchange_rkeys(&s.remote_region(8)?)?;
+        let mut rbuf = pool(s, self.spec.mem, 1, self.spec.size, true, 0)?.pop();
+        let latency = self.ping_pong(|_| {
+            let get =
+                s.ep.get(rbuf.take().expect("buffer"), base, &rkey, RequestParams::default())
+                    .map_err(|st| format!("get failed: {}", detailed(st)))?;
+            let done = s.wait(get, "the get")?;
+            if self.spec.validate {
+                pattern::check(self.name(), done.buf.bytes(), 0, 0..0)?;
+            }
+            rbuf = Some(done.buf);
+            Ok(())
+        })?;
+        self.end_one_sided()?;
+        Ok(latency)
+    }
+
+    fn get_bw(&self) -> Result<Bandwidth, String> {
+        let s = self.s;
+        let spec = self.spec;
+        let (rkey, base) = s.exchange_rkeys(&s.remote_region(8)?)?;
+        let mut bufs = pool(s, spec.mem, spec.window as usize, spec.size, spec.validate, 0)?;
+        let bw = self.streamed(|first, count| {
+            self.windowed(
+                &mut bufs,
+                first,
+                count,
+                |buf, _| {
+                    s.ep.get(buf, base, &rkey, RequestParams::default())
+                        .map_err(|st| format!("get failed: {}", detailed(st)))
+                },
+                |done, _| {
+                    if spec.validate {
+                        pattern::check(self.name(), done.buf.bytes(), 0, 0..0)?;
+                    }
+                    Ok(())
+                },
+            )
+        })?;
+        self.end_one_sided()?;
+        Ok(bw)
+    }
+
+    /// atomic_add_lat, fadd_lat, cswap_lat on the server's zeroed word. zcx's atomics always
+    /// return the previous value, so atomic_add_lat is an add waited for until the target
+    /// acknowledged it (what UCX's add + flush measures) and fadd_lat the same operation with the
+    /// fetched value checked. Every CSWAP compares with the current value, so each one stores.
+    fn atomic_lat(&self) -> Result<Latency, String> {
+        let s = self.s;
+        let (rkey, base): (EpRkey, u64) = s.exchange_rkeys(&s.remote_region(8)?)?;
+        let (size, mask) = if self.spec.size == 4 {
+            (AtomicSize::U32, u64::from(u32::MAX))
+        } else {
+            (AtomicSize::U64, u64::MAX)
+        };
+        let kind = self.spec.kind;
+        let latency = self.ping_pong(|n| {
+            let (op, value, compare) = match kind {
+                TestKind::CswapLat => (AtomicOp::Cswap, (n + 1) & mask, n & mask),
+                _ => (AtomicOp::Add, 1, 0),
+            };
+            let request =
+                s.ep.atomic(op, size, value, compare, base, &rkey, RequestParams::default())
+                    .map_err(|st| format!("atomic failed: {}", detailed(st)))?;
+            let done = s.wait(request, "the atomic")?;
+            if kind != TestKind::AtomicAddLat && done.info.value != n & mask {
+                return Err(format!("atomic {n} fetched {}, expected {}", done.info.value, n & mask));
+            }
+            Ok(())
+        })?;
+        self.end_one_sided()?;
+        Ok(latency)
+    }
+
+    fn am_lat(&self) -> Result<Latency, String> {
+        let s = self.s;
+        let validate = self.spec.validate.then_some(self.name());
+        let pongs = AmSink::install(s, AM_PONG, 1, self.spec.size, validate)?;
+        let mut sbuf = pool(s, self.spec.mem, 1, self.spec.size, true, 0xA5)?.pop();
+        self.ping_pong(|n| {
+            let mut buf = sbuf.take().expect("buffer");
+            self.fill(&mut buf, n);
+            let send =
+                s.ep.am_send(AM_PING, &[], buf, AmSendParams::default())
+                    .map_err(|st| format!("am_send failed: {}", detailed(st)))?;
+            pongs.wait_for(s, n + 1)?;
+            sbuf = Some(s.wait(send, "the ping to leave")?.buf);
+            Ok(())
+        })
+    }
+
+    fn am_bw(&self) -> Result<Bandwidth, String> {
+        let s = self.s;
+        let spec = self.spec;
+        let mut bufs = pool(s, spec.mem, spec.window as usize, spec.size, spec.validate, 0xA5)?;
+        self.streamed(|first, count| {
+            let ack = s.post_ctrl(TAG_ACK)?;
+            self.windowed(
+                &mut bufs,
+                first,
+                count,
+                |buf, _| {
+                    s.ep.am_send(AM_PING, &[], buf, AmSendParams::default())
+                        .map_err(|st| format!("am_send failed: {}", detailed(st)))
+                },
+                |_, _| Ok(()),
+            )?;
+            s.take_ctrl(ack, "the server's acknowledgement").map(drop)
+        })
+    }
+
+    fn stream_lat(&self) -> Result<Latency, String> {
+        let s = self.s;
+        let mut bufs = pool(s, self.spec.mem, 2, self.spec.size, true, 0xA5)?;
+        let (mut sbuf, mut rbuf) = (bufs.pop(), bufs.pop());
+        self.ping_pong(|n| {
+            let recv =
+                s.ep.stream_recv(rbuf.take().expect("buffer"), true, RequestParams::default())
+                    .map_err(|st| format!("stream_recv failed: {}", detailed(st)))?;
+            let mut buf = sbuf.take().expect("buffer");
+            self.fill(&mut buf, n);
+            let send =
+                s.ep.stream_send(buf, RequestParams::default())
+                    .map_err(|st| format!("stream_send failed: {}", detailed(st)))?;
+            sbuf = Some(s.wait(send, "the ping to leave")?.buf);
+            let pong = s.wait(recv, "the pong")?;
+            self.check(pong.buf.bytes(), pong.info.length, n)?;
+            rbuf = Some(pong.buf);
+            Ok(())
+        })
+    }
+
+    fn stream_bw(&self) -> Result<Bandwidth, String> {
+        let s = self.s;
+        let spec = self.spec;
+        let mut bufs = pool(s, spec.mem, spec.window as usize, spec.size, spec.validate, 0xA5)?;
+        self.streamed(|first, count| {
+            let ack = s.post_ctrl(TAG_ACK)?;
+            self.windowed(
+                &mut bufs,
+                first,
+                count,
+                |buf, _| {
+                    s.ep.stream_send(buf, RequestParams::default())
+                        .map_err(|st| format!("stream_send failed: {}", detailed(st)))
+                },
+                |_, _| Ok(()),
+            )?;
+            s.take_ctrl(ack, "the server's acknowledgement").map(drop)
+        })
+    }
 }
 
 /// Where the 8-byte sequence number of put_lat sits in a message of `size` bytes: its last

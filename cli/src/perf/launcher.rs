@@ -55,7 +55,7 @@ impl Drop for ServerChild {
 }
 
 /// Starts the server child, runs the client against it, and reaps the child.
-pub fn run(args: &PerfArgs, specs: &[TestSpec]) -> Result<Vec<Report>, String> {
+pub fn run(args: &PerfArgs, specs: &[TestSpec], out: &client::Output) -> Result<Vec<Report>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the zcx executable: {e}"))?;
     let mut command = Command::new(exe);
     command
@@ -93,17 +93,27 @@ pub fn run(args: &PerfArgs, specs: &[TestSpec]) -> Result<Vec<Report>, String> {
         }
     };
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    println!(
-        "# zcx perf {} server=127.0.0.1:{port} pid={} server_cpu={} client_cpu={} window={} batch={}",
-        env!("CARGO_PKG_VERSION"),
-        server.child.id(),
-        cpu_label(args, args.server_cpu),
-        cpu_label(args, args.client_cpu),
-        args.window,
-        args.batch
+    super::print_header(
+        out,
+        &format!(
+            "server=127.0.0.1:{port} pid={} server_cpu={} client_cpu={} window={} batch={} tls={}",
+            server.child.id(),
+            cpu_label(args, args.server_cpu),
+            cpu_label(args, args.client_cpu),
+            args.window,
+            args.batch,
+            out.tls
+        ),
     );
-    super::print_legend();
-    let reports = client::run(args, addr, specs)?;
+    let reports = match client::run(args, addr, specs, out) {
+        Ok(reports) => reports,
+        Err(e) => {
+            // The server may have failed first (a validation error, say) and be printing why:
+            // let it finish and exit before it is killed, so its reason is not lost.
+            let _ = server.wait_exit(Duration::from_secs(3));
+            return Err(e);
+        }
+    };
     server.wait_exit(Duration::from_secs(10))?;
     Ok(reports)
 }

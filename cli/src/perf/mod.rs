@@ -4,14 +4,23 @@
 //!   CPU 0 (see [`launcher`]).
 //! - `zcx perf --server [-p port]` and `zcx perf --client <host> [-p port]` run one side each.
 //!
+//! Tests (like `ucx_perftest`'s): tag_lat, tag_sync_lat, tag_bw, put_lat, put_bw, get_lat, get_bw,
+//! atomic_add_lat, fadd_lat, cswap_lat, am_lat, am_bw, stream_lat, stream_bw (see [`args`]), over
+//! one size, a list (`-s 8,64,1k`) or a doubling sweep (`--sweep 8:4m`).
+//!
 //! Both sides busy-poll their worker from the calling thread. The client tells the server which
 //! test to run before each one (the server needs no test options), and prints one `key=value` line
-//! per test (see [`report`]).
+//! per test, or CSV or JSON records (see [`report`]); latencies carry percentiles from a
+//! per-iteration histogram ([`hist`]). `--validate` checks every byte received ([`pattern`]).
 
 mod am;
 mod args;
+mod buf;
 mod client;
+mod hist;
 mod launcher;
+mod pattern;
+mod plot;
 mod report;
 mod server;
 mod session;
@@ -20,10 +29,34 @@ use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::time::Duration;
 
 pub use args::PerfArgs;
-use args::{TestKind, TestSpec, DEFAULT_PORT};
+use args::DEFAULT_PORT;
+pub use plot::{plot_csv, PlotArgs};
+use report::Format;
+
+/// Why `zcx perf` failed.
+#[derive(Debug)]
+pub enum PerfError {
+    /// The options ask for something impossible (exit code 2, like a parse error).
+    Usage(String),
+    /// A test failed or could not run.
+    Failed(String),
+}
+
+impl From<String> for PerfError {
+    fn from(message: String) -> Self {
+        PerfError::Failed(message)
+    }
+}
 
 /// Runs `zcx perf`.
-pub fn run(args: &PerfArgs) -> Result<(), String> {
+pub fn run(args: &PerfArgs) -> Result<(), PerfError> {
+    if let Some(tls) = &args.tls {
+        if tls.trim().is_empty() {
+            return Err(PerfError::Usage("--tls needs a transport list, e.g. --tls uring".into()));
+        }
+        // Read by both sides' contexts: this process's, and the server child's, which inherits it.
+        std::env::set_var("ZCX_TLS", tls);
+    }
     if args.server {
         if let Some(parent) = args.parent_pid {
             die_with_parent(parent)?;
@@ -32,12 +65,18 @@ pub fn run(args: &PerfArgs) -> Result<(), String> {
         // Started by the default mode: loopback only. Stand-alone: every interface, like ucx_perftest.
         let ip = if args.parent_pid.is_some() { [127, 0, 0, 1] } else { [0, 0, 0, 0] };
         let bind = SocketAddr::from((ip, args.port.unwrap_or(DEFAULT_PORT)));
-        return server::run(bind, Duration::from_secs(args.timeout), args.parent_pid);
+        return Ok(server::run(bind, Duration::from_secs(args.timeout), args.parent_pid)?);
     }
-    let kinds = if args.tests.is_empty() { TestKind::ALL.to_vec() } else { args.tests.clone() };
-    let specs: Vec<TestSpec> = kinds.into_iter().map(|kind| TestSpec::new(kind, args)).collect();
+    let specs = args::plan(args).map_err(PerfError::Usage)?;
+    if args.plot.as_ref().is_some_and(|p| p.extension().is_none_or(|e| e != "svg")) {
+        return Err(PerfError::Usage("--plot writes SVG: give a file name ending in .svg".into()));
+    }
+    if let Some(n) = args.corrupt_iter {
+        pattern::set_corrupt_target(n);
+    }
+    let out = client::Output::new(args);
     pin("client", args.client_cpu, args.no_pin);
-    match &args.client {
+    let reports = match &args.client {
         Some(host) => {
             let port = args.port.unwrap_or(DEFAULT_PORT);
             let addr = (host.as_str(), port)
@@ -45,25 +84,43 @@ pub fn run(args: &PerfArgs) -> Result<(), String> {
                 .map_err(|e| format!("cannot resolve {host}: {e}"))?
                 .find(SocketAddr::is_ipv4)
                 .ok_or_else(|| format!("{host} has no IPv4 address"))?;
-            println!(
-                "# zcx perf {} server={addr} client_cpu={} window={} batch={}",
-                env!("CARGO_PKG_VERSION"),
-                if args.no_pin { "any".to_string() } else { args.client_cpu.to_string() },
-                args.window,
-                args.batch
+            print_header(
+                &out,
+                &format!(
+                    "server={addr} client_cpu={} window={} batch={} tls={}",
+                    if args.no_pin { "any".to_string() } else { args.client_cpu.to_string() },
+                    args.window,
+                    args.batch,
+                    out.tls
+                ),
             );
-            print_legend();
-            client::run(args, addr, &specs).map(drop)
+            client::run(args, addr, &specs, &out)?
         }
-        None => launcher::run(args, &specs).map(drop),
+        None => launcher::run(args, &specs, &out)?,
+    };
+    if let Some(path) = &args.plot {
+        plot::draw(&plot::Series::from_reports(&reports, "zcx"), path)?;
+        if out.format == Format::Text {
+            println!("# plot written to {}", path.display());
+        }
     }
+    Ok(())
 }
 
-/// The second header line: what the numbers mean.
-fn print_legend() {
-    println!(
-        "# latency_us: one-way (RTT/2), median of per-batch averages; avg_us: whole run; bandwidth: MB=1e6 B, GB=1e9 B"
-    );
+/// The header: `# zcx perf <version> <what>` and the legend for `key=value` output, the CSV
+/// header line for CSV, nothing for JSON.
+fn print_header(out: &client::Output, what: &str) {
+    match out.format {
+        Format::Text => {
+            println!("# zcx perf {} {what}", env!("CARGO_PKG_VERSION"));
+            println!(
+                "# latency_us: ping-pongs one-way (RTT/2), get/atomics the whole operation; median of per-batch averages; \
+                 avg_us: whole run; min/p50/p99/p999/max_us: per iteration; bandwidth: MB=1e6 B, GB=1e9 B"
+            );
+        }
+        Format::Csv => println!("{}", report::FIELDS.join(",")),
+        Format::Json => {}
+    }
 }
 
 /// Pins the calling thread (and the threads it starts) to `cpu`; a failure is a warning, not an

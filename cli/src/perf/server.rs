@@ -7,11 +7,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use zcx::{AmSendParams, CloseMode, Endpoint, EpParams, ListenerParams, RequestParams, TagSendParams};
+use zcx::{
+    AmSendParams, CloseMode, Endpoint, EpParams, ListenerParams, MemHandle, RequestParams, TagSendParams,
+};
 
 use crate::perf::am::AmSink;
 use crate::perf::args::{TestKind, TestSpec};
+use crate::perf::buf::{pool, PerfBuf};
 use crate::perf::client::counter_offset;
+use crate::perf::pattern;
 use crate::perf::session::{self, detailed, Session, AM_PING, AM_PONG, TAG_ACK, TAG_CTRL, TAG_DATA};
 
 /// Listens on `bind`, prints `zcx-perf-server listening port=<port>` on stdout once it does, serves
@@ -93,32 +97,57 @@ fn parent_alive(pid: u32) -> bool {
 
 fn serve(s: &Session, spec: &TestSpec) -> Result<(), String> {
     match spec.kind {
-        TestKind::TagLat => tag_lat(s, spec),
+        TestKind::TagLat => tag_lat(s, spec, false),
+        TestKind::TagSyncLat => tag_lat(s, spec, true),
         TestKind::TagBw => tag_bw(s, spec),
         TestKind::PutLat => put_lat(s, spec),
-        TestKind::PutBw => put_bw(s, spec),
+        TestKind::PutBw | TestKind::GetLat | TestKind::GetBw => one_sided(s, spec),
+        TestKind::AtomicAddLat | TestKind::FaddLat | TestKind::CswapLat => one_sided(s, spec),
         TestKind::AmLat => am_lat(s, spec),
         TestKind::AmBw => am_bw(s, spec),
+        TestKind::StreamLat => stream_lat(s, spec),
+        TestKind::StreamBw => stream_bw(s, spec),
     }
 }
 
-fn tag_lat(s: &Session, spec: &TestSpec) -> Result<(), String> {
-    let total = spec.warmup + spec.iters;
-    let post = |buf: Vec<u8>| {
+/// Checks a received message: its length always, its bytes when validating.
+fn check(spec: &TestSpec, bytes: &[u8], length: usize, n: u64) -> Result<(), String> {
+    if length != spec.size {
+        return Err(format!("message {n} has {length} bytes, expected {}", spec.size));
+    }
+    if spec.validate {
+        pattern::check(spec.kind.name(), bytes, n, 0..0)?;
+    }
+    Ok(())
+}
+
+/// Writes message `n` into `buf` when validating.
+fn fill(spec: &TestSpec, buf: &mut PerfBuf, n: u64) {
+    if spec.validate {
+        pattern::fill(buf.bytes_mut(), n, false);
+    }
+}
+
+fn tag_lat(s: &Session, spec: &TestSpec, sync: bool) -> Result<(), String> {
+    let post = |buf: PerfBuf| {
         s.worker
             .tag_recv(buf, TAG_DATA, u64::MAX, RequestParams::default())
             .map_err(|st| format!("tag_recv failed: {}", detailed(st)))
     };
-    let mut recv = Some(post(vec![0u8; spec.size])?);
-    let mut sbuf = Some(vec![0x5Au8; spec.size]);
+    let mut bufs = pool(s, spec.mem, 2, spec.size, true, 0x5A)?;
+    let mut sbuf = bufs.pop();
+    let mut recv = Some(post(bufs.pop().expect("two buffers"))?);
     s.send_ctrl(TAG_CTRL, b"ready")?;
-    for i in 0..total {
+    for n in 0..spec.total() {
         let got = s.wait(recv.take().expect("posted"), "the ping")?;
-        if i + 1 < total {
+        check(spec, got.buf.bytes(), got.info.length, n)?;
+        if n + 1 < spec.total() {
             recv = Some(post(got.buf)?);
         }
+        let mut buf = sbuf.take().expect("buffer");
+        fill(spec, &mut buf, n);
         let send =
-            s.ep.tag_send(sbuf.take().expect("buffer"), TAG_DATA, TagSendParams::default())
+            s.ep.tag_send(buf, TAG_DATA, TagSendParams { sync, ..TagSendParams::default() })
                 .map_err(|st| format!("tag_send failed: {}", detailed(st)))?;
         sbuf = Some(s.wait(send, "the pong to leave")?.buf);
     }
@@ -127,32 +156,37 @@ fn tag_lat(s: &Session, spec: &TestSpec) -> Result<(), String> {
 
 fn tag_bw(s: &Session, spec: &TestSpec) -> Result<(), String> {
     let window = spec.window as usize;
-    // Like ucx_perftest, every receive of the window lands in the same buffer: registered memory
-    // is shared by design (a `MemSlice` may overlap others), and the measurement is of the
-    // transfer, not of a working set larger than the caches.
-    let region = s.remote_region(spec.size)?;
-    let slot = || region.slice(0, spec.size).map_err(|st| format!("cannot slice: {st}"));
+    // Without --validate, like ucx_perftest, every receive of the window lands in the same
+    // registered buffer (a `MemSlice` may overlap others): the measurement is of the transfer,
+    // not of a working set larger than the caches. Validated messages each need their own.
+    let mut free = pool(s, spec.mem, window, spec.size, spec.validate, 0)?;
+    let post = |buf| {
+        s.worker
+            .tag_recv(buf, TAG_DATA, u64::MAX, RequestParams::default())
+            .map_err(|st| format!("tag_recv failed: {}", detailed(st)))
+    };
     s.send_ctrl(TAG_CTRL, b"ready")?;
+    let mut n = 0u64;
     for count in [spec.warmup, spec.iters] {
         if count == 0 {
             continue;
         }
         let mut posted = VecDeque::with_capacity(window);
         let mut issued = 0u64;
-        let post = |buf| {
-            s.worker
-                .tag_recv(buf, TAG_DATA, u64::MAX, RequestParams::default())
-                .map_err(|st| format!("tag_recv failed: {}", detailed(st)))
-        };
-        while issued < count && posted.len() < window {
-            posted.push_back(post(slot()?)?);
+        while issued < count && !free.is_empty() {
+            posted.push_back(post(free.pop().expect("a free buffer"))?);
             issued += 1;
         }
+        // Tag receives with one tag from one sender match in send order.
         while let Some(request) = posted.pop_front() {
             let done = s.wait(request, "a message of the stream")?;
+            check(spec, done.buf.bytes(), done.info.length, n)?;
+            n += 1;
             if issued < count {
                 posted.push_back(post(done.buf)?);
                 issued += 1;
+            } else {
+                free.push(done.buf);
             }
         }
         s.send_ctrl(TAG_ACK, b"ack")?;
@@ -167,17 +201,25 @@ fn put_lat(s: &Session, spec: &TestSpec) -> Result<(), String> {
     let offset = counter_offset(spec.size);
     // SAFETY: `offset + 8 <= size <= region length`, and the offset is 8-byte aligned.
     let mine = unsafe { region.address().add(offset) } as *const u64;
-    let mut sbuf = Some(vec![0x5Au8; spec.size]);
+    let mut sbuf = pool(s, spec.mem, 1, spec.size, true, 0x5A)?.pop();
     let mut last = None;
-    for seq in 1..=spec.warmup + spec.iters {
+    for n in 0..spec.total() {
+        let seq = n + 1;
         // SAFETY: `mine` points into the live region; the client's puts write it.
         s.poll_until("the client's put", || unsafe { std::ptr::read_volatile(mine) } == seq)?;
         std::sync::atomic::fence(Ordering::Acquire);
+        if spec.validate {
+            // SAFETY: the region is mapped for `size` bytes; the client writes it again only
+            // after our reply, so it is stable while we read it.
+            let got = unsafe { std::slice::from_raw_parts(region.address(), spec.size) };
+            pattern::check(spec.kind.name(), got, n, offset..offset + 8)?;
+        }
         if let Some(put) = last.take() {
             sbuf = Some(s.wait(put, "the put's acknowledgement")?.buf);
         }
         let mut buf = sbuf.take().expect("buffer");
-        buf[offset..offset + 8].copy_from_slice(&seq.to_ne_bytes());
+        fill(spec, &mut buf, n);
+        buf.bytes_mut()[offset..offset + 8].copy_from_slice(&seq.to_ne_bytes());
         last = Some(
             s.ep.put(buf, base, &rkey, RequestParams::default())
                 .map_err(|st| format!("put failed: {}", detailed(st)))?,
@@ -189,30 +231,86 @@ fn put_lat(s: &Session, spec: &TestSpec) -> Result<(), String> {
     Ok(())
 }
 
-fn put_bw(s: &Session, spec: &TestSpec) -> Result<(), String> {
-    let region = s.remote_region(spec.size)?;
+/// The target of put_bw, get_lat, get_bw and the atomic tests: exposes a region, lets the client
+/// work on it until `end`, then checks what it holds and answers `ok` or `fail <reason>`.
+fn one_sided(s: &Session, spec: &TestSpec) -> Result<(), String> {
+    let len = match spec.kind {
+        _ if spec.kind.is_atomic() => 8,
+        TestKind::PutBw if spec.validate => spec.size * spec.window as usize,
+        _ => spec.size,
+    };
+    let region = s.remote_region(len)?;
+    if spec.validate && matches!(spec.kind, TestKind::GetLat | TestKind::GetBw) {
+        // SAFETY: the region is mapped read-write for `len` bytes and the client has no key yet.
+        pattern::fill(unsafe { std::slice::from_raw_parts_mut(region.address(), len) }, 0, false);
+    }
     s.send_ctrl(TAG_CTRL, b"ready")?;
     let _keys = s.exchange_rkeys(&region)?;
-    // The puts are applied while this waits (and progresses).
-    s.expect_ctrl("end")
+    // The client's operations are applied while this waits (and progresses).
+    s.expect_ctrl("end")?;
+    let verdict = match verify_region(spec, &region) {
+        Ok(()) => "ok".to_owned(),
+        Err(reason) => format!("fail {reason}"),
+    };
+    s.send_ctrl(TAG_CTRL, verdict.as_bytes())?;
+    match verdict.strip_prefix("fail ") {
+        Some(reason) => Err(reason.to_owned()),
+        None => Ok(()),
+    }
+}
+
+/// What the region of a one-sided test must hold once the client is done: the count of atomic
+/// increments, or (validating put_bw) the last window of puts' messages.
+fn verify_region(spec: &TestSpec, region: &MemHandle) -> Result<(), String> {
+    if spec.kind.is_atomic() {
+        // SAFETY: the region is mapped, 8-byte aligned and at least 8 bytes long; the client's
+        // operations are all acknowledged, so nothing writes it now.
+        let word = unsafe { std::ptr::read_volatile(region.address() as *const u64) };
+        let (got, expected) = if spec.size == 4 {
+            (u64::from(word as u32), spec.total() & u64::from(u32::MAX))
+        } else {
+            (word, spec.total())
+        };
+        if got != expected {
+            return Err(format!(
+                "{}: the target word is {got} after {} operations, expected {expected}",
+                spec.kind,
+                spec.total()
+            ));
+        }
+    } else if spec.kind == TestKind::PutBw && spec.validate {
+        // Message n went to slot n % window: each slot holds the last message written to it.
+        let window = u64::from(spec.window);
+        for n in spec.total().saturating_sub(window)..spec.total() {
+            let offset = (n % window) as usize * spec.size;
+            // SAFETY: the region is mapped for `window * size` bytes; the client flushed before
+            // `end`, so nothing writes it now.
+            let got = unsafe { std::slice::from_raw_parts(region.address().add(offset), spec.size) };
+            pattern::check(spec.kind.name(), got, n, 0..0)?;
+        }
+    }
+    Ok(())
 }
 
 fn am_lat(s: &Session, spec: &TestSpec) -> Result<(), String> {
-    let pings = AmSink::install(s, AM_PING, 1, spec.size)?;
-    let data: Arc<[u8]> = vec![0x5Au8; spec.size].into();
+    let pings = AmSink::install(s, AM_PING, 1, spec.size, spec.validate.then_some(spec.kind.name()))?;
+    let mut sbuf = pool(s, spec.mem, 1, spec.size, true, 0x5A)?.pop();
     s.send_ctrl(TAG_CTRL, b"ready")?;
-    for seq in 1..=spec.warmup + spec.iters {
-        pings.wait_for(s, seq)?;
+    for n in 0..spec.total() {
+        pings.wait_for(s, n + 1)?;
+        let mut buf = sbuf.take().expect("buffer");
+        fill(spec, &mut buf, n);
         let send =
-            s.ep.am_send(AM_PONG, &[], data.clone(), AmSendParams::default())
+            s.ep.am_send(AM_PONG, &[], buf, AmSendParams::default())
                 .map_err(|st| format!("am_send failed: {}", detailed(st)))?;
-        s.wait(send, "the pong to leave")?;
+        sbuf = Some(s.wait(send, "the pong to leave")?.buf);
     }
     Ok(())
 }
 
 fn am_bw(s: &Session, spec: &TestSpec) -> Result<(), String> {
-    let messages = AmSink::install(s, AM_PING, spec.window as usize, spec.size)?;
+    let validate = spec.validate.then_some(spec.kind.name());
+    let messages = AmSink::install(s, AM_PING, spec.window as usize, spec.size, validate)?;
     s.send_ctrl(TAG_CTRL, b"ready")?;
     let mut expected = 0;
     for count in [spec.warmup, spec.iters] {
@@ -221,6 +319,63 @@ fn am_bw(s: &Session, spec: &TestSpec) -> Result<(), String> {
         }
         expected += count;
         messages.wait_for(s, expected)?;
+        s.send_ctrl(TAG_ACK, b"ack")?;
+    }
+    Ok(())
+}
+
+fn stream_lat(s: &Session, spec: &TestSpec) -> Result<(), String> {
+    let mut bufs = pool(s, spec.mem, 2, spec.size, true, 0x5A)?;
+    let (mut sbuf, mut rbuf) = (bufs.pop(), bufs.pop());
+    s.send_ctrl(TAG_CTRL, b"ready")?;
+    for n in 0..spec.total() {
+        let recv =
+            s.ep.stream_recv(rbuf.take().expect("buffer"), true, RequestParams::default())
+                .map_err(|st| format!("stream_recv failed: {}", detailed(st)))?;
+        let got = s.wait(recv, "the ping")?;
+        check(spec, got.buf.bytes(), got.info.length, n)?;
+        rbuf = Some(got.buf);
+        let mut buf = sbuf.take().expect("buffer");
+        fill(spec, &mut buf, n);
+        let send =
+            s.ep.stream_send(buf, RequestParams::default())
+                .map_err(|st| format!("stream_send failed: {}", detailed(st)))?;
+        sbuf = Some(s.wait(send, "the pong to leave")?.buf);
+    }
+    Ok(())
+}
+
+fn stream_bw(s: &Session, spec: &TestSpec) -> Result<(), String> {
+    let window = spec.window as usize;
+    let mut free = pool(s, spec.mem, window, spec.size, spec.validate, 0)?;
+    let post = |buf| {
+        s.ep.stream_recv(buf, true, RequestParams::default())
+            .map_err(|st| format!("stream_recv failed: {}", detailed(st)))
+    };
+    s.send_ctrl(TAG_CTRL, b"ready")?;
+    let mut n = 0u64;
+    for count in [spec.warmup, spec.iters] {
+        if count == 0 {
+            continue;
+        }
+        let mut posted = VecDeque::with_capacity(window);
+        let mut issued = 0u64;
+        while issued < count && !free.is_empty() {
+            posted.push_back(post(free.pop().expect("a free buffer"))?);
+            issued += 1;
+        }
+        // Stream receives fill in the order they were posted: each takes the next `size` bytes.
+        while let Some(request) = posted.pop_front() {
+            let done = s.wait(request, "a message of the stream")?;
+            check(spec, done.buf.bytes(), done.info.length, n)?;
+            n += 1;
+            if issued < count {
+                posted.push_back(post(done.buf)?);
+                issued += 1;
+            } else {
+                free.push(done.buf);
+            }
+        }
         s.send_ctrl(TAG_ACK, b"ack")?;
     }
     Ok(())

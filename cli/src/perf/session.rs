@@ -30,8 +30,13 @@ const CLOCK_EVERY: u32 = 1 << 12;
 
 /// The context every side of `zcx perf` uses.
 pub fn context() -> Result<Context, String> {
-    Context::with_features(Features::TAG | Features::RMA | Features::AM)
-        .map_err(|s| format!("cannot create the context: {}", detailed(s)))
+    Context::with_features(
+        Features::TAG | Features::RMA | Features::AM | Features::STREAM | Features::AMO32 | Features::AMO64,
+    )
+    .map_err(|s| match std::env::var("ZCX_TLS") {
+        Ok(tls) => format!("cannot create the context with ZCX_TLS={tls:?}: {}", detailed(s)),
+        Err(_) => format!("cannot create the context: {}", detailed(s)),
+    })
 }
 
 /// A worker driven by busy-polling from the calling thread (no progress thread).
