@@ -265,9 +265,6 @@ for test in $TESTS; do
 done
 echo "# medians of $ROUNDS rounds; latency: whole-run average, one-way for ping-pongs (ratio > 1: zcx slower);"
 echo "# bandwidth: MB = 1e6 B (ratio > 1: zcx faster). UCX $(ucx_info -v 2>/dev/null | sed -n 's/^# Version *//p' | head -1) with UCX_TLS=$UCX_SIDE_TLS; zcx with ZCX_TLS=$ZCX_SIDE_TLS."
-if [ "$TRANSPORT" = posix ]; then
-    echo "# note: until zcx's endpoints run over its shm transport, ZCX_TLS=shm is accepted and they use io_uring TCP."
-fi
 if [ -n "$CSV" ]; then
     echo "# medians written to $CSV"
     if [ -n "$PLOT" ]; then
