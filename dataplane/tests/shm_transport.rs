@@ -574,9 +574,9 @@ fn a_peer_corrupting_the_ring_fails_the_link_without_panic() {
     let (la, lb) = pair(&mut a, &mut b);
     b.t.send(lb, b"ok", Payload::None).unwrap();
     pump(&mut a, &mut b, "frame", |a, _| a.frames(la).len() == 1);
-    // Find b's mapping of the segment and scribble over ring 0's producer index (b is the
-    // connector: ring 0 is b → a). Both transports live in this process, so the shared pages are
-    // reachable through b's mapping; write a head far beyond the capacity.
+    // Find b's mapping of the segment and write a record header claiming far more than the ring
+    // holds into ring 0's next slot (b is the connector: ring 0 is b → a). Both transports live in
+    // this process, so the shared pages are reachable through b's mapping.
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     let starts: Vec<usize> = maps
         .lines()
@@ -584,14 +584,15 @@ fn a_peer_corrupting_the_ring_fails_the_link_without_panic() {
         .map(|l| usize::from_str_radix(l.split('-').next().unwrap(), 16).unwrap())
         .collect();
     assert!(!starts.is_empty());
+    // Ring 0 starts at offset 256; its data area follows its 192-byte header; the "ok" record
+    // took the first 64-byte slot. Length 2^30, kind FRAME, first lap.
+    let forged = (1u64 << 30) | (u64::from(zcx_dataplane::shm::ring::KIND_FRAME) << 32) | (1u64 << 48);
     for start in starts {
         // SAFETY: `start` is the base of a live zcx-shm mapping of this process (our two links'
-        // segments), at least a page long; the ring 0 head sits at offset 256.
+        // segments), at least a page long; the slot is 8-byte aligned inside it.
         unsafe {
-            let head = (start + 256) as *mut u64;
-            let v = head.read_volatile();
-            head.write_volatile(v + (1 << 40));
-        }
+            ((start + 256 + zcx_dataplane::shm::ring::RING_HEADER + 64) as *mut u64).write_volatile(forged)
+        };
     }
     pump(&mut a, &mut b, "link failure", |a, _| a.failed(la).is_some());
     assert_eq!(a.failed(la), Some(TlError::ConnectionReset));

@@ -9,26 +9,32 @@
 //! 192  data: `capacity` bytes (a power of two, a multiple of 64)
 //! ```
 //!
-//! A record is `[len: u32][kind: u32][len bytes]`, padded to a multiple of 64 bytes, so a record of
-//! up to 56 payload bytes is exactly one cache line and records never share a line. A record never
-//! wraps: when it does not fit before the end of the data area, the producer writes a
-//! [`KIND_SKIP`] record there and starts again at offset 0; so a record is always contiguous and
+//! A record is `[len: u32][kind: u16][lap: u16][len bytes]`, padded to a multiple of 64 bytes, so a
+//! record of up to 56 payload bytes is exactly one cache line and records never share a line. A
+//! record never wraps: when it does not fit before the end of the data area, the producer writes
+//! a [`KIND_SKIP`] record there and starts again at offset 0; so a record is always contiguous and
 //! the consumer lends it to the callback in place.
 //!
-//! The producer publishes `head` with a Release store after writing the record; the consumer reads
-//! it with an Acquire load, and releases space by storing `tail` (Release) after it is done with
-//! the bytes. Each side keeps its own index privately and caches the other's, reloading it only
-//! when the cached value says the ring is empty (consumer) or full (producer), so the fast path
-//! touches the remote line at most once.
+//! `lap` is how many times the producer had gone round the data area when it wrote the record,
+//! plus one (mod 2^16; fresh zeroes are no record). The producer writes the payload first and the header last, with one Release store
+//! of its 8 bytes; the consumer polls the header at its tail with an Acquire load and takes the
+//! record once the lap is the one its tail is on. Until then the slot holds a record from the
+//! previous lap (or zeroes). So an 8-byte message costs the consumer one cache line from the other
+//! core, header and payload together, which is the floor for any shared-memory transport; a
+//! separate index line would cost a second transfer on every message. The producer still
+//! publishes `head` after each record, for the sleep protocol only.
 //!
-//! The peer is never trusted: the consumer checks every loaded `head` against its own `tail` and
-//! the capacity, and every record's kind and length against what was published, the record's
-//! room before the end of the data area and the frame size limit; anything else is
-//! [`RingError`], which the transport turns into a link failure. No check ever reads outside the
-//! ring. The producer checks the peer's `tail` the same way.
+//! The consumer releases space by storing `tail` (Release) after it is done with the bytes. The
+//! producer caches the consumer's tail and reloads it only when the cached value says the ring is
+//! full.
 //!
-//! Wakeups: a consumer about to sleep sets `sleeping` and then looks at `head` once more; the
-//! producer stores `head` and then looks at `sleeping`. Both sides use sequentially consistent
+//! The peer is never trusted: the consumer checks every record's kind and length against the
+//! record's room before the end of the data area and the frame size limit, and a record claiming
+//! more is [`RingError`], which the transport turns into a link failure. No check ever reads
+//! outside the ring. The producer checks the peer's `tail` against its own head and the capacity.
+//!
+//! Wakeups: a consumer about to sleep sets `sleeping` and then compares `head` with its tail once
+//! more; the producer stores `head` (after the record's header) and then looks at `sleeping`. Both sides use sequentially consistent
 //! accesses, so at least one of them sees the other (no lost wakeup): either the consumer finds
 //! the record and does not sleep, or the producer finds the flag, clears it and reports through
 //! [`Producer::take_wake`] that the peer must be woken (the transport writes a byte to the link
@@ -41,17 +47,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const RING_HEADER: usize = 192;
 /// Record alignment: one cache line.
 pub const RECORD_ALIGN: usize = 64;
-/// Bytes of a record header (`len` and `kind`).
+/// Bytes of a record header (`len`, `kind` and `lap`).
 pub const RECORD_HEADER: usize = 8;
 
 /// Record kind: padding up to the end of the data area; the next record is at offset 0.
-pub const KIND_SKIP: u32 = 0x5348_0001;
+pub const KIND_SKIP: u32 = 0x5301;
 /// Record kind: a frame of the transport.
-pub const KIND_FRAME: u32 = 0x5348_0002;
+pub const KIND_FRAME: u32 = 0x5302;
 /// Record kind: the descriptor of a placed payload the receiver reads from the sender's memory.
-pub const KIND_PLACED: u32 = 0x5348_0003;
+pub const KIND_PLACED: u32 = 0x5303;
 /// Record kind: the receiver is done with the oldest placed payload (release it).
-pub const KIND_PLACE_DONE: u32 = 0x5348_0004;
+pub const KIND_PLACE_DONE: u32 = 0x5304;
 
 /// Smallest data area a ring may have.
 pub const MIN_CAPACITY: usize = 4096;
@@ -77,7 +83,7 @@ pub const fn max_record_payload(capacity: usize) -> usize {
 /// The peer broke the ring protocol (or the memory is garbage): the link is unusable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RingError {
-    /// An index moved backwards or further than the capacity allows.
+    /// An index moved backwards or further than the capacity allows, or is not record-aligned.
     BadIndex,
     /// A record has an unknown kind.
     BadKind,
@@ -126,6 +132,26 @@ impl RingMem {
         // SAFETY: the data area follows the header inside the mapping.
         unsafe { self.base.add(RING_HEADER) }
     }
+
+    /// The header word of the record slot at data offset `pos` (64-aligned, inside the area).
+    fn header(&self, pos: usize) -> &AtomicU64 {
+        debug_assert!(pos % RECORD_ALIGN == 0 && pos < self.capacity);
+        // SAFETY: `pos` is a 64-aligned offset inside the data area (the callers keep indices
+        // record-aligned and mask them with the capacity), so the 8 bytes are aligned, mapped
+        // and live for the ring's lifetime.
+        unsafe { &*(self.data().add(pos) as *const AtomicU64) }
+    }
+
+    /// The lap stamp of a byte index, as record headers carry it: the lap plus one, so that the
+    /// zeroes of a fresh segment are never a record of the first lap.
+    fn lap(&self, index: u64) -> u16 {
+        ((index / self.capacity as u64) as u16).wrapping_add(1)
+    }
+}
+
+/// A record header word.
+fn header_word(len: u32, kind: u32, lap: u16) -> u64 {
+    u64::from(len) | (u64::from(kind as u16) << 32) | (u64::from(lap) << 48)
 }
 
 /// The producing end of a ring.
@@ -200,27 +226,27 @@ impl Producer {
         }
         let data = self.mem.data();
         if skip > 0 {
-            // SAFETY: `pos` is 64-aligned inside the data area and the 8 header bytes fit before
-            // its end; the space between tail and head + capacity is ours to write.
-            unsafe { write_header(data.add(pos), 0, KIND_SKIP) };
+            // The skip's header is its only content: published at once.
+            let lap = self.mem.lap(self.head);
+            self.mem.header(pos).store(header_word(0, KIND_SKIP, lap), Ordering::Release);
             self.head += skip as u64;
         }
         let pos = (self.head as usize) & (cap - 1);
         // SAFETY: `pos..pos + need` lies inside the data area (checked above: it fits before the
-        // end, or we skipped to 0 and need <= cap / 2) and is free space the consumer does not
-        // read until the head store below.
+        // end, or we skipped to 0 and need <= cap / 2) and is free space: the consumer does not
+        // read its payload before the header store below makes the record current.
         unsafe {
-            let rec = data.add(pos);
-            write_header(rec, len as u32, kind);
-            let mut at = rec.add(RECORD_HEADER);
+            let mut at = data.add(pos + RECORD_HEADER);
             for part in parts {
                 std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
                 at = at.add(part.len());
             }
         }
+        // Release: the payload is visible before the header says the record is there.
+        let lap = self.mem.lap(self.head);
+        self.mem.header(pos).store(header_word(len as u32, kind, lap), Ordering::Release);
         self.head += need as u64;
-        // SeqCst (a Release store that is also ordered before the flag load below): see the
-        // module docs on wakeups.
+        // SeqCst (ordered before the flag load below): see the module docs on wakeups.
         self.mem.head().store(self.head, Ordering::SeqCst);
         if self.mem.sleeping().load(Ordering::SeqCst) != 0
             && self.mem.sleeping().swap(0, Ordering::SeqCst) != 0
@@ -244,14 +270,6 @@ impl Producer {
     }
 }
 
-/// # Safety
-/// `rec..rec + 8` must be writable.
-unsafe fn write_header(rec: *mut u8, len: u32, kind: u32) {
-    let word = u64::from(len) | (u64::from(kind) << 32);
-    // SAFETY: the caller vouches for the 8 bytes; records are 64-aligned, so this is aligned.
-    unsafe { (rec as *mut u64).write(word.to_le()) };
-}
-
 /// The consuming end of a ring.
 #[derive(Debug)]
 pub struct Consumer {
@@ -260,8 +278,6 @@ pub struct Consumer {
     tail: u64,
     /// The tail last stored in the shared line (space released to the producer).
     released: u64,
-    /// The producer's head as last loaded (and validated).
-    cached_head: u64,
     max_payload: usize,
 }
 
@@ -278,40 +294,37 @@ impl Consumer {
         debug_assert!(valid_capacity(capacity) && base as usize % 64 == 0);
         let mem = RingMem { base, capacity };
         let tail = mem.tail().load(Ordering::Relaxed);
-        Consumer {
-            mem,
-            tail,
-            released: tail,
-            cached_head: tail,
-            max_payload: max_payload.min(max_record_payload(capacity)),
-        }
+        Consumer { mem, tail, released: tail, max_payload: max_payload.min(max_record_payload(capacity)) }
     }
 
-    fn reload_head(&mut self) -> Result<(), RingError> {
-        let head = self.mem.head().load(Ordering::Acquire);
-        if head < self.cached_head || head - self.released > self.mem.capacity as u64 {
+    /// The header at our tail, if the producer has written the record there on our lap.
+    fn current(&self, order: Ordering) -> Result<Option<u64>, RingError> {
+        let pos = (self.tail as usize) & (self.mem.capacity - 1);
+        if pos % RECORD_ALIGN != 0 {
             return Err(RingError::BadIndex);
         }
-        self.cached_head = head;
-        Ok(())
+        let word = self.mem.header(pos).load(order);
+        Ok(((word >> 48) as u16 == self.mem.lap(self.tail)).then_some(word))
     }
 
-    /// True when a record is published and not yet read (loads the producer's head when the cached
-    /// one says empty; a corrupt head counts as "something to do", so the caller finds the error).
+    /// True when a record is written and not yet read (a corrupt state counts as "something to
+    /// do", so the caller finds the error).
     pub fn has_data(&mut self) -> bool {
-        self.tail != self.cached_head || self.reload_head().map_or(true, |_| self.tail != self.cached_head)
+        self.peek()
     }
 
-    /// True when the producer's head (loaded now) is past our tail; never changes our state.
+    /// True when a record is written and not yet read; never changes our state.
     pub fn peek(&self) -> bool {
-        self.tail != self.mem.head().load(Ordering::Acquire)
+        self.current(Ordering::Acquire).map_or(true, |w| w.is_some())
     }
 
     /// Announces that the consumer may sleep, then checks for data once more: true when a record
     /// is waiting (do not sleep). Otherwise the producer's next push asks for a wakeup.
     pub fn announce_sleep(&self) -> bool {
         self.mem.sleeping().store(1, Ordering::SeqCst);
-        self.tail != self.mem.head().load(Ordering::SeqCst)
+        // The producer stores `head` after a record's header: a head past our tail means a
+        // record we have not read, or one whose header we are about to see.
+        self.tail != self.mem.head().load(Ordering::SeqCst) || self.peek()
     }
 
     /// Withdraws a sleep announcement (the consumer is polling again); one cheap load when none.
@@ -328,38 +341,19 @@ impl Consumer {
     /// record, and a hostile one can only change what we read, not where.
     pub fn next_record(&mut self) -> Result<Option<(u32, &[u8])>, RingError> {
         loop {
-            if self.tail == self.cached_head {
-                self.reload_head()?;
-                if self.tail == self.cached_head {
-                    return Ok(None);
-                }
-            }
+            let Some(word) = self.current(Ordering::Acquire)? else { return Ok(None) };
             let cap = self.mem.capacity;
             let pos = (self.tail as usize) & (cap - 1);
-            let avail = (self.cached_head - self.tail) as usize;
-            // `pos` is 64-aligned (the tail only moves by multiples of 64 and is validated), so
-            // the 8 header bytes are inside the data area.
-            if pos % RECORD_ALIGN != 0 || avail < RECORD_ALIGN || avail % RECORD_ALIGN != 0 {
-                return Err(RingError::BadIndex);
-            }
-            // SAFETY: `pos + 8 <= cap`: header read inside the data area; volatile because the
-            // peer may write it.
-            let word = u64::from_le(unsafe { (self.mem.data().add(pos) as *const u64).read_volatile() });
-            let (len, kind) = ((word & 0xFFFF_FFFF) as usize, (word >> 32) as u32);
+            let (len, kind) = ((word & 0xFFFF_FFFF) as usize, u32::from((word >> 32) as u16));
             let to_end = cap - pos;
             match kind {
-                KIND_SKIP => {
-                    if to_end > avail {
-                        return Err(RingError::BadLength);
-                    }
-                    self.tail += to_end as u64;
-                }
+                KIND_SKIP => self.tail += to_end as u64,
                 KIND_FRAME | KIND_PLACED | KIND_PLACE_DONE => {
                     if len > self.max_payload {
                         return Err(RingError::BadLength);
                     }
                     let rec = record_len(len);
-                    if rec > avail || rec > to_end {
+                    if rec > to_end {
                         return Err(RingError::BadLength);
                     }
                     self.tail += rec as u64;
@@ -482,51 +476,54 @@ mod tests {
         let cap = 4096;
         let mut area = Area::new(cap);
         let base = area.base();
-        // SAFETY: the area outlives the consumer.
-        let mut c = unsafe { Consumer::new(base, cap, 1024) };
-        let head = |v: u64| {
-            // SAFETY: writes the head word of the area, as a hostile producer would.
-            unsafe { (base as *mut u64).write(v) }
-        };
+        // Writes a record header of the first lap at data offset `off`, as a hostile producer would.
         let rec = |off: usize, len: u32, kind: u32| {
-            // SAFETY: inside the area's data part.
-            unsafe { write_header(base.add(RING_HEADER + off), len, kind) }
+            // SAFETY: inside the area's data part, 64-aligned.
+            unsafe { (base.add(RING_HEADER + off) as *mut u64).write(header_word(len, kind, 1)) }
         };
-        // Head beyond capacity.
-        head(cap as u64 + 64);
-        assert_eq!(c.next_record(), Err(RingError::BadIndex));
-        // Length beyond what was published.
+        // SAFETY (every consumer below): the area outlives it.
+        // A length beyond the frame limit.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
-        head(64);
-        rec(0, 100, KIND_FRAME);
-        assert_eq!(c.next_record(), Err(RingError::BadLength));
-        // Length beyond the frame limit.
-        let mut c = unsafe { Consumer::new(base, cap, 1024) };
-        head(2048);
         rec(0, 1500, KIND_FRAME);
         assert_eq!(c.next_record(), Err(RingError::BadLength));
-        // Unknown kind.
+        // A length running past the end of the data area.
+        let mut c = unsafe { Consumer::new(base, cap, usize::MAX) };
+        rec(0, 0, KIND_FRAME);
+        assert!(c.next_record().unwrap().is_some());
+        rec(64, (cap - 64) as u32, KIND_FRAME);
+        assert_eq!(c.next_record(), Err(RingError::BadLength));
+        // An unknown kind.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         rec(0, 1, 0xDEAD);
         assert_eq!(c.next_record(), Err(RingError::BadKind));
-        // Unaligned head.
+        // A record stamped with another lap is not there yet: no error, nothing read.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
-        head(13);
+        // SAFETY: as above.
+        unsafe { (base.add(RING_HEADER) as *mut u64).write(header_word(8, KIND_FRAME, 7)) };
+        assert_eq!(c.next_record(), Ok(None));
+        assert!(!c.peek());
+        // An unaligned tail (the shared tail is only read at start) is refused.
+        // SAFETY: writes the tail word of the area.
+        unsafe { (base.add(64) as *mut u64).write(13) };
+        let mut c = unsafe { Consumer::new(base, cap, 1024) };
         assert_eq!(c.next_record(), Err(RingError::BadIndex));
-        // A skip that claims more than was published.
-        let mut c = unsafe { Consumer::new(base, cap, 1024) };
-        head(64);
-        rec(0, 0, KIND_SKIP);
-        assert_eq!(c.next_record(), Err(RingError::BadLength));
-        // Head moving backwards.
-        let mut c = unsafe { Consumer::new(base, cap, 1024) };
-        head(128);
-        rec(0, 0, KIND_FRAME);
-        rec(64, 0, KIND_FRAME);
-        assert!(c.next_record().unwrap().is_some());
-        head(0);
-        assert!(c.next_record().unwrap().is_some());
-        assert_eq!(c.next_record(), Err(RingError::BadIndex));
+    }
+
+    #[test]
+    fn fresh_zeroes_are_no_record_and_laps_tell_old_from_new() {
+        let cap = 4096;
+        let mut area = Area::new(cap);
+        let (mut p, mut c) = pair(&mut area, cap);
+        assert_eq!(c.next_record(), Ok(None));
+        // Fill and drain the ring for three laps with one-line records: each slot's old record
+        // (previous lap) must never be read again.
+        for i in 0..3 * (cap / 64) as u32 {
+            assert!(p.push(KIND_FRAME, &[&i.to_le_bytes()]).unwrap());
+            let (_, bytes) = c.next_record().unwrap().expect("the record just pushed");
+            assert_eq!(bytes, i.to_le_bytes());
+            assert_eq!(c.next_record(), Ok(None), "a stale record was read after {i}");
+            c.release();
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use super::ring::{ring_bytes, valid_capacity};
 /// "ZCXSHM\0\x01" read as a little-endian u64.
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"ZCXSHM\0\x01");
 /// Layout version of the segment and the hello.
-pub const SEGMENT_VERSION: u32 = 1;
+pub const SEGMENT_VERSION: u32 = 2;
 /// Bytes of the segment header.
 pub const SEGMENT_HEADER: usize = 256;
 /// Huge page size tried first.
