@@ -25,6 +25,10 @@ trap 'rm -f "$log"' EXIT
 # --nocapture so that a test that cannot run here shows its "skipped: <reason>" line.
 echo "== cargo test"
 cargo test --workspace --all-targets --locked -- --nocapture 2>&1 | tee "$log"
+# Same-host endpoints use shared memory by default; the api's integration tests run once more
+# with TCP alone, so both transports pass every endpoint, failure and wakeup test.
+echo "== api integration tests again over TCP only (ZCX_TLS=tcp)"
+ZCX_TLS=tcp cargo test -p zcx --tests --locked -- --nocapture 2>&1 | tee -a "$log"
 echo "== doc tests"
 cargo test --workspace --doc --locked 2>&1 | tee -a "$log"
 
