@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use zcx_dataplane::proto::wire::Op;
-use zcx_dataplane::proto::{Message, Posted};
+use zcx_dataplane::proto::Message;
 use zcx_dataplane::Payload;
 
 use crate::buffer::{RecvBuf, SendBuf};
@@ -169,10 +169,8 @@ impl Worker {
         let (ptr, cap) = (dst.as_mut_ptr(), dst.len());
         let cell = ReqCell::new(shared, buf, params.callback);
         let posted = PostedTagRecv { sink: cell.clone(), ptr, cap };
-        match guard.st.tags.post_recv(tag, tag_mask, posted) {
-            Posted::Queued(id) => cell.set_cancel(CancelTarget::TagRecv(id)),
-            Posted::Matched { .. } => unreachable!("no unexpected message matched a moment ago"),
-        }
+        let id = guard.st.tags.post_expected(tag, tag_mask, posted);
+        cell.set_cancel(CancelTarget::TagRecv(id));
         Ok(Request::pending(cell))
     }
 

@@ -103,7 +103,6 @@ pub(crate) struct WorkerShared {
     pub pool: Arc<Mutex<Vec<Vec<u8>>>>,
     pub address: Vec<u8>,
     core: Mutex<Core>,
-    progress_calls: std::sync::atomic::AtomicU32,
 }
 
 impl Context {
@@ -156,7 +155,6 @@ impl Context {
                 pool,
                 address: address_bytes,
                 core: Mutex::new(Core { tl, st }),
-                progress_calls: Default::default(),
             }),
         })
     }
@@ -337,8 +335,8 @@ impl WorkerShared {
                 tl.poll(&mut |event| dispatch::on_event(st, event));
             }
             core.after_poll();
-            let calls = self.progress_calls.fetch_add(1, Ordering::Relaxed);
-            if calls % 16 == 0 {
+            core.st.progress_calls = core.st.progress_calls.wrapping_add(1);
+            if core.st.progress_calls % 16 == 1 {
                 core.tick(Instant::now());
             }
             let events = core.st.events;

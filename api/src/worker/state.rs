@@ -274,6 +274,8 @@ pub(crate) struct State {
     /// RMA operations whose success proves a remote key good (see `EpRkey`): the flag is set
     /// when the owner acknowledges one with OK.
     pub rkey_checks: FastMap<u64, Arc<std::sync::atomic::AtomicBool>>,
+    /// Progress calls so far (keepalive deadlines are checked every 16th).
+    pub progress_calls: u32,
     /// Set when an endpoint starts a flush close; cleared once none is closing.
     pub closes_pending: bool,
     /// Client endpoints still connecting, by the token their request carries.
@@ -337,6 +339,7 @@ impl State {
             lanes_taken: Vec::new(),
             rkey_checks: FastMap::default(),
             closes_pending: false,
+            progress_calls: 0,
             connecting: FastMap::default(),
             shm_member: None,
             events: 0,

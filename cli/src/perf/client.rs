@@ -248,6 +248,10 @@ impl Test<'_> {
             let mut buf = bufs.pop().expect("a free buffer");
             self.fill(&mut buf, n);
             inflight.push_back((n, issue(buf, n)?));
+            // Operations that complete at once (shared-memory puts and gets) never wait, so the
+            // worker is progressed here too, as ucx_perftest's loop does: it keeps sending
+            // keepalives, without which the server would take the silence for a dead client.
+            self.s.worker.progress();
             if n % 64 == 0 {
                 self.progress.update(n);
             }
@@ -275,15 +279,17 @@ impl Test<'_> {
         let mut bufs = pool(s, self.spec.mem, 2, self.spec.size, true, 0xA5)?;
         let (mut sbuf, mut rbuf) = (bufs.pop(), bufs.pop());
         self.ping_pong(|n| {
-            let recv = s
-                .worker
-                .tag_recv(rbuf.take().expect("buffer"), TAG_DATA, u64::MAX, RequestParams::default())
-                .map_err(|st| format!("tag_recv failed: {}", detailed(st)))?;
+            // The ping goes first and the receive for the pong is posted while it travels, as
+            // ucx_perftest does: posting is not part of the round trip.
             let mut buf = sbuf.take().expect("buffer");
             self.fill(&mut buf, n);
             let send =
                 s.ep.tag_send(buf, TAG_DATA, TagSendParams { sync, ..TagSendParams::default() })
                     .map_err(|st| format!("tag_send failed: {}", detailed(st)))?;
+            let recv = s
+                .worker
+                .tag_recv(rbuf.take().expect("buffer"), TAG_DATA, u64::MAX, RequestParams::default())
+                .map_err(|st| format!("tag_recv failed: {}", detailed(st)))?;
             sbuf = Some(s.wait(send, "the ping to leave")?.buf);
             let pong = s.wait(recv, "the pong")?;
             self.check(pong.buf.bytes(), pong.info.length, n)?;
@@ -491,14 +497,15 @@ impl Test<'_> {
         let mut bufs = pool(s, self.spec.mem, 2, self.spec.size, true, 0xA5)?;
         let (mut sbuf, mut rbuf) = (bufs.pop(), bufs.pop());
         self.ping_pong(|n| {
-            let recv =
-                s.ep.stream_recv(rbuf.take().expect("buffer"), true, RequestParams::default())
-                    .map_err(|st| format!("stream_recv failed: {}", detailed(st)))?;
+            // Ping first, then the receive for the pong (see tag_lat).
             let mut buf = sbuf.take().expect("buffer");
             self.fill(&mut buf, n);
             let send =
                 s.ep.stream_send(buf, RequestParams::default())
                     .map_err(|st| format!("stream_send failed: {}", detailed(st)))?;
+            let recv =
+                s.ep.stream_recv(rbuf.take().expect("buffer"), true, RequestParams::default())
+                    .map_err(|st| format!("stream_recv failed: {}", detailed(st)))?;
             sbuf = Some(s.wait(send, "the ping to leave")?.buf);
             let pong = s.wait(recv, "the pong")?;
             self.check(pong.buf.bytes(), pong.info.length, n)?;

@@ -141,14 +141,15 @@ fn tag_lat(s: &Session, spec: &TestSpec, sync: bool) -> Result<(), String> {
     for n in 0..spec.total() {
         let got = s.wait(recv.take().expect("posted"), "the ping")?;
         check(spec, got.buf.bytes(), got.info.length, n)?;
-        if n + 1 < spec.total() {
-            recv = Some(post(got.buf)?);
-        }
+        // The pong goes first; the next ping's receive is posted while the pong travels.
         let mut buf = sbuf.take().expect("buffer");
         fill(spec, &mut buf, n);
         let send =
             s.ep.tag_send(buf, TAG_DATA, TagSendParams { sync, ..TagSendParams::default() })
                 .map_err(|st| format!("tag_send failed: {}", detailed(st)))?;
+        if n + 1 < spec.total() {
+            recv = Some(post(got.buf)?);
+        }
         sbuf = Some(s.wait(send, "the pong to leave")?.buf);
     }
     Ok(())

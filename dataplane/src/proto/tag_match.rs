@@ -169,6 +169,16 @@ impl<R, M> TagMatcher<R, M> {
         Some((RecvId { slot, seq }, posted.recv))
     }
 
+    /// Posts a receive straight to the expected queue: for a caller that just found no matching
+    /// unexpected message ([`TagMatcher::probe_remove`] returned `None`), so the queue is not
+    /// searched twice.
+    pub fn post_expected(&mut self, tag: u64, tag_mask: u64, recv: R) -> RecvId {
+        debug_assert!(self.find_unexpected(tag, tag_mask).is_none());
+        let indexed = tag_mask == FULL_MASK;
+        let (slot, seq) = self.expected.push(tag, indexed, PostedRecv { mask: tag_mask, recv });
+        RecvId { slot, seq }
+    }
+
     /// Queues a message no posted receive took (the second half of [`TagMatcher::arrive`]; call it
     /// only after [`TagMatcher::take_expected`] returned `None` for the message's tag).
     pub fn queue_unexpected(&mut self, message: Message<M>) {

@@ -172,6 +172,7 @@ pub struct ShmTransport {
     pending: Vec<PendingAccept>,
     next_pending_key: u64,
     deferred: Vec<Deferred>,
+    /// Polls left before the next check of the sockets (accepts, peer death).
     polls: u64,
     epoll_events: Vec<libc::epoll_event>,
 }
@@ -890,10 +891,12 @@ impl Transport for ShmTransport {
     }
 
     fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
-        self.polls += 1;
-        if (self.polls - 1) % u64::from(self.cfg.socket_check_interval) == 0 {
+        // A countdown, not a modulo: a division on every poll of a busy-polling worker shows.
+        if self.polls == 0 {
+            self.polls = u64::from(self.cfg.socket_check_interval.max(1));
             self.check_sockets();
         }
+        self.polls -= 1;
         // Connected/Accepted before the first frame of their link.
         let mut count = self.flush_deferred(sink);
         for index in 0..self.links.len() {
