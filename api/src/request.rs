@@ -8,6 +8,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context as TaskContext, Poll, Waker};
 
@@ -88,6 +89,9 @@ struct CellState<B> {
 /// of the operation.
 pub(crate) struct ReqCell<B> {
     state: Mutex<CellState<B>>,
+    /// Set (Release) once `state` holds the final status: a waiter spinning on the request reads
+    /// this (Acquire) and takes the lock only when there is something to take.
+    done: AtomicBool,
     worker: Weak<WorkerShared>,
 }
 
@@ -102,6 +106,7 @@ impl<B: Send + 'static> ReqCell<B> {
                 callback,
                 cancel: CancelTarget::None,
             }),
+            done: AtomicBool::new(false),
             worker: Arc::downgrade(worker),
         })
     }
@@ -125,6 +130,7 @@ impl<B: Send + 'static> OpSink for ReqCell<B> {
             }
             state.status = status;
             state.info = info;
+            self.done.store(true, Ordering::Release);
             (state.waker.take(), state.callback.take())
         };
         if let Some(waker) = waker {
@@ -195,6 +201,9 @@ impl<B: Send + 'static> Request<B> {
         match self.inner {
             Inner::Ready(Some(result)) => Ok(result),
             Inner::Ready(None) => Ok(Err(Status::InvalidParam)),
+            Inner::Pending(cell) if !cell.done.load(Ordering::Acquire) => {
+                Err(Request { inner: Inner::Pending(cell) })
+            }
             Inner::Pending(cell) => {
                 let taken = {
                     let mut state = cell.lock();

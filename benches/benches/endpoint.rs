@@ -1,16 +1,23 @@
-//! Costs above the transport: an idle `progress()` call, and an 8-byte tag ping-pong between two
-//! workers over endpoints (the same exchange as `zcx perf -t tag_lat`, without the process
-//! boundary). Next to `uring`'s raw ping-pong in the same run, the difference is what the
-//! endpoint layer adds per round trip.
+//! Costs above the transport: an idle `progress()` call, an 8-byte tag ping-pong between two
+//! workers over endpoints on two threads (the same exchange as `zcx perf -t tag_lat`, without the
+//! process boundary), and the same ping-pong driven by one thread over shared memory, where
+//! nothing waits for another core: that figure is zcx's own software cost per round trip (send,
+//! poll, match, complete, post, on both sides), the part of the latency the code controls.
+//! Next to `uring`'s raw ping-pong in the same run, the difference is what the endpoint layer adds
+//! per round trip.
 //!
-//! Run: `cargo bench -p zcx-benches --bench endpoint`. The ping-pong time is a full round trip.
+//! Run: `cargo bench -p zcx-benches --bench endpoint`. The ping-pong times are full round trips.
+//! `ZCX_PINGPONG_ROUNDS=N cargo bench ... -- --profile-rounds` runs only N one-thread round trips
+//! (for an instruction-counting profiler).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
-use zcx::{Context, EpParams, Features, ListenerParams, RequestParams, TagSendParams, Worker, WorkerParams};
+use criterion::{criterion_group, Criterion};
+use zcx::{
+    Context, Endpoint, EpParams, Features, ListenerParams, RequestParams, TagSendParams, Worker, WorkerParams,
+};
 use zcx_hugepages::{pin_current_thread, CpuSet};
 
 const TAG: u64 = 0x1337;
@@ -49,11 +56,10 @@ fn idle_progress(c: &mut Criterion) {
     c.bench_function("endpoint/idle_progress", |b| b.iter(|| w.progress()));
 }
 
-fn tag_ping_pong(c: &mut Criterion) {
-    cpu_count();
-    let ctx = Context::with_features(Features::TAG | Features::RMA | Features::AM).expect("context");
-    let server = worker(&ctx, "server");
-    let client = worker(&ctx, "client");
+/// A client and a server worker of `ctx` with an endpoint each way, connected over loopback.
+fn connected_pair(ctx: &Context) -> (Worker, Worker, Endpoint, Endpoint) {
+    let server = worker(ctx, "server");
+    let client = worker(ctx, "client");
     let accepted = Arc::new(Mutex::new(None));
     let slot = accepted.clone();
     let listener = server
@@ -73,6 +79,20 @@ fn tag_ping_pong(c: &mut Criterion) {
         assert!(Instant::now() < deadline, "connect timed out");
     }
     let server_ep = accepted.lock().unwrap().take().unwrap();
+    // The client moves to its shared-memory lane (if any) on the server's answer.
+    while ep.query().expect("query").status != zcx::Status::Ok {
+        server.progress();
+        client.progress();
+        assert!(Instant::now() < deadline, "connect timed out");
+    }
+    drop(listener);
+    (client, server, ep, server_ep)
+}
+
+fn tag_ping_pong(c: &mut Criterion) {
+    cpu_count();
+    let ctx = Context::with_features(Features::TAG | Features::RMA | Features::AM).expect("context");
+    let (client, server, ep, server_ep) = connected_pair(&ctx);
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     // The echo side: every ping is answered with a pong of the same size.
@@ -116,9 +136,79 @@ fn tag_ping_pong(c: &mut Criterion) {
     drop(ep);
 }
 
+/// One round trip driven by one thread: the client sends, the server's progress receives and
+/// answers, the client's progress receives. Over shared memory every step finds its message at
+/// once.
+struct OneThreadPingPong {
+    client: Worker,
+    server: Worker,
+    ep: Endpoint,
+    server_ep: Endpoint,
+    bufs: [Option<Vec<u8>>; 4],
+}
+
+impl OneThreadPingPong {
+    fn new(ctx: &Context) -> OneThreadPingPong {
+        let (client, server, ep, server_ep) = connected_pair(ctx);
+        let bufs = [Some(vec![0xA5u8; 8]), Some(vec![0u8; 8]), Some(vec![0u8; 8]), Some(vec![0x5Au8; 8])];
+        OneThreadPingPong { client, server, ep, server_ep, bufs }
+    }
+
+    fn round_trip(&mut self) {
+        let [ping, pong_in, ping_in, pong] = &mut self.bufs;
+        let server_recv = self
+            .server
+            .tag_recv(ping_in.take().unwrap(), TAG, u64::MAX, RequestParams::default())
+            .expect("tag_recv");
+        let send = self.ep.tag_send(ping.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
+        let client_recv = self
+            .client
+            .tag_recv(pong_in.take().unwrap(), TAG, u64::MAX, RequestParams::default())
+            .expect("tag_recv");
+        *ping = Some(wait(&self.client, send).buf);
+        *ping_in = Some(wait(&self.server, server_recv).buf);
+        let answer =
+            self.server_ep.tag_send(pong.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
+        *pong = Some(wait(&self.server, answer).buf);
+        *pong_in = Some(wait(&self.client, client_recv).buf);
+    }
+}
+
+fn tag_ping_pong_one_thread(c: &mut Criterion) {
+    let ctx = Context::with_features(Features::TAG).expect("context");
+    let mut pp = OneThreadPingPong::new(&ctx);
+    let transport = pp.ep.query().expect("query").transports.join(",");
+    c.bench_function(&format!("endpoint/tag_ping_pong_8B_one_thread_{transport}"), |b| {
+        b.iter(|| pp.round_trip())
+    });
+}
+
+/// `--profile-rounds`: only the one-thread round trips, `ZCX_PINGPONG_ROUNDS` of them, for
+/// `valgrind --tool=callgrind`, whose instruction counts do not depend on the machine's load.
+fn profile_rounds() -> bool {
+    if !std::env::args().any(|a| a == "--profile-rounds") {
+        return false;
+    }
+    let rounds: u64 =
+        std::env::var("ZCX_PINGPONG_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let ctx = Context::with_features(Features::TAG).expect("context");
+    let mut pp = OneThreadPingPong::new(&ctx);
+    for _ in 0..rounds {
+        pp.round_trip();
+    }
+    true
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(4));
-    targets = idle_progress, tag_ping_pong
+    targets = idle_progress, tag_ping_pong, tag_ping_pong_one_thread
 }
-criterion_main!(benches);
+
+fn main() {
+    if profile_rounds() {
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -14,7 +14,9 @@ use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::Endpoint;
 use crate::request::{Callback, CancelTarget, OpInfo, ReqCell, Request, RequestParams};
 use crate::status::{Result, Status};
-use crate::worker::state::{send_on_ep, Core, OutKind, Phase, PostedTagRecv, State, Unexpected};
+use crate::worker::state::{
+    send_on_ep, send_on_state, Core, OutKind, Phase, PostedTagRecv, State, Unexpected,
+};
 use crate::worker::{Worker, WorkerShared};
 
 /// Parameters of a tag send.
@@ -34,19 +36,14 @@ impl Endpoint {
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
-        let ep = st.usable_ep(self.id())?;
+        let rndv_thresh = st.rndv_thresh;
+        let ep = st.usable_ep_mut(self.id())?;
         let connecting = ep.phase == Phase::Connecting;
         let callback = params.request.callback;
-        if len < st.rndv_thresh {
+        if len < rndv_thresh {
             if !params.sync && !connecting {
-                send_on_ep(
-                    tl,
-                    st,
-                    self.id(),
-                    &Op::TagEager { tag, sync: false, sender_req: 0 },
-                    Payload::Copy(bytes),
-                    None,
-                )?;
+                let eager = Op::TagEager { tag, sync: false, sender_req: 0 };
+                send_on_state(tl, ep, &eager, Payload::Copy(bytes), None)?;
                 return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
             }
             let cell = ReqCell::new(shared, buf, callback);

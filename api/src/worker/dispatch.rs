@@ -55,11 +55,19 @@ pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>) {
 /// The endpoint a data frame on `link` is for, or `None` when it is to be ignored (the endpoint
 /// is dead) or the link is failed (no connection request came first).
 fn receiving_ep(st: &mut State, link: LinkId) -> Option<u64> {
+    let (hint_link, hint_ep) = st.rx_hint;
+    if hint_link == link {
+        if let Some(state) = st.eps.get_mut(&hint_ep).filter(|state| state.link == link) {
+            state.rx_seen = true;
+            return (!matches!(state.phase, Phase::Dead(_))).then_some(hint_ep);
+        }
+    }
     let Some(&ep) = st.link_eps.get(&link) else {
         tracing::warn!(?link, "frame before the connection request; closing the link");
         protocol_violation(st, link);
         return None;
     };
+    st.rx_hint = (link, ep);
     if let Some(state) = st.eps.get_mut(&ep) {
         state.rx_seen = true;
         if matches!(state.phase, Phase::Dead(_)) {

@@ -274,6 +274,9 @@ pub(crate) struct State {
     /// RMA operations whose success proves a remote key good (see `EpRkey`): the flag is set
     /// when the owner acknowledges one with OK.
     pub rkey_checks: FastMap<u64, Arc<std::sync::atomic::AtomicBool>>,
+    /// The link and endpoint of the last frame received: most frames come on the link of the one
+    /// before. Only a hint: a hit is checked against the endpoint's current link.
+    pub rx_hint: (LinkId, u64),
     /// Progress calls so far (keepalive deadlines are checked every 16th).
     pub progress_calls: u32,
     /// Set when an endpoint starts a flush close; cleared once none is closing.
@@ -340,6 +343,7 @@ impl State {
             rkey_checks: FastMap::default(),
             closes_pending: false,
             progress_calls: 0,
+            rx_hint: (LinkId(u32::MAX), 0),
             connecting: FastMap::default(),
             shm_member: None,
             events: 0,
@@ -488,6 +492,18 @@ impl State {
         self.ops.insert(id, OutOp { ep, sink, kind, tokens: 0, result: None });
     }
 
+    /// As [`State::usable_ep`], mutable.
+    pub fn usable_ep_mut(&mut self, ep: u64) -> Result<&mut EpState, Status> {
+        match self.eps.get_mut(&ep) {
+            None => Err(Status::NotConnected),
+            Some(state) => match state.phase {
+                Phase::Dead(status) => Err(status),
+                Phase::Closing => Err(Status::Canceled),
+                _ => Ok(state),
+            },
+        }
+    }
+
     /// The endpoint's state, if it can carry a new operation; otherwise the status that operation
     /// fails with.
     pub fn usable_ep(&self, ep: u64) -> Result<&EpState, Status> {
@@ -513,6 +529,17 @@ pub(crate) fn send_on_ep(
     completes: Option<u64>,
 ) -> Result<SendOutcome, Status> {
     let ep = st.eps.get_mut(&ep_id).ok_or(Status::NotConnected)?;
+    send_on_state(tl, ep, op, payload, completes)
+}
+
+/// [`send_on_ep`] for an endpoint already looked up.
+pub(crate) fn send_on_state(
+    tl: &mut TransportSet,
+    ep: &mut EpState,
+    op: &Op,
+    payload: Payload<'_>,
+    completes: Option<u64>,
+) -> Result<SendOutcome, Status> {
     let mut header = [0u8; MAX_HEADER_LEN];
     let header_len = op.encode(&mut header);
     match ep.phase {

@@ -396,10 +396,13 @@ impl<T> TagQueue<T> {
         };
         detach(&mut self.slots, &mut self.order, Chain::Order, slot);
         if indexed {
-            let bucket = self.by_tag.get_mut(&tag).expect("an indexed node has a bucket");
-            detach(&mut self.slots, bucket, Chain::Class, slot);
-            if bucket.head == NIL {
-                self.by_tag.remove(&tag);
+            // One lookup for both the unlink and, when the bucket empties, its removal.
+            let std::collections::hash_map::Entry::Occupied(mut bucket) = self.by_tag.entry(tag) else {
+                unreachable!("an indexed node has a bucket")
+            };
+            detach(&mut self.slots, bucket.get_mut(), Chain::Class, slot);
+            if bucket.get().head == NIL {
+                bucket.remove();
             }
         } else {
             detach(&mut self.slots, &mut self.wildcards, Chain::Class, slot);

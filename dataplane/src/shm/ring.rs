@@ -109,6 +109,8 @@ pub fn valid_capacity(capacity: usize) -> bool {
 struct RingMem {
     base: *mut u8,
     capacity: usize,
+    /// log2 of `capacity` (a power of two): laps are a shift, not a division, on every record.
+    lap_shift: u32,
 }
 
 impl RingMem {
@@ -145,7 +147,7 @@ impl RingMem {
     /// The lap stamp of a byte index, as record headers carry it: the lap plus one, so that the
     /// zeroes of a fresh segment are never a record of the first lap.
     fn lap(&self, index: u64) -> u16 {
-        ((index / self.capacity as u64) as u16).wrapping_add(1)
+        ((index >> self.lap_shift) as u16).wrapping_add(1)
     }
 }
 
@@ -180,7 +182,7 @@ impl Producer {
     /// while the producer lives; nobody else may produce into this ring.
     pub unsafe fn new(base: *mut u8, capacity: usize) -> Producer {
         debug_assert!(valid_capacity(capacity) && base as usize % 64 == 0);
-        let mem = RingMem { base, capacity };
+        let mem = RingMem { base, capacity, lap_shift: capacity.trailing_zeros() };
         let head = mem.head().load(Ordering::Relaxed);
         let cached_tail = mem.tail().load(Ordering::Acquire);
         Producer { mem, head, cached_tail, max_payload: max_record_payload(capacity), wake: false }
@@ -292,7 +294,7 @@ impl Consumer {
     /// As for [`Producer::new`]; nobody else may consume from this ring.
     pub unsafe fn new(base: *mut u8, capacity: usize, max_payload: usize) -> Consumer {
         debug_assert!(valid_capacity(capacity) && base as usize % 64 == 0);
-        let mem = RingMem { base, capacity };
+        let mem = RingMem { base, capacity, lap_shift: capacity.trailing_zeros() };
         let tail = mem.tail().load(Ordering::Relaxed);
         Consumer { mem, tail, released: tail, max_payload: max_payload.min(max_record_payload(capacity)) }
     }
