@@ -390,6 +390,44 @@ macro_rules! suite {
         }
 
         #[test]
+        fn a_closed_endpoint_stops_every_remote_access_with_its_keys() {
+            let pair = Pair::new();
+            progress_until(&pair.both(), "the client to connect", || {
+                pair.client_ep.query().unwrap().status == Status::Ok
+            });
+            let ctx = pair.server.context().clone();
+            let memh = ctx.mem_map(&MemMapParams::alloc(4096)).unwrap();
+            let base = memh.address() as u64;
+            let rkey = pair.client_ep.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap();
+            // The first put is vouched for by the owner; later ones may go straight to the memory.
+            for round in 0..3u8 {
+                let put = pair.client_ep.put(vec![round + 1; 8], base, &rkey, RequestParams::default());
+                wait(&pair.both(), put.unwrap()).unwrap();
+            }
+            // SAFETY: 8 bytes of the mapped handle.
+            let word = || unsafe { std::slice::from_raw_parts(memh.address(), 8) }.to_vec();
+            assert_eq!(word(), vec![3u8; 8]);
+            let close = pair.client_ep.close(CloseMode::Force).unwrap();
+            let _ = wait(&pair.both(), close);
+            let put = pair.client_ep.put(vec![9u8; 8], base, &rkey, RequestParams::default());
+            let status = put.and_then(|r| wait(&pair.both(), r)).unwrap_err();
+            assert_ne!(status, Status::Ok);
+            let get = pair.client_ep.get(vec![0u8; 8], base, &rkey, RequestParams::default());
+            assert!(get.and_then(|r| wait(&pair.both(), r)).is_err());
+            let amo = pair.client_ep.atomic(
+                AtomicOp::Add,
+                AtomicSize::U64,
+                1,
+                0,
+                base,
+                &rkey,
+                RequestParams::default(),
+            );
+            assert!(amo.and_then(|r| wait(&pair.both(), r)).is_err());
+            assert_eq!(word(), vec![3u8; 8], "a closed endpoint's key still wrote");
+        }
+
+        #[test]
         fn connect_by_worker_address() {
             let ctx = context();
             let a = ctx.create_worker(&WorkerParams::default()).unwrap();

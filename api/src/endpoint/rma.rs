@@ -56,6 +56,10 @@ pub struct EpRkey {
     rkey: RemoteKey,
     /// Set once the owner acknowledged an operation with this key.
     verified: Arc<AtomicBool>,
+    /// The endpoint's "direct access allowed" flag, when it reached its peer over shared memory
+    /// at unpack time and the region is memfd-backed: cleared by the worker when the endpoint
+    /// fails or closes. Read without the worker's lock, so direct accesses take no lock at all.
+    live: Option<Arc<AtomicBool>>,
 }
 
 impl EpRkey {
@@ -70,35 +74,36 @@ impl Endpoint {
     pub fn rkey_unpack(&self, packed: &[u8]) -> Result<EpRkey> {
         let rkey = self.shared().ctx.rkey_unpack(packed)?;
         let wire = rkey.wire();
+        let live = {
+            let core = self.shared().lock();
+            let on_shm = |ep: &crate::worker::state::EpState| {
+                ep.phase == Phase::Ready && core.st.shm_member == Some(member_of(ep.link))
+            };
+            core.st
+                .eps
+                .get(&self.id())
+                .filter(|ep| on_shm(ep) && rkey.is_shareable())
+                .map(|ep| Arc::clone(&ep.direct_ok))
+        };
         Ok(EpRkey {
             ep: self.id(),
             region: wire.region_id,
             key: wire.access_key,
             rkey,
             verified: Arc::new(AtomicBool::new(false)),
+            live,
         })
     }
 
     /// Where `[remote_addr, remote_addr + len)` of the key's region is mapped here, when the
-    /// endpoint reaches its peer through shared memory and the region is memfd-backed: the
-    /// operation is then a CPU copy or atomic on that mapping, done before the call returns.
-    /// `None`: use the emulated path (the peer executes the operation). `Some(Err)`: the access is
-    /// refused here exactly as the target would refuse it, and no byte is touched.
-    fn shm_view(
-        &self,
-        st: &State,
-        rkey: &EpRkey,
-        remote_addr: u64,
-        len: u64,
-        need: Prot,
-    ) -> Option<Result<*mut u8>> {
-        let ep = st.eps.get(&self.id())?;
-        let shm = st.shm_member?;
-        if ep.phase != Phase::Ready
-            || member_of(ep.link) != shm
-            || !rkey.rkey.is_shareable()
-            || !rkey.verified.load(Ordering::Relaxed)
-        {
+    /// endpoint reaches its peer through shared memory, the region is memfd-backed and its owner
+    /// vouched for the key: the operation is then a CPU copy or atomic on that mapping, done before
+    /// the call returns, without the worker's lock. `None`: use the emulated path (the peer
+    /// executes the operation). `Some(Err)`: the access is refused here exactly as the target
+    /// would refuse it, and no byte is touched.
+    fn direct_view(rkey: &EpRkey, remote_addr: u64, len: u64, need: Prot) -> Option<Result<*mut u8>> {
+        let live = rkey.live.as_ref()?;
+        if !rkey.verified.load(Ordering::Acquire) || !live.load(Ordering::Acquire) {
             return None;
         }
         let key = &rkey.rkey;
@@ -119,7 +124,7 @@ impl Endpoint {
     /// Has the owner's answer to operation `op` vouch for `rkey` when the endpoint could then
     /// access the key's region directly (see [`EpRkey`]).
     fn vouch_with(st: &mut State, op: u64, rkey: &EpRkey) {
-        if st.shm_member.is_some() && rkey.rkey.is_shareable() && !rkey.verified.load(Ordering::Relaxed) {
+        if rkey.live.is_some() && !rkey.verified.load(Ordering::Relaxed) {
             st.rkey_checks.insert(op, Arc::clone(&rkey.verified));
         }
     }
@@ -144,11 +149,7 @@ impl Endpoint {
         self.check_rkey(rkey)?;
         let bytes = buf.as_bytes();
         let (ptr, len) = (bytes.as_ptr(), bytes.len());
-        let shared = self.shared();
-        let mut guard = shared.lock();
-        let Core { tl, st } = &mut *guard;
-        st.usable_ep(self.id())?;
-        match self.shm_view(st, rkey, remote_addr, len as u64, Prot::REMOTE_WRITE) {
+        match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE) {
             Some(Ok(dst)) => {
                 if len > 0 {
                     // SAFETY: `dst..dst + len` lies in the peer's region mapped here, which the
@@ -156,12 +157,15 @@ impl Endpoint {
                     // keeps in place. The two never overlap (ours is not the peer's mapping view).
                     unsafe { std::ptr::copy_nonoverlapping(ptr, dst, len) };
                 }
-                st.events += 1;
                 return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
             }
             Some(Err(status)) => return Err(status),
             None => {}
         }
+        let shared = self.shared();
+        let mut guard = shared.lock();
+        let Core { tl, st } = &mut *guard;
+        st.usable_ep(self.id())?;
         let cell = ReqCell::new(shared, buf, params.callback);
         if len <= st.max_payload && len < st.rndv_thresh {
             let op = st.add_op(self.id(), cell.clone(), OutKind::RmaAck);
@@ -197,11 +201,7 @@ impl Endpoint {
         self.check_rkey(rkey)?;
         let dst = buf.as_mut_bytes();
         let (ptr, len) = (dst.as_mut_ptr(), dst.len());
-        let shared = self.shared();
-        let mut guard = shared.lock();
-        let Core { tl, st } = &mut *guard;
-        st.usable_ep(self.id())?;
-        match self.shm_view(st, rkey, remote_addr, len as u64, Prot::REMOTE_READ) {
+        match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_READ) {
             Some(Ok(src)) => {
                 if len > 0 {
                     // SAFETY: `src..src + len` lies in the peer's region mapped here, kept mapped
@@ -209,12 +209,15 @@ impl Endpoint {
                     // place and writable). They never overlap.
                     unsafe { std::ptr::copy_nonoverlapping(src, ptr, len) };
                 }
-                st.events += 1;
                 return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
             }
             Some(Err(status)) => return Err(status),
             None => {}
         }
+        let shared = self.shared();
+        let mut guard = shared.lock();
+        let Core { tl, st } = &mut *guard;
+        st.usable_ep(self.id())?;
         let cell = ReqCell::new(shared, buf, params.callback);
         let op = st.add_op(self.id(), cell.clone(), OutKind::Get { ptr, len, received: 0 });
         Self::vouch_with(st, op, rkey);
@@ -249,18 +252,13 @@ impl Endpoint {
                 format!("atomic target {remote_addr:#x} not {bytes}-byte aligned"),
             ));
         }
-        let shared = self.shared();
-        let mut guard = shared.lock();
-        let Core { tl, st } = &mut *guard;
-        st.usable_ep(self.id())?;
         let need = Prot::REMOTE_READ | Prot::REMOTE_WRITE;
-        match self.shm_view(st, rkey, remote_addr, u64::from(bytes), need) {
+        match Self::direct_view(rkey, remote_addr, u64::from(bytes), need) {
             Some(Ok(word)) if word as usize % usize::from(bytes) == 0 => {
                 // SAFETY: `word` is aligned to the operand size (just checked) and its `bytes`
                 // bytes lie in the peer's region mapped here, kept mapped by the key. Peers
                 // access atomic targets atomically only, as the RMA contract requires.
                 let old = unsafe { rma_exec::apply_atomic(word, op, bytes, value, compare) };
-                st.events += 1;
                 return Ok(Request::ready(
                     (),
                     OpInfo { length: usize::from(bytes), value: old, ..OpInfo::default() },
@@ -270,6 +268,10 @@ impl Endpoint {
             // Misaligned in our view of the region (cannot happen for zcx allocations): emulate.
             Some(Ok(_)) | None => {}
         }
+        let shared = self.shared();
+        let mut guard = shared.lock();
+        let Core { tl, st } = &mut *guard;
+        st.usable_ep(self.id())?;
         let cell = ReqCell::new(shared, (), params.callback);
         let req = st.add_op(self.id(), cell.clone(), OutKind::RmaAck);
         Self::vouch_with(st, req, rkey);

@@ -47,6 +47,7 @@ fn new_state(st: &mut State, id: u64, link: LinkId, phase: Phase, setup: EpSetup
         remote_addr: None,
         handle: Weak::new(),
         close_op: None,
+        direct_ok: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
         conn_token: 0,
     }
 }
@@ -149,6 +150,7 @@ pub(crate) fn fail_ep(st: &mut State, ep_id: u64, status: Status, close_link: bo
     tracing::debug!(ep = ep_id, ?status, "endpoint failed");
     let was_closing = ep.phase == Phase::Closing;
     ep.phase = Phase::Dead(status);
+    ep.direct_ok.store(false, std::sync::atomic::Ordering::Release);
     let link = ep.link;
     let queued = std::mem::take(&mut ep.queued);
     ep.bulk.clear();
@@ -254,6 +256,7 @@ pub(crate) fn begin_close(
         return None;
     }
     ep.phase = Phase::Closing;
+    ep.direct_ok.store(false, std::sync::atomic::Ordering::Release);
     st.closes_pending = true;
     let sink = sink?;
     let op = st.add_op(ep_id, sink, OutKind::Close);

@@ -139,6 +139,9 @@ pub(crate) struct EpState {
     pub handle: Weak<EpHandle>,
     /// The close request waiting for the endpoint to drain.
     pub close_op: Option<u64>,
+    /// Cleared when the endpoint fails or starts closing: remote keys unpacked on it stop their
+    /// direct (lock-free) shared-memory accesses then (see `EpRkey`).
+    pub direct_ok: Arc<std::sync::atomic::AtomicBool>,
     /// Client side while connecting: the random token the connection request carries (as its
     /// `client_ep_id`) and the answer must echo, so no other process can answer for the server.
     pub conn_token: u64,
