@@ -24,6 +24,7 @@ mod plot;
 mod report;
 mod server;
 mod session;
+mod tsc;
 
 use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::time::Duration;

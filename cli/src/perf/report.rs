@@ -19,7 +19,9 @@
 //! (see [`crate::perf::hist`]). Bandwidth counts MB = 10^6 bytes and GB = 10^9 bytes.
 
 use std::fmt::{self, Write as _};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::perf::tsc::{self, Stamp};
 
 use crate::perf::args::TestSpec;
 use crate::perf::hist::Histogram;
@@ -310,8 +312,8 @@ pub enum Format {
 pub struct LatClock {
     batch: u64,
     in_batch: u64,
-    batch_start: Instant,
-    prev: Instant,
+    batch_start: Stamp,
+    prev: Stamp,
     batches: Vec<(u64, Duration)>,
     hist: Histogram,
 }
@@ -321,7 +323,8 @@ impl LatClock {
     pub fn start(iters: u64, batch: u64) -> LatClock {
         let batch = batch.clamp(1, iters.max(1));
         let hist = Histogram::new();
-        let now = Instant::now();
+        tsc::init();
+        let now = tsc::now();
         LatClock {
             batch,
             in_batch: 0,
@@ -332,25 +335,24 @@ impl LatClock {
         }
     }
 
-    /// Ends one iteration now; closes the batch when it is full. Returns the time read.
+    /// Ends one iteration now; closes the batch when it is full.
     #[inline]
-    pub fn tick(&mut self) -> Instant {
-        let now = Instant::now();
-        self.hist.record((now - self.prev).as_nanos() as u64);
+    pub fn tick(&mut self) {
+        let now = tsc::now();
+        self.hist.record(now.nanos_since(self.prev));
         self.prev = now;
         self.in_batch += 1;
         if self.in_batch == self.batch {
-            self.batches.push((self.in_batch, now - self.batch_start));
+            self.batches.push((self.in_batch, now.since(self.batch_start)));
             self.batch_start = now;
             self.in_batch = 0;
         }
-        now
     }
 
     /// Closes the last, possibly partial, batch: (batches, histogram).
     pub fn finish(mut self) -> (Vec<(u64, Duration)>, Histogram) {
         if self.in_batch > 0 {
-            self.batches.push((self.in_batch, self.prev - self.batch_start));
+            self.batches.push((self.in_batch, self.prev.since(self.batch_start)));
         }
         (self.batches, self.hist)
     }
