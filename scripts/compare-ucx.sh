@@ -38,6 +38,9 @@
 #   LAT_ITERS=10000   iterations of the latency tests (LAT_WARMUP=500)
 #   BW_ITERS=500      iterations of the bandwidth tests (BW_WARMUP=50)
 #   BW_SIZE=1048576   message size of the bandwidth tests
+#   LAT_SIZES="8" BW_SIZES="$BW_SIZE"  sizes to run each latency / bandwidth test at (a sweep)
+#   SWEEP=1           shorthand for LAT_SIZES="8 64 512 4096 32768 262144" and
+#                     BW_SIZES="8192 65536 1048576 4194304": the plot then has curves
 #   UCX_PORT_BASE=14300  first TCP port of the ucx_perftest servers (one port per run)
 #   SERVER_CPU=1 CLIENT_CPU=0
 #   TESTS="tag_lat tag_sync_lat tag_bw put_lat put_bw get_lat get_bw fadd_lat cswap_lat
@@ -60,6 +63,12 @@ SERVER_CPU=${SERVER_CPU:-1}
 CLIENT_CPU=${CLIENT_CPU:-0}
 TESTS=${TESTS:-"tag_lat tag_sync_lat tag_bw put_lat put_bw get_lat get_bw fadd_lat cswap_lat am_lat am_bw stream_lat stream_bw"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
+if [ "${SWEEP:-0}" = 1 ]; then
+    LAT_SIZES=${LAT_SIZES:-"8 64 512 4096 32768 262144"}
+    BW_SIZES=${BW_SIZES:-"8192 65536 1048576 4194304"}
+fi
+LAT_SIZES=${LAT_SIZES:-8}
+BW_SIZES=${BW_SIZES:-$BW_SIZE}
 CSV=${CSV-target/compare-ucx.csv}
 PLOT=${PLOT-target/compare-ucx.svg}
 
@@ -69,11 +78,10 @@ case $TRANSPORT in
     *) echo "TRANSPORT must be tcp or posix (got $TRANSPORT)" >&2; exit 2 ;;
 esac
 
-# spec TEST: sets ucx_test, size, iters, warmup, metric for TEST; fails for a test with no
+# spec TEST: sets ucx_test, sizes, iters, warmup, metric for TEST; fails for a test with no
 # ucx_perftest counterpart.
 spec() {
-    local lat_size=8
-    metric=latency_us iters=$LAT_ITERS warmup=$LAT_WARMUP size=$lat_size
+    metric=latency_us iters=$LAT_ITERS warmup=$LAT_WARMUP sizes=$LAT_SIZES
     case $1 in
         tag_lat | tag_sync_lat | stream_lat) ucx_test=$1 ;;
         put_lat) ucx_test=ucp_put_lat ;;
@@ -89,7 +97,7 @@ spec() {
         *) return 1 ;;
     esac
     case $1 in
-        *_bw) metric=bandwidth_MBps iters=$BW_ITERS warmup=$BW_WARMUP size=$BW_SIZE ;;
+        *_bw) metric=bandwidth_MBps iters=$BW_ITERS warmup=$BW_WARMUP sizes=$BW_SIZES ;;
     esac
 }
 for test in $TESTS; do
@@ -207,35 +215,38 @@ declare -A result_ucx result_zcx
 failed=0
 for test in $TESTS; do
     spec "$test"
-    ucx_values=$work/$test.ucx
-    zcx_values=$work/$test.zcx
-    : >"$ucx_values"
-    : >"$zcx_values"
-    for round in $(seq 1 "$ROUNDS"); do
-        uv=FAILED zv=FAILED
-        if ucx_run "$ucx_test" "$size" "$iters" "$warmup"; then
-            if [ "$metric" = bandwidth_MBps ]; then
-                # ucx_perftest's MB/s is MiB/s (column 6: overall); zcx's is 1e6 B/s.
-                uv=$(awk '{ printf "%.2f", $6 * 1.048576 }' <<<"$ucx_line")
-            else
-                # Column 4: overall average latency (one-way for ping-pongs), like zcx's avg_us.
-                uv=$(awk '{ print $4 }' <<<"$ucx_line")
+    for size in $sizes; do
+        key=$test:$size
+        ucx_values=$work/$test.$size.ucx
+        zcx_values=$work/$test.$size.zcx
+        : >"$ucx_values"
+        : >"$zcx_values"
+        for round in $(seq 1 "$ROUNDS"); do
+            uv=FAILED zv=FAILED
+            if ucx_run "$ucx_test" "$size" "$iters" "$warmup"; then
+                if [ "$metric" = bandwidth_MBps ]; then
+                    # ucx_perftest's MB/s is MiB/s (column 6: overall); zcx's is 1e6 B/s.
+                    uv=$(awk '{ printf "%.2f", $6 * 1.048576 }' <<<"$ucx_line")
+                else
+                    # Column 4: overall average latency (one-way for ping-pongs), like zcx's avg_us.
+                    uv=$(awk '{ print $4 }' <<<"$ucx_line")
+                fi
+                echo "$uv" >>"$ucx_values"
             fi
-            echo "$uv" >>"$ucx_values"
-        fi
-        if zcx_run "$test" "$size" "$iters" "$warmup"; then
-            if [ "$metric" = bandwidth_MBps ]; then
-                zv=$(field bandwidth_MBps "$zcx_line")
-            else
-                zv=$(field avg_us "$zcx_line")
+            if zcx_run "$test" "$size" "$iters" "$warmup"; then
+                if [ "$metric" = bandwidth_MBps ]; then
+                    zv=$(field bandwidth_MBps "$zcx_line")
+                else
+                    zv=$(field avg_us "$zcx_line")
+                fi
+                echo "$zv" >>"$zcx_values"
             fi
-            echo "$zv" >>"$zcx_values"
-        fi
-        printf '   %-14s round %d/%d: UCX %10s  zcx %10s\n' "$test" "$round" "$ROUNDS" "$uv" "$zv" >&2
+            printf '   %-14s %8s round %d/%d: UCX %10s  zcx %10s\n' "$test" "$size" "$round" "$ROUNDS" "$uv" "$zv" >&2
     done
     # A side that failed in any round failed the pair: its median would hide it.
-    if [ "$(wc -l <"$ucx_values")" -eq "$ROUNDS" ]; then result_ucx[$test]=$(median <"$ucx_values"); else result_ucx[$test]=FAILED; failed=1; fi
-    if [ "$(wc -l <"$zcx_values")" -eq "$ROUNDS" ]; then result_zcx[$test]=$(median <"$zcx_values"); else result_zcx[$test]=FAILED; failed=1; fi
+    if [ "$(wc -l <"$ucx_values")" -eq "$ROUNDS" ]; then result_ucx[$key]=$(median <"$ucx_values"); else result_ucx[$key]=FAILED; failed=1; fi
+    if [ "$(wc -l <"$zcx_values")" -eq "$ROUNDS" ]; then result_zcx[$key]=$(median <"$zcx_values"); else result_zcx[$key]=FAILED; failed=1; fi
+    done
 done
 
 echo
@@ -246,22 +257,24 @@ if [ -n "$CSV" ]; then
 fi
 for test in $TESTS; do
     spec "$test"
-    u=${result_ucx[$test]}
-    z=${result_zcx[$test]}
-    ratio=$(awk -v z="$z" -v u="$u" 'BEGIN { if (u + 0 > 0 && z + 0 > 0) printf "%.2f", z / u; else print "n/a" }')
-    printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s\n' "$test" "$ucx_test" "$size" "$TRANSPORT" "$metric" "$u" "$z" "$ratio"
-    if [ -n "$CSV" ]; then
-        for side in ucx zcx; do
-            v=$u
-            [ $side = zcx ] && v=$z
-            [ "$v" = FAILED ] && continue
-            if [ "$metric" = latency_us ]; then
-                echo "$side,$test,$size,$TRANSPORT,$v," >>"$CSV"
-            else
-                echo "$side,$test,$size,$TRANSPORT,,$v" >>"$CSV"
-            fi
-        done
-    fi
+    for size in $sizes; do
+        u=${result_ucx[$test:$size]}
+        z=${result_zcx[$test:$size]}
+        ratio=$(awk -v z="$z" -v u="$u" 'BEGIN { if (u + 0 > 0 && z + 0 > 0) printf "%.2f", z / u; else print "n/a" }')
+        printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s\n' "$test" "$ucx_test" "$size" "$TRANSPORT" "$metric" "$u" "$z" "$ratio"
+        if [ -n "$CSV" ]; then
+            for side in ucx zcx; do
+                v=$u
+                [ $side = zcx ] && v=$z
+                [ "$v" = FAILED ] && continue
+                if [ "$metric" = latency_us ]; then
+                    echo "$side,$test,$size,$TRANSPORT,$v," >>"$CSV"
+                else
+                    echo "$side,$test,$size,$TRANSPORT,,$v" >>"$CSV"
+                fi
+            done
+        fi
+    done
 done
 echo "# medians of $ROUNDS rounds; latency: whole-run average, one-way for ping-pongs (ratio > 1: zcx slower);"
 echo "# bandwidth: MB = 1e6 B (ratio > 1: zcx faster). UCX $(ucx_info -v 2>/dev/null | sed -n 's/^# Version *//p' | head -1) with UCX_TLS=$UCX_SIDE_TLS; zcx with ZCX_TLS=$ZCX_SIDE_TLS."
