@@ -333,13 +333,21 @@ struct TagQueue<T> {
     len: usize,
     next_seq: u64,
     order: Ends,
-    /// Buckets of indexed nodes by exact tag; a bucket is dropped when it empties so that
-    /// ever-changing tags (sequence numbers in tags are common) do not grow the map forever.
+    /// Buckets of indexed nodes by exact tag. An emptied bucket stays, so a tag used again and
+    /// again (one receive at a time, as in a ping-pong) costs no map insertion and removal per
+    /// message; once at least half the buckets (and more than [`EMPTY_BUCKETS_KEPT`]) are empty
+    /// they are all swept out, so ever-changing tags (sequence numbers in tags are common) do not
+    /// grow the map forever.
     /// Tags are chosen by remote peers, so the map keeps std's keyed hasher: a peer cannot pick
     /// tags that all land in one hash chain and turn every lookup into a scan.
     by_tag: crate::FastMap<u64, Ends>,
+    /// Buckets of `by_tag` that hold no node.
+    empty_buckets: usize,
     wildcards: Ends,
 }
+
+/// Empty tag buckets kept before a sweep is considered.
+const EMPTY_BUCKETS_KEPT: usize = 64;
 
 impl<T> TagQueue<T> {
     fn new() -> Self {
@@ -350,6 +358,7 @@ impl<T> TagQueue<T> {
             next_seq: 0,
             order: Ends::EMPTY,
             by_tag: crate::FastMap::default(),
+            empty_buckets: 0,
             wildcards: Ends::EMPTY,
         }
     }
@@ -382,7 +391,20 @@ impl<T> TagQueue<T> {
             }
         }
         append(&mut self.slots, &mut self.order, Chain::Order, slot);
-        let class = if indexed { self.by_tag.entry(tag).or_insert(Ends::EMPTY) } else { &mut self.wildcards };
+        let class = if indexed {
+            match self.by_tag.entry(tag) {
+                std::collections::hash_map::Entry::Occupied(bucket) => {
+                    let bucket = bucket.into_mut();
+                    if bucket.head == NIL {
+                        self.empty_buckets -= 1;
+                    }
+                    bucket
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => slot.insert(Ends::EMPTY),
+            }
+        } else {
+            &mut self.wildcards
+        };
         append(&mut self.slots, class, Chain::Class, slot);
         self.len += 1;
         (slot, seq)
@@ -397,12 +419,14 @@ impl<T> TagQueue<T> {
         detach(&mut self.slots, &mut self.order, Chain::Order, slot);
         if indexed {
             // One lookup for both the unlink and, when the bucket empties, its removal.
-            let std::collections::hash_map::Entry::Occupied(mut bucket) = self.by_tag.entry(tag) else {
-                unreachable!("an indexed node has a bucket")
-            };
-            detach(&mut self.slots, bucket.get_mut(), Chain::Class, slot);
-            if bucket.get().head == NIL {
-                bucket.remove();
+            let bucket = self.by_tag.get_mut(&tag).expect("an indexed node has a bucket");
+            detach(&mut self.slots, bucket, Chain::Class, slot);
+            if bucket.head == NIL {
+                self.empty_buckets += 1;
+                if self.empty_buckets > EMPTY_BUCKETS_KEPT && self.empty_buckets * 2 >= self.by_tag.len() {
+                    self.by_tag.retain(|_, bucket| bucket.head != NIL);
+                    self.empty_buckets = 0;
+                }
             }
         } else {
             detach(&mut self.slots, &mut self.wildcards, Chain::Class, slot);
@@ -418,7 +442,7 @@ impl<T> TagQueue<T> {
 
     /// Slot of the oldest indexed node tagged `tag`.
     fn first_indexed(&self, tag: u64) -> Option<usize> {
-        self.by_tag.get(&tag).map(|bucket| bucket.head)
+        self.by_tag.get(&tag).map(|bucket| bucket.head).filter(|&head| head != NIL)
     }
 
     /// Every node, oldest first.
@@ -673,6 +697,11 @@ mod tests {
         }
         assert_eq!(m.expected.slots.len(), 1);
         assert_eq!(m.unexpected.slots.len(), 1);
-        assert!(m.expected.by_tag.is_empty() && m.unexpected.by_tag.is_empty());
+        // Emptied buckets are kept for reuse, but swept before they outnumber live ones.
+        assert!(m.expected.by_tag.len() <= 2 * EMPTY_BUCKETS_KEPT, "{}", m.expected.by_tag.len());
+        assert!(m.unexpected.by_tag.len() <= 2 * EMPTY_BUCKETS_KEPT, "{}", m.unexpected.by_tag.len());
+        // Every kept bucket is accounted for as empty.
+        assert_eq!(m.expected.empty_buckets, m.expected.by_tag.len());
+        assert!(m.expected.by_tag.values().all(|b| b.head == NIL && b.tail == NIL));
     }
 }
