@@ -276,22 +276,37 @@ impl Test<'_> {
 
     fn tag_lat(&self, sync: bool) -> Result<Latency, String> {
         let s = self.s;
+        self.message_ping_pong(
+            |buf| {
+                s.ep.tag_send(buf, TAG_DATA, TagSendParams { sync, ..TagSendParams::default() })
+                    .map_err(|st| format!("tag_send failed: {}", detailed(st)))
+            },
+            |buf| {
+                s.worker
+                    .tag_recv(buf, TAG_DATA, u64::MAX, RequestParams::default())
+                    .map_err(|st| format!("tag_recv failed: {}", detailed(st)))
+            },
+        )
+    }
+
+    /// A ping-pong of two-sided messages: `send` issues the ping, then `recv` posts the receive
+    /// for the pong while the ping travels, as ucx_perftest does, so posting is not part of the
+    /// round trip.
+    fn message_ping_pong(
+        &self,
+        send: impl Fn(PerfBuf) -> Result<Request<PerfBuf>, String>,
+        recv: impl Fn(PerfBuf) -> Result<Request<PerfBuf>, String>,
+    ) -> Result<Latency, String> {
+        let s = self.s;
         let mut bufs = pool(s, self.spec.mem, 2, self.spec.size, true, 0xA5)?;
         let (mut sbuf, mut rbuf) = (bufs.pop(), bufs.pop());
         self.ping_pong(|n| {
-            // The ping goes first and the receive for the pong is posted while it travels, as
-            // ucx_perftest does: posting is not part of the round trip.
             let mut buf = sbuf.take().expect("buffer");
             self.fill(&mut buf, n);
-            let send =
-                s.ep.tag_send(buf, TAG_DATA, TagSendParams { sync, ..TagSendParams::default() })
-                    .map_err(|st| format!("tag_send failed: {}", detailed(st)))?;
-            let recv = s
-                .worker
-                .tag_recv(rbuf.take().expect("buffer"), TAG_DATA, u64::MAX, RequestParams::default())
-                .map_err(|st| format!("tag_recv failed: {}", detailed(st)))?;
-            sbuf = Some(s.wait(send, "the ping to leave")?.buf);
-            let pong = s.wait(recv, "the pong")?;
+            let ping = send(buf)?;
+            let pong = recv(rbuf.take().expect("buffer"))?;
+            sbuf = Some(s.wait(ping, "the ping to leave")?.buf);
+            let pong = s.wait(pong, "the pong")?;
             self.check(pong.buf.bytes(), pong.info.length, n)?;
             rbuf = Some(pong.buf);
             Ok(())
@@ -494,24 +509,16 @@ impl Test<'_> {
 
     fn stream_lat(&self) -> Result<Latency, String> {
         let s = self.s;
-        let mut bufs = pool(s, self.spec.mem, 2, self.spec.size, true, 0xA5)?;
-        let (mut sbuf, mut rbuf) = (bufs.pop(), bufs.pop());
-        self.ping_pong(|n| {
-            // Ping first, then the receive for the pong (see tag_lat).
-            let mut buf = sbuf.take().expect("buffer");
-            self.fill(&mut buf, n);
-            let send =
+        self.message_ping_pong(
+            |buf| {
                 s.ep.stream_send(buf, RequestParams::default())
-                    .map_err(|st| format!("stream_send failed: {}", detailed(st)))?;
-            let recv =
-                s.ep.stream_recv(rbuf.take().expect("buffer"), true, RequestParams::default())
-                    .map_err(|st| format!("stream_recv failed: {}", detailed(st)))?;
-            sbuf = Some(s.wait(send, "the ping to leave")?.buf);
-            let pong = s.wait(recv, "the pong")?;
-            self.check(pong.buf.bytes(), pong.info.length, n)?;
-            rbuf = Some(pong.buf);
-            Ok(())
-        })
+                    .map_err(|st| format!("stream_send failed: {}", detailed(st)))
+            },
+            |buf| {
+                s.ep.stream_recv(buf, true, RequestParams::default())
+                    .map_err(|st| format!("stream_recv failed: {}", detailed(st)))
+            },
+        )
     }
 
     fn stream_bw(&self) -> Result<Bandwidth, String> {

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use zcx::{
-    AmSendParams, CloseMode, Endpoint, EpParams, ListenerParams, MemHandle, RequestParams, TagSendParams,
+    AmSendParams, CloseMode, Endpoint, EpParams, ListenerParams, MemHandle, Request, RequestParams,
+    TagSendParams,
 };
 
 use crate::perf::am::AmSink;
@@ -166,33 +167,7 @@ fn tag_bw(s: &Session, spec: &TestSpec) -> Result<(), String> {
             .tag_recv(buf, TAG_DATA, u64::MAX, RequestParams::default())
             .map_err(|st| format!("tag_recv failed: {}", detailed(st)))
     };
-    s.send_ctrl(TAG_CTRL, b"ready")?;
-    let mut n = 0u64;
-    for count in [spec.warmup, spec.iters] {
-        if count == 0 {
-            continue;
-        }
-        let mut posted = VecDeque::with_capacity(window);
-        let mut issued = 0u64;
-        while issued < count && !free.is_empty() {
-            posted.push_back(post(free.pop().expect("a free buffer"))?);
-            issued += 1;
-        }
-        // Tag receives with one tag from one sender match in send order.
-        while let Some(request) = posted.pop_front() {
-            let done = s.wait(request, "a message of the stream")?;
-            check(spec, done.buf.bytes(), done.info.length, n)?;
-            n += 1;
-            if issued < count {
-                posted.push_back(post(done.buf)?);
-                issued += 1;
-            } else {
-                free.push(done.buf);
-            }
-        }
-        s.send_ctrl(TAG_ACK, b"ack")?;
-    }
-    Ok(())
+    receive_window(s, spec, &mut free, post)
 }
 
 fn put_lat(s: &Session, spec: &TestSpec) -> Result<(), String> {
@@ -353,6 +328,20 @@ fn stream_bw(s: &Session, spec: &TestSpec) -> Result<(), String> {
         s.ep.stream_recv(buf, true, RequestParams::default())
             .map_err(|st| format!("stream_recv failed: {}", detailed(st)))
     };
+    receive_window(s, spec, &mut free, post)
+}
+
+/// The receiving side of tag_bw and stream_bw: keeps up to a window of receives posted with
+/// `post`, checks every message in order (tag receives of one tag from one sender match in send
+/// order; stream receives fill in posting order, each taking the next `size` bytes), and
+/// acknowledges the warm-up and the measured phase each.
+fn receive_window(
+    s: &Session,
+    spec: &TestSpec,
+    free: &mut Vec<PerfBuf>,
+    post: impl Fn(PerfBuf) -> Result<Request<PerfBuf>, String>,
+) -> Result<(), String> {
+    let window = spec.window as usize;
     s.send_ctrl(TAG_CTRL, b"ready")?;
     let mut n = 0u64;
     for count in [spec.warmup, spec.iters] {
@@ -365,7 +354,6 @@ fn stream_bw(s: &Session, spec: &TestSpec) -> Result<(), String> {
             posted.push_back(post(free.pop().expect("a free buffer"))?);
             issued += 1;
         }
-        // Stream receives fill in the order they were posted: each takes the next `size` bytes.
         while let Some(request) = posted.pop_front() {
             let done = s.wait(request, "a message of the stream")?;
             check(spec, done.buf.bytes(), done.info.length, n)?;
