@@ -258,7 +258,10 @@ fn json_has_one_object_per_test_with_positive_numbers() {
             &["bandwidth_MBps", "bandwidth_GBps", "msg_rate", "elapsed_s"]
         };
         for key in keys {
-            assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key} of {r}");
+            // GB/s is rounded to 3 digits like every output format: a small message in a debug
+            // build on a loaded machine may stream below 1 MB/s and print 0.000 there.
+            let floor_ok = |v: f64| if *key == "bandwidth_GBps" { v >= 0.0 } else { v > 0.0 };
+            assert!(r[key].as_f64().is_some_and(floor_ok), "{key} of {r}");
         }
     }
 }
