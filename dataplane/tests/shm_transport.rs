@@ -267,6 +267,29 @@ fn placed_64_mib_arrives_byte_exact_with_a_single_copy() {
 }
 
 #[test]
+fn a_placement_revoked_by_a_force_close_mid_copy_is_not_reported_good() {
+    // The receiver checks sockets rarely, so only the revoke word can tell it the sender gave up.
+    let lazy = ShmConfig { socket_check_interval: 1 << 20, ..small_cfg() };
+    let (mut a, mut b) = (Side::with(&lazy), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    let big = pattern(64 << 20, 7);
+    // SAFETY: `big` outlives both transports' use of it: it is dropped at the end of the test.
+    let z = unsafe { ZcopyPayload::new(big.as_ptr(), big.len(), 77) };
+    assert_eq!(b.t.send_placed(lb, b"\x02rndv", Payload::Zcopy(z)), Ok(SendOutcome::InFlight));
+    // The receiver takes the placement and copies its first chunk (8 MiB per poll).
+    pump_one(&mut a, "the placement", |a| a.ev.iter().any(|e| matches!(e, Ev::Placed(..))));
+    assert!(!a.ev.iter().any(|e| matches!(e, Ev::PlaceDone(..))), "copied at once: {:?}", brief(&a.ev));
+    // The sender force-closes: its payload is cancelled, so its owner may reuse the memory now.
+    b.t.close(lb, true);
+    b.poll();
+    assert!(b.ev.contains(&Ev::SendDone(lb, 77, Err(TlError::Canceled))), "{:?}", brief(&b.ev));
+    // The receiver finishes its copy but must not call it good.
+    pump_one(&mut a, "the placement's end", |a| a.ev.iter().any(|e| matches!(e, Ev::PlaceDone(..))));
+    let done = a.ev.iter().find(|e| matches!(e, Ev::PlaceDone(..))).unwrap();
+    assert!(matches!(done, Ev::PlaceDone(l, 0, Err(_)) if *l == la), "{done:?}");
+}
+
+#[test]
 fn a_dropped_placement_still_releases_the_sender() {
     let (mut a, mut b) = (Side::new(), Side::new());
     let (la, lb) = pair(&mut a, &mut b);

@@ -22,7 +22,7 @@ use super::ring::{ring_bytes, valid_capacity};
 /// "ZCXSHM\0\x01" read as a little-endian u64.
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"ZCXSHM\0\x01");
 /// Layout version of the segment and the hello.
-pub const SEGMENT_VERSION: u32 = 2;
+pub const SEGMENT_VERSION: u32 = 3;
 /// Bytes of the segment header.
 pub const SEGMENT_HEADER: usize = 256;
 /// Huge page size tried first.
@@ -36,6 +36,9 @@ const OFF_PID: usize = 32;
 /// The creator's heartbeat word, on its own cache line (reserved: peer death is detected through
 /// the Unix socket today, which needs no polling of the segment).
 pub const OFF_HEARTBEAT: usize = 64;
+/// The "placed buffers revoked" words of the producers of ring 0 and ring 1, each on its own cache
+/// line (see [`Segment::revoked`]).
+const OFF_REVOKED: [usize; 2] = [128, 192];
 
 /// Why a segment could not be created or attached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,6 +237,15 @@ impl Segment {
     pub fn heartbeat(&self) -> &AtomicU64 {
         // SAFETY: inside the header, 8-byte aligned, alive as long as `self`.
         unsafe { &*(self.base.add(OFF_HEARTBEAT) as *const AtomicU64) }
+    }
+
+    /// The word by which the producer of ring `which` says it no longer keeps its placed payloads
+    /// (it force-closed the link and reported them cancelled, so their memory may be reused). A
+    /// reader copying one of them checks it after the copy and before reporting success: set
+    /// means the bytes may be garbage.
+    pub fn revoked(&self, which: usize) -> &AtomicU64 {
+        // SAFETY: inside the header, 8-byte aligned, alive as long as `self`.
+        unsafe { &*(self.base.add(OFF_REVOKED[which]) as *const AtomicU64) }
     }
 
     /// Bumps the heartbeat word.

@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use zcx_control::TransportAddress;
@@ -109,12 +110,15 @@ struct Placing {
 
 struct Link {
     sock: OwnedFd,
-    /// The rings point into `_segment`, declared (and so dropped) after them.
+    /// The rings point into `segment`, declared (and so dropped) after them.
     tx: Producer,
     rx: Consumer,
     /// Held for its mapping; unmapped when the link is dropped.
-    _segment: Segment,
+    segment: Segment,
     peer_pid: libc::pid_t,
+    /// Which ring we produce into (0 for the connector): our revoke word in the segment; the
+    /// peer's is the other.
+    tx_ring: usize,
     queue: VecDeque<Queued>,
     queued_bytes: usize,
     inflight: VecDeque<Inflight>,
@@ -360,8 +364,9 @@ impl ShmTransport {
             sock,
             tx,
             rx,
-            _segment: seg,
+            segment: seg,
             peer_pid,
+            tx_ring,
             queue: VecDeque::new(),
             queued_bytes: 0,
             inflight: VecDeque::new(),
@@ -537,6 +542,12 @@ impl ShmTransport {
         let id = self.link_id(index as u32);
         let Some(mut link) = self.links[index].take() else { return };
         let result = if link.local_close == Some(true) { TlError::Canceled } else { error };
+        if !link.inflight.is_empty() {
+            // The peer may be copying a placed payload of ours right now, and the owner may reuse
+            // the memory as soon as the cancellation below reaches it: tell the peer first, so
+            // it reports that copy failed instead of delivering bytes that may have changed.
+            link.segment.revoked(link.tx_ring).store(1, Ordering::SeqCst);
+        }
         for inflight in link.inflight.drain(..) {
             if let Inflight::Zcopy { token, .. } = inflight {
                 self.deferred.push(Deferred::SendDone { link: id, token, result: Err(result) });
@@ -698,6 +709,11 @@ fn poll_rx(
                     // More next poll; records read before the placement go back to the peer now.
                     link.rx.release();
                     return Ok(());
+                }
+                // The copy is complete; it is good only if the sender had not revoked its
+                // buffers before we looked (our copy then finished before any reuse).
+                Ok(true) if link.segment.revoked(1 - link.tx_ring).load(Ordering::SeqCst) != 0 => {
+                    libc::ECANCELED
                 }
                 Ok(true) => 0i32,
                 Err(errno) => {
