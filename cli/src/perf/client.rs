@@ -315,20 +315,24 @@ impl Test<'_> {
 
     fn tag_bw(&self) -> Result<Bandwidth, String> {
         let s = self.s;
+        self.message_stream(|buf| {
+            s.ep.tag_send(buf, TAG_DATA, TagSendParams::default())
+                .map_err(|st| format!("tag_send failed: {}", detailed(st)))
+        })
+    }
+
+    /// A bandwidth test of two-sided messages: a window of `send`s, then the server's
+    /// acknowledgement that it received them all, for the warm-up and the measured phase.
+    fn message_stream(
+        &self,
+        send: impl Fn(PerfBuf) -> Result<Request<PerfBuf>, String>,
+    ) -> Result<Bandwidth, String> {
+        let s = self.s;
         let spec = self.spec;
         let mut bufs = pool(s, spec.mem, spec.window as usize, spec.size, spec.validate, 0xA5)?;
         self.streamed(|first, count| {
             let ack = s.post_ctrl(TAG_ACK)?;
-            self.windowed(
-                &mut bufs,
-                first,
-                count,
-                |buf, _| {
-                    s.ep.tag_send(buf, TAG_DATA, TagSendParams::default())
-                        .map_err(|st| format!("tag_send failed: {}", detailed(st)))
-                },
-                |_, _| Ok(()),
-            )?;
+            self.windowed(&mut bufs, first, count, |buf, _| send(buf), |_, _| Ok(()))?;
             s.take_ctrl(ack, "the server's acknowledgement").map(drop)
         })
     }
@@ -489,21 +493,9 @@ impl Test<'_> {
 
     fn am_bw(&self) -> Result<Bandwidth, String> {
         let s = self.s;
-        let spec = self.spec;
-        let mut bufs = pool(s, spec.mem, spec.window as usize, spec.size, spec.validate, 0xA5)?;
-        self.streamed(|first, count| {
-            let ack = s.post_ctrl(TAG_ACK)?;
-            self.windowed(
-                &mut bufs,
-                first,
-                count,
-                |buf, _| {
-                    s.ep.am_send(AM_PING, &[], buf, AmSendParams::default())
-                        .map_err(|st| format!("am_send failed: {}", detailed(st)))
-                },
-                |_, _| Ok(()),
-            )?;
-            s.take_ctrl(ack, "the server's acknowledgement").map(drop)
+        self.message_stream(|buf| {
+            s.ep.am_send(AM_PING, &[], buf, AmSendParams::default())
+                .map_err(|st| format!("am_send failed: {}", detailed(st)))
         })
     }
 
@@ -523,21 +515,9 @@ impl Test<'_> {
 
     fn stream_bw(&self) -> Result<Bandwidth, String> {
         let s = self.s;
-        let spec = self.spec;
-        let mut bufs = pool(s, spec.mem, spec.window as usize, spec.size, spec.validate, 0xA5)?;
-        self.streamed(|first, count| {
-            let ack = s.post_ctrl(TAG_ACK)?;
-            self.windowed(
-                &mut bufs,
-                first,
-                count,
-                |buf, _| {
-                    s.ep.stream_send(buf, RequestParams::default())
-                        .map_err(|st| format!("stream_send failed: {}", detailed(st)))
-                },
-                |_, _| Ok(()),
-            )?;
-            s.take_ctrl(ack, "the server's acknowledgement").map(drop)
+        self.message_stream(|buf| {
+            s.ep.stream_send(buf, RequestParams::default())
+                .map_err(|st| format!("stream_send failed: {}", detailed(st)))
         })
     }
 }
