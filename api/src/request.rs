@@ -6,13 +6,15 @@
 //! which is also where its callback runs. Dropping a request is `ucp_request_free`: the operation
 //! goes on, and the buffer it owns is dropped when it ends.
 
+use std::cell::UnsafeCell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use crate::status::{Result, Status};
+use crate::worker::state::State;
 use crate::worker::WorkerShared;
 
 /// What an operation reports besides its status.
@@ -72,67 +74,111 @@ pub(crate) enum CancelTarget {
 
 /// The worker's view of an in-progress request, without its buffer type.
 pub(crate) trait OpSink: Send + Sync {
-    /// Records the final status; returns the callback to run from progress, if any.
-    fn complete(&self, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)>;
-}
-
-struct CellState<B> {
-    status: Status,
-    info: OpInfo,
-    buf: Option<B>,
-    waker: Option<Waker>,
-    callback: Option<Callback>,
-    cancel: CancelTarget,
+    /// Records the final status; returns the callback to run from progress, if any. The worker's
+    /// lock is held (`held` proves it), which is what serialises completions of a request.
+    fn complete(&self, held: &State, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)>;
 }
 
 /// The shared state of an in-progress request: held by the [`Request`] and by the worker's record
 /// of the operation.
+///
+/// No lock of its own. Two parties touch it, under two rules:
+/// - the worker side (completion, cancel target, waker) only with the worker's lock held, so its
+///   fields need no further synchronisation;
+/// - the request's owner reads `done` (Acquire), and only once it is set reads the outcome and
+///   takes the buffer, which the completer wrote (or never touches) before setting it (Release).
+///
+/// So a spinning waiter costs one load per check, and completing or taking a request costs no
+/// atomic read-modify-write at all.
 pub(crate) struct ReqCell<B> {
-    state: Mutex<CellState<B>>,
-    /// Set (Release) once `state` holds the final status: a waiter spinning on the request reads
-    /// this (Acquire) and takes the lock only when there is something to take.
+    /// Set (Release) once `outcome` holds the final status.
     done: AtomicBool,
+    /// Final status and info: written by the completer before `done`, read after it.
+    outcome: UnsafeCell<(Status, OpInfo)>,
+    /// The operation's buffer: taken by the request's owner after `done`; the worker only ever
+    /// uses the raw bytes it pointed at when the operation was issued.
+    buf: UnsafeCell<Option<B>>,
+    /// Worker side, under its lock.
+    callback: UnsafeCell<Option<Callback>>,
+    /// Worker side, under its lock: registered by `Future::poll`, taken by the completer.
+    waker: UnsafeCell<Option<Waker>>,
+    /// Worker side, under its lock: what `Request::cancel` must undo.
+    cancel: UnsafeCell<CancelTarget>,
     worker: Weak<WorkerShared>,
+}
+
+// SAFETY: the cell moves a `B` (Send) and a callback and waker (Send) between threads; every
+// field is accessed under the rules above, so no two threads race on one.
+unsafe impl<B: Send> Send for ReqCell<B> {}
+// SAFETY: shared access follows the rules above: worker-side fields only under the worker's lock
+// (one thread at a time), `outcome`/`buf` handed over through `done` (Release/Acquire), and `buf`
+// taken only by the single owner of the `Request` (the `Request` is not `Clone`).
+unsafe impl<B: Send> Sync for ReqCell<B> {}
+
+impl<B> ReqCell<B> {
+    #[inline]
+    fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// The final status once done.
+    fn outcome(&self) -> Option<(Status, OpInfo)> {
+        if !self.is_done() {
+            return None;
+        }
+        // SAFETY: `done` is set (Acquire), so the completer wrote `outcome` and never writes it again.
+        Some(unsafe { *self.outcome.get() })
+    }
 }
 
 impl<B: Send + 'static> ReqCell<B> {
     pub(crate) fn new(worker: &Arc<WorkerShared>, buf: B, callback: Option<Callback>) -> Arc<ReqCell<B>> {
         Arc::new(ReqCell {
-            state: Mutex::new(CellState {
-                status: Status::InProgress,
-                info: OpInfo::default(),
-                buf: Some(buf),
-                waker: None,
-                callback,
-                cancel: CancelTarget::None,
-            }),
             done: AtomicBool::new(false),
+            outcome: UnsafeCell::new((Status::InProgress, OpInfo::default())),
+            buf: UnsafeCell::new(Some(buf)),
+            callback: UnsafeCell::new(callback),
+            waker: UnsafeCell::new(None),
+            cancel: UnsafeCell::new(CancelTarget::None),
             worker: Arc::downgrade(worker),
         })
     }
 
-    pub(crate) fn set_cancel(&self, target: CancelTarget) {
-        self.lock().cancel = target;
+    /// Records what cancelling the request must undo. `held`: the worker's lock.
+    pub(crate) fn set_cancel(&self, _held: &State, target: CancelTarget) {
+        // SAFETY: worker-side field, and the worker's lock is held (`_held`).
+        unsafe { *self.cancel.get() = target };
     }
 
-    fn lock(&self) -> MutexGuard<'_, CellState<B>> {
-        // The state is a few plain fields updated whole: a poisoned lock is still consistent.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// Takes the result once done. Called by the request's single owner only.
+    #[inline]
+    fn take(&self) -> Option<Result<Completion<B>>> {
+        let (status, info) = self.outcome()?;
+        // SAFETY: done, so the worker no longer has any claim on `buf`, and only the request's
+        // owner (the caller, holding the `Request` by value or by `&mut`) touches it.
+        let buf = unsafe { (*self.buf.get()).take() };
+        Some(match (status, buf) {
+            (Status::Ok, Some(buf)) => Ok(Completion { buf, info }),
+            (Status::Ok, None) => Err(Status::InvalidParam),
+            (status, _) => Err(status),
+        })
     }
 }
 
 impl<B: Send + 'static> OpSink for ReqCell<B> {
-    fn complete(&self, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
-        let (waker, callback) = {
-            let mut state = self.lock();
-            if state.status != Status::InProgress {
-                return None;
-            }
-            state.status = status;
-            state.info = info;
-            self.done.store(true, Ordering::Release);
-            (state.waker.take(), state.callback.take())
+    fn complete(&self, _held: &State, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
+        // Completions run under the worker's lock only, so this check and the writes below are
+        // not raced by another completer.
+        if self.done.load(Ordering::Relaxed) {
+            return None;
+        }
+        // SAFETY: not done yet, so the owner does not read `outcome`; worker-side fields are ours
+        // under the lock (`_held`).
+        let (waker, callback) = unsafe {
+            *self.outcome.get() = (status, info);
+            ((*self.waker.get()).take(), (*self.callback.get()).take())
         };
+        self.done.store(true, Ordering::Release);
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -154,6 +200,7 @@ pub struct Request<B> {
 }
 
 impl<B: Send + 'static> Request<B> {
+    #[inline]
     pub(crate) fn ready(buf: B, info: OpInfo) -> Request<B> {
         Request { inner: Inner::Ready(Some(Ok(Completion { buf, info }))) }
     }
@@ -174,7 +221,7 @@ impl<B: Send + 'static> Request<B> {
             Inner::Ready(Some(Ok(_))) => Status::Ok,
             Inner::Ready(Some(Err(status))) => *status,
             Inner::Ready(None) => Status::InvalidParam,
-            Inner::Pending(cell) => cell.lock().status,
+            Inner::Pending(cell) => cell.outcome().map_or(Status::InProgress, |(status, _)| status),
         }
     }
 
@@ -187,37 +234,27 @@ impl<B: Send + 'static> Request<B> {
     /// buffer untouched; other operations are not affected (as in UCP).
     pub fn cancel(&self) {
         let Inner::Pending(cell) = &self.inner else { return };
-        let target = cell.lock().cancel;
-        if target == CancelTarget::None {
+        if cell.is_done() {
             return;
         }
         if let Some(worker) = cell.worker.upgrade() {
-            worker.cancel(target);
+            let mut core = worker.lock();
+            // SAFETY: worker-side field, read with the worker's lock held.
+            let target = unsafe { *cell.cancel.get() };
+            worker.cancel(&mut core, target);
         }
     }
 
     /// The result of a completed operation, or the request back while it is in progress.
+    #[inline]
     pub fn try_take(self) -> std::result::Result<Result<Completion<B>>, Request<B>> {
         match self.inner {
             Inner::Ready(Some(result)) => Ok(result),
             Inner::Ready(None) => Ok(Err(Status::InvalidParam)),
-            Inner::Pending(cell) if !cell.done.load(Ordering::Acquire) => {
-                Err(Request { inner: Inner::Pending(cell) })
-            }
-            Inner::Pending(cell) => {
-                let taken = {
-                    let mut state = cell.lock();
-                    if state.status == Status::InProgress {
-                        None
-                    } else {
-                        Some(take_result(&mut state))
-                    }
-                };
-                match taken {
-                    Some(result) => Ok(result),
-                    None => Err(Request { inner: Inner::Pending(cell) }),
-                }
-            }
+            Inner::Pending(cell) => match cell.take() {
+                Some(result) => Ok(result),
+                None => Err(Request { inner: Inner::Pending(cell) }),
+            },
         }
     }
 
@@ -244,14 +281,6 @@ impl<B: Send + 'static> Request<B> {
     }
 }
 
-fn take_result<B>(state: &mut CellState<B>) -> Result<Completion<B>> {
-    match (state.status, state.buf.take()) {
-        (Status::Ok, Some(buf)) => Ok(Completion { buf, info: state.info }),
-        (Status::Ok, None) => Err(Status::InvalidParam),
-        (status, _) => Err(status),
-    }
-}
-
 impl<B: Send + 'static> Unpin for Request<B> {}
 
 impl<B: Send + 'static> Future for Request<B> {
@@ -262,13 +291,22 @@ impl<B: Send + 'static> Future for Request<B> {
         match &mut this.inner {
             Inner::Ready(result) => Poll::Ready(result.take().unwrap_or(Err(Status::InvalidParam))),
             Inner::Pending(cell) => {
-                let mut state = cell.lock();
-                if state.status == Status::InProgress {
-                    state.waker = Some(cx.waker().clone());
-                    Poll::Pending
-                } else {
-                    Poll::Ready(take_result(&mut state))
+                if let Some(result) = cell.take() {
+                    return Poll::Ready(result);
                 }
+                let Some(worker) = cell.worker.upgrade() else {
+                    // No worker left to complete it; it may have completed just before.
+                    return Poll::Ready(cell.take().unwrap_or(Err(Status::Canceled)));
+                };
+                let _core = worker.lock();
+                // Completion happens under this lock: either it already did, or it will find
+                // the waker.
+                if let Some(result) = cell.take() {
+                    return Poll::Ready(result);
+                }
+                // SAFETY: worker-side field, written with the worker's lock held.
+                unsafe { *cell.waker.get() = Some(cx.waker().clone()) };
+                Poll::Pending
             }
         }
     }
@@ -280,7 +318,7 @@ impl<B> std::fmt::Debug for Request<B> {
             Inner::Ready(Some(Ok(_))) => Status::Ok,
             Inner::Ready(Some(Err(s))) => *s,
             Inner::Ready(None) => Status::InvalidParam,
-            Inner::Pending(cell) => cell.state.lock().map(|s| s.status).unwrap_or(Status::IoError),
+            Inner::Pending(cell) => cell.outcome().map_or(Status::InProgress, |(status, _)| status),
         };
         f.debug_struct("Request").field("status", &status).finish()
     }

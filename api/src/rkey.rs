@@ -63,6 +63,7 @@ impl RemoteKey {
     /// `UNREACHABLE` when the region cannot be mapped here (not memfd-backed, another host, owner
     /// gone); `INVALID_ADDR` when `raddr` is outside the region. The pointer stays valid while this
     /// key lives; accesses through it race with the owner's, as with any shared memory.
+    #[inline]
     pub fn ptr(&self, raddr: u64) -> Result<*mut u8> {
         let Some(locator) = &self.wire.shm else {
             return Err(Status::Unreachable);

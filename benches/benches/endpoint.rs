@@ -6,6 +6,9 @@
 //! Next to `uring`'s raw ping-pong in the same run, the difference is what the endpoint layer adds
 //! per round trip.
 //!
+//! Also the direct one-sided path over shared memory: an 8-byte put and get once the owner vouched
+//! for the key (a CPU copy inside the call).
+//!
 //! Run: `cargo bench -p zcx-benches --bench endpoint`. The ping-pong times are full round trips.
 //! `ZCX_PINGPONG_ROUNDS=N cargo bench ... -- --profile-rounds` runs only N one-thread round trips
 //! (for an instruction-counting profiler).
@@ -16,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
 use zcx::{
-    Context, Endpoint, EpParams, Features, ListenerParams, RequestParams, TagSendParams, Worker, WorkerParams,
+    Context, Endpoint, EpParams, Features, ListenerParams, MemMapParams, Prot, RequestParams, TagSendParams,
+    Worker, WorkerParams,
 };
 use zcx_hugepages::{pin_current_thread, CpuSet};
 
@@ -47,6 +51,14 @@ fn wait<B: Send + 'static>(w: &Worker, request: zcx::Request<B>) -> zcx::Complet
         };
         w.progress();
         assert!(Instant::now() < deadline, "request timed out");
+    }
+}
+
+/// The completion of an operation that must have completed when it was issued.
+fn done_at_once<B: Send + 'static>(request: zcx::Request<B>) -> zcx::Completion<B> {
+    match request.try_take() {
+        Ok(result) => result.expect("operation failed"),
+        Err(_) => panic!("a direct operation did not complete at once"),
     }
 }
 
@@ -183,6 +195,45 @@ fn tag_ping_pong_one_thread(c: &mut Criterion) {
     });
 }
 
+/// Put and get of 8 bytes over shared memory once the owner vouched for the key: a CPU copy into
+/// or out of the peer's mapped region, done inside the call. This is the whole software cost of a
+/// direct one-sided operation (what `zcx perf -t get_lat` measures, less the clock).
+fn rma_direct(c: &mut Criterion) {
+    let ctx = Context::with_features(Features::TAG | Features::RMA).expect("context");
+    let (client, server, ep, _server_ep) = connected_pair(&ctx);
+    let prot = Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE;
+    let region = ctx.mem_map(&MemMapParams::alloc(4096).prot(prot)).expect("mem_map");
+    let packed = region.rkey_pack().expect("rkey_pack");
+    let rkey = ep.rkey_unpack(packed.as_bytes()).expect("rkey_unpack");
+    let base = rkey.remote_key().base();
+    // The first operation goes to the owner, whose answer vouches for the key.
+    let mut first = ep.get(vec![0u8; 8], base, &rkey, RequestParams::default()).expect("get");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut rbuf = loop {
+        first = match first.try_take() {
+            Ok(done) => break Some(done.expect("first get").buf),
+            Err(r) => r,
+        };
+        server.progress();
+        client.progress();
+        assert!(Instant::now() < deadline, "first get timed out");
+    };
+    let transport = ep.query().expect("query").transports.join(",");
+    c.bench_function(&format!("endpoint/get_8B_{transport}"), |b| {
+        b.iter(|| {
+            let get = ep.get(rbuf.take().unwrap(), base, &rkey, RequestParams::default()).expect("get");
+            rbuf = Some(done_at_once(get).buf);
+        })
+    });
+    let mut sbuf = Some(vec![0xA5u8; 8]);
+    c.bench_function(&format!("endpoint/put_8B_{transport}"), |b| {
+        b.iter(|| {
+            let put = ep.put(sbuf.take().unwrap(), base, &rkey, RequestParams::default()).expect("put");
+            sbuf = Some(done_at_once(put).buf);
+        })
+    });
+}
+
 /// `--profile-rounds`: only the one-thread round trips, `ZCX_PINGPONG_ROUNDS` of them, for
 /// `valgrind --tool=callgrind`, whose instruction counts do not depend on the machine's load.
 fn profile_rounds() -> bool {
@@ -202,7 +253,7 @@ fn profile_rounds() -> bool {
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(4));
-    targets = idle_progress, tag_ping_pong, tag_ping_pong_one_thread
+    targets = idle_progress, tag_ping_pong, tag_ping_pong_one_thread, rma_direct
 }
 
 fn main() {

@@ -12,7 +12,7 @@ use zcx_dataplane::transport_set::member_of;
 use zcx_dataplane::Payload;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::Endpoint;
@@ -60,6 +60,21 @@ pub struct EpRkey {
     /// at unpack time and the region is memfd-backed: cleared by the worker when the endpoint
     /// fails or closes. Read without the worker's lock, so direct accesses take no lock at all.
     live: Option<Arc<AtomicBool>>,
+    /// The region's local mapping, filled by the first operation after the owner vouched for the
+    /// key: later operations check bounds and prot against it and add an offset, nothing more.
+    window: OnceLock<Window>,
+}
+
+/// Where a vouched key's region lies in the peer's address space and in ours.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    /// The region's first remote address.
+    base: u64,
+    /// One past its last remote address.
+    end: u64,
+    prot: Prot,
+    /// The local address of `base` in our mapping of the peer's memfd (kept mapped by the key).
+    local: usize,
 }
 
 impl EpRkey {
@@ -92,6 +107,7 @@ impl Endpoint {
             rkey,
             verified: Arc::new(AtomicBool::new(false)),
             live,
+            window: OnceLock::new(),
         })
     }
 
@@ -101,24 +117,40 @@ impl Endpoint {
     /// the call returns, without the worker's lock. `None`: use the emulated path (the peer
     /// executes the operation). `Some(Err)`: the access is refused here exactly as the target
     /// would refuse it, and no byte is touched.
+    #[inline]
     fn direct_view(rkey: &EpRkey, remote_addr: u64, len: u64, need: Prot) -> Option<Result<*mut u8>> {
         let live = rkey.live.as_ref()?;
-        if !rkey.verified.load(Ordering::Acquire) || !live.load(Ordering::Acquire) {
+        let window = match rkey.window.get() {
+            Some(window) => window,
+            None => Self::open_window(rkey)?,
+        };
+        if !live.load(Ordering::Acquire) {
+            return None;
+        }
+        if remote_addr < window.base || remote_addr.checked_add(len).is_none_or(|last| last > window.end) {
+            return Some(Err(fail_with(Status::InvalidAddr, "remote access outside the region".into())));
+        }
+        if !window.prot.contains(need) {
+            return Some(Err(fail_with(Status::InvalidParam, format!("the region lacks {need:?}"))));
+        }
+        // `remote_addr - base < end - base`, the region's length, which the key's mapping covers.
+        Some(Ok((window.local + (remote_addr - window.base) as usize) as *mut u8))
+    }
+
+    /// Maps the key's region once its owner vouched for it. `None` while it has not, or when the
+    /// mapping fails (owner gone, kernel refuses): the emulated path then reports it.
+    #[cold]
+    fn open_window(rkey: &EpRkey) -> Option<&Window> {
+        if !rkey.verified.load(Ordering::Acquire) {
             return None;
         }
         let key = &rkey.rkey;
         let end = key.base().checked_add(key.length())?;
-        if remote_addr < key.base() || remote_addr.checked_add(len).is_none_or(|last| last > end) {
-            return Some(Err(fail_with(Status::InvalidAddr, "remote access outside the region".into())));
+        if key.length() == 0 {
+            return None;
         }
-        if !key.prot().contains(need) {
-            return Some(Err(fail_with(Status::InvalidParam, format!("the region lacks {need:?}"))));
-        }
-        if len == 0 {
-            return Some(Ok(std::ptr::null_mut()));
-        }
-        // A mapping that fails (owner gone, kernel refuses) leaves the emulated path to report it.
-        key.ptr(remote_addr).ok().map(Ok)
+        let local = key.ptr(key.base()).ok()? as usize;
+        Some(rkey.window.get_or_init(|| Window { base: key.base(), end, prot: key.prot(), local }))
     }
 
     /// Has the owner's answer to operation `op` vouch for `rkey` when the endpoint could then
@@ -129,6 +161,7 @@ impl Endpoint {
         }
     }
 
+    #[inline]
     fn check_rkey(&self, rkey: &EpRkey) -> Result<()> {
         if rkey.ep != self.id() {
             return Err(fail_with(Status::InvalidParam, "remote key unpacked on another endpoint".into()));
@@ -139,6 +172,7 @@ impl Endpoint {
     /// `ucp_put_nbx`: writes `buf` at `remote_addr` in the region of `rkey`. Completes when the
     /// target applied it (or refused: INVALID_ADDR outside the region, INVALID_PARAM for a bad key
     /// or missing REMOTE_WRITE).
+    #[inline]
     pub fn put<B: SendBuf>(
         &self,
         buf: B,
@@ -157,11 +191,24 @@ impl Endpoint {
                     // keeps in place. The two never overlap (ours is not the peer's mapping view).
                     unsafe { std::ptr::copy_nonoverlapping(ptr, dst, len) };
                 }
-                return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
+                Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
-            Some(Err(status)) => return Err(status),
-            None => {}
+            Some(Err(status)) => Err(status),
+            None => self.put_emulated(buf, (ptr, len), remote_addr, rkey, params),
         }
+    }
+
+    /// The put of [`Endpoint::put`] executed by the target. Out of line, so the direct path stays
+    /// small enough to inline into the caller.
+    #[inline(never)]
+    fn put_emulated<B: SendBuf>(
+        &self,
+        buf: B,
+        (ptr, len): (*const u8, usize),
+        remote_addr: u64,
+        rkey: &EpRkey,
+        params: RequestParams,
+    ) -> Result<Request<B>> {
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
@@ -191,6 +238,7 @@ impl Endpoint {
     }
 
     /// `ucp_get_nbx`: reads `buf.len()` bytes at `remote_addr` into `buf`.
+    #[inline]
     pub fn get<B: RecvBuf>(
         &self,
         mut buf: B,
@@ -209,11 +257,24 @@ impl Endpoint {
                     // place and writable). They never overlap.
                     unsafe { std::ptr::copy_nonoverlapping(src, ptr, len) };
                 }
-                return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
+                Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
-            Some(Err(status)) => return Err(status),
-            None => {}
+            Some(Err(status)) => Err(status),
+            None => self.get_emulated(buf, (ptr, len), remote_addr, rkey, params),
         }
+    }
+
+    /// The get of [`Endpoint::get`] executed by the target. Out of line, so the direct path stays
+    /// small enough to inline into the caller.
+    #[inline(never)]
+    fn get_emulated<B: RecvBuf>(
+        &self,
+        buf: B,
+        (ptr, len): (*mut u8, usize),
+        remote_addr: u64,
+        rkey: &EpRkey,
+        params: RequestParams,
+    ) -> Result<Request<B>> {
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;

@@ -72,7 +72,7 @@ impl Endpoint {
         let id = st.new_id();
         let cell = ReqCell::new(shared, buf, params.callback);
         queue_stream_recv(st, self.id(), StreamRecv { id, sink: cell.clone(), ptr, cap, filled, waitall });
-        cell.set_cancel(CancelTarget::StreamRecv { ep: self.id(), id });
+        cell.set_cancel(st, CancelTarget::StreamRecv { ep: self.id(), id });
         Ok(Request::pending(cell))
     }
 }

@@ -383,8 +383,7 @@ impl WorkerShared {
         Ok(())
     }
 
-    pub(crate) fn cancel(&self, target: CancelTarget) {
-        let mut core = self.lock();
+    pub(crate) fn cancel(&self, core: &mut CoreGuard<'_>, target: CancelTarget) {
         match target {
             CancelTarget::None => {}
             CancelTarget::TagRecv(id) => {

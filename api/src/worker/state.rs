@@ -439,7 +439,7 @@ impl State {
     /// Completes a request and queues its callback.
     pub fn complete_sink(&mut self, sink: &Arc<dyn OpSink>, status: Status, info: OpInfo) {
         self.events += 1;
-        if let Some((callback, status, info)) = sink.complete(status, info) {
+        if let Some((callback, status, info)) = sink.complete(self, status, info) {
             self.deferred.push(Deferred::Callback(callback, status, info));
         }
     }
