@@ -421,6 +421,7 @@ impl DerefMut for CoreGuard<'_> {
 }
 
 impl Drop for CoreGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         let Some(mut guard) = self.guard.take() else { return };
         if guard.st.graveyard.is_empty() {
@@ -452,7 +453,24 @@ impl Core {
     }
 
     /// Everything that follows a poll: replies, newly connected endpoints, closes, bulk pacing.
+    #[inline]
     fn after_poll(&mut self) {
+        let st = &self.st;
+        let idle = st.out.is_empty()
+            && st.lane_dials.is_empty()
+            && st.to_flush.is_empty()
+            && st.lanes_taken.is_empty()
+            && st.to_close.is_empty()
+            && st.bulk_active.is_empty()
+            && !st.closes_pending;
+        if !idle {
+            self.after_busy_poll();
+        }
+    }
+
+    /// [`Core::after_poll`] when the poll left something to do.
+    #[inline(never)]
+    fn after_busy_poll(&mut self) {
         if !self.st.out.is_empty() || !self.st.lane_dials.is_empty() {
             self.send_out();
         }

@@ -49,10 +49,16 @@ pub(crate) fn start_recv(
 }
 
 /// Feeds every endpoint's bulk jobs to the transport, as far as the windows allow.
+#[inline]
 pub(crate) fn run_bulk(core: &mut Core) {
-    if core.st.bulk_active.is_empty() {
-        return;
+    if !core.st.bulk_active.is_empty() {
+        run_active_bulk(core);
     }
+}
+
+/// [`run_bulk`] with work to do: out of line, so every progress call does not pay for its frame.
+#[inline(never)]
+fn run_active_bulk(core: &mut Core) {
     let eps: Vec<u64> = core.st.bulk_active.drain().collect();
     for ep in eps {
         // Nothing of a connecting endpoint leaves before the server's answer: the answer may move

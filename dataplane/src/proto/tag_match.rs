@@ -158,6 +158,12 @@ impl<R, M> TagMatcher<R, M> {
     /// anything: the first half of [`TagMatcher::arrive`], for a caller that wants to build the
     /// message's payload descriptor (a copy of its bytes) only when no receive takes it.
     pub fn take_expected(&mut self, tag: u64) -> Option<(RecvId, R)> {
+        if self.expected.wildcards.head == NIL {
+            // No masked receive is waiting, so the oldest receive of the tag's bucket is the
+            // answer: found and unlinked with one map lookup.
+            let (slot, seq, posted) = self.expected.pop_indexed(tag)?;
+            return Some((RecvId { slot, seq }, posted.recv));
+        }
         let exact = self.expected.first_indexed(tag);
         let exact_seq = exact.map_or(u64::MAX, |slot| self.expected.node(slot).seq);
         let wildcard = self
@@ -196,6 +202,10 @@ impl<R, M> TagMatcher<R, M> {
     /// (`ucp_tag_probe_nb` with remove = 1); the caller owns it and later receives it into a
     /// buffer with `ucp_tag_msg_recv_nbx`, which no other receive can then take.
     pub fn probe_remove(&mut self, tag: u64, tag_mask: u64) -> Option<Message<M>> {
+        if tag_mask == FULL_MASK {
+            // Every message is indexed by its tag, and a bucket is in arrival order.
+            return self.unexpected.pop_indexed(tag).map(|(_, _, message)| message);
+        }
         self.find_unexpected(tag, tag_mask).map(|slot| self.unexpected.remove(slot).1)
     }
 
@@ -422,15 +432,44 @@ impl<T> TagQueue<T> {
             let bucket = self.by_tag.get_mut(&tag).expect("an indexed node has a bucket");
             detach(&mut self.slots, bucket, Chain::Class, slot);
             if bucket.head == NIL {
-                self.empty_buckets += 1;
-                if self.empty_buckets > EMPTY_BUCKETS_KEPT && self.empty_buckets * 2 >= self.by_tag.len() {
-                    self.by_tag.retain(|_, bucket| bucket.head != NIL);
-                    self.empty_buckets = 0;
-                }
+                self.bucket_emptied();
             }
         } else {
             detach(&mut self.slots, &mut self.wildcards, Chain::Class, slot);
         }
+        self.free(slot)
+    }
+
+    /// Unlinks the oldest indexed node tagged `tag` and frees its slot, with one map lookup:
+    /// returns its slot, sequence number and value.
+    fn pop_indexed(&mut self, tag: u64) -> Option<(usize, u64, T)> {
+        let bucket = self.by_tag.get_mut(&tag)?;
+        let slot = bucket.head;
+        if slot == NIL {
+            return None;
+        }
+        detach(&mut self.slots, bucket, Chain::Class, slot);
+        let emptied = bucket.head == NIL;
+        detach(&mut self.slots, &mut self.order, Chain::Order, slot);
+        if emptied {
+            self.bucket_emptied();
+        }
+        let (seq, value) = self.free(slot);
+        Some((slot, seq, value))
+    }
+
+    /// Counts a bucket that just lost its last node, and sweeps empty buckets out when they
+    /// are many and at least half of the map.
+    fn bucket_emptied(&mut self) {
+        self.empty_buckets += 1;
+        if self.empty_buckets > EMPTY_BUCKETS_KEPT && self.empty_buckets * 2 >= self.by_tag.len() {
+            self.by_tag.retain(|_, bucket| bucket.head != NIL);
+            self.empty_buckets = 0;
+        }
+    }
+
+    /// Frees an unlinked slot; returns its node's sequence number and value.
+    fn free(&mut self, slot: usize) -> (u64, T) {
         self.len -= 1;
         let vacant = Slot::Vacant { next_free: self.free_head };
         self.free_head = slot;

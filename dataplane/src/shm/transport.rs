@@ -914,11 +914,16 @@ impl Transport for ShmTransport {
         }
         self.polls -= 1;
         // Connected/Accepted before the first frame of their link.
-        let mut count = self.flush_deferred(sink);
+        let mut count = 0;
+        if !self.deferred.is_empty() {
+            count += self.flush_deferred(sink);
+        }
         for index in 0..self.links.len() {
             count += self.poll_link(index, sink);
         }
-        count += self.flush_deferred(sink);
+        if !self.deferred.is_empty() {
+            count += self.flush_deferred(sink);
+        }
         count
     }
 
