@@ -106,7 +106,7 @@ proptest! {
         let packet = Packet::new_checked(&datagram).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(packet.header(), header);
         prop_assert_eq!(packet.payload(), &payload[..]);
-        prop_assert_eq!(packet.len(), HEADER_LEN + payload.len());
+        prop_assert_eq!(packet.wire_len(), HEADER_LEN + payload.len());
     }
 
     #[test]

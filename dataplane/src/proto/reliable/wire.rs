@@ -297,13 +297,8 @@ impl<'a> Packet<'a> {
     }
 
     /// Length of header plus payload, without any link padding.
-    pub fn len(&self) -> usize {
+    pub fn wire_len(&self) -> usize {
         HEADER_LEN + self.payload.len()
-    }
-
-    /// Always false: a packet has at least its header; here for the `len`/`is_empty` pair.
-    pub fn is_empty(&self) -> bool {
-        false
     }
 }
 
@@ -344,7 +339,7 @@ mod tests {
         let packet = Packet::new_checked(&buf[..len]).unwrap();
         assert_eq!(packet.header(), data(0x0102_0304_0506_0708));
         assert_eq!(packet.payload(), b"hello");
-        assert_eq!(packet.len(), len);
+        assert_eq!(packet.wire_len(), len);
 
         let len = ack().emit(&[], &mut buf).unwrap();
         assert_eq!(len, HEADER_LEN);
@@ -375,7 +370,7 @@ mod tests {
         let len = data(1).emit(b"hi", &mut buf).unwrap();
         let packet = Packet::new_checked(&buf).unwrap();
         assert_eq!(packet.payload(), b"hi");
-        assert_eq!(packet.len(), len);
+        assert_eq!(packet.wire_len(), len);
     }
 
     #[test]
