@@ -4,8 +4,10 @@
 //! posted, a message arrived) and acts on the outcome, so every rule can be tested without I/O.
 //! [`wire`] encodes and decodes the frame headers workers exchange; [`rma_exec`] is the one
 //! module that touches memory: it executes a peer's emulated put/get/atomic on registered regions
-//! after the remote-access table accepted it.
+//! after the remote-access table accepted it. [`reliable`] makes datagram links (DPDK) deliver
+//! exactly once and in order.
 
+pub mod reliable;
 pub mod rma_exec;
 pub mod tag_match;
 pub mod wire;

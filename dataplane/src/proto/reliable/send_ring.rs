@@ -1,0 +1,136 @@
+//! The sender's preallocated ring of messages: every message queued and not yet acknowledged,
+//! indexed by sequence number.
+//!
+//! A message stays in its slot from [`SendRing::push`] until the peer's cumulative ack passes
+//! it, because go-back-N may have to send it again at any time until then. Slots are allocated
+//! once, `capacity × max_payload` bytes, so queuing, (re)transmitting and acknowledging never
+//! allocate.
+
+/// Fixed-size slots holding the messages with sequence numbers `head..tail`.
+pub(crate) struct SendRing {
+    bytes: Box<[u8]>,
+    lens: Box<[usize]>,
+    slot_size: usize,
+    /// Oldest held message: the peer has acknowledged everything before it.
+    head: u64,
+    /// Sequence number the next pushed message gets.
+    tail: u64,
+}
+
+impl std::fmt::Debug for SendRing {
+    /// Positions only: the slots' bytes would bury everything else in a session's debug output.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendRing")
+            .field("capacity", &self.capacity())
+            .field("slot_size", &self.slot_size)
+            .field("head", &self.head)
+            .field("tail", &self.tail)
+            .finish()
+    }
+}
+
+impl SendRing {
+    /// A ring of `capacity` (at least 1) slots of `slot_size` bytes each.
+    pub(crate) fn new(capacity: usize, slot_size: usize) -> SendRing {
+        SendRing {
+            bytes: vec![0; capacity * slot_size].into_boxed_slice(),
+            lens: vec![0; capacity].into_boxed_slice(),
+            slot_size,
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    /// Number of slots.
+    pub(crate) fn capacity(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Messages held (queued or in flight, not acknowledged).
+    pub(crate) fn len(&self) -> usize {
+        // At most `capacity`, which is a usize.
+        (self.tail - self.head) as usize
+    }
+
+    /// Sequence number of the oldest held message (or of the next pushed, when empty).
+    pub(crate) fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// Sequence number the next pushed message gets.
+    pub(crate) fn tail(&self) -> u64 {
+        self.tail
+    }
+
+    /// Copies `payload` into the next slot and returns its sequence number, or `None` when every
+    /// slot is taken or the payload is longer than a slot.
+    pub(crate) fn push(&mut self, payload: &[u8]) -> Option<u64> {
+        if self.len() == self.capacity() || payload.len() > self.slot_size {
+            return None;
+        }
+        let seq = self.tail;
+        let slot = self.slot(seq);
+        let start = slot * self.slot_size;
+        self.bytes[start..start + payload.len()].copy_from_slice(payload);
+        self.lens[slot] = payload.len();
+        self.tail += 1;
+        Some(seq)
+    }
+
+    /// The message with sequence number `seq`, if the ring holds it.
+    pub(crate) fn get(&self, seq: u64) -> Option<&[u8]> {
+        if seq < self.head || seq >= self.tail {
+            return None;
+        }
+        let slot = self.slot(seq);
+        let start = slot * self.slot_size;
+        Some(&self.bytes[start..start + self.lens[slot]])
+    }
+
+    /// Frees every message with a sequence number below `seq` (clamped to what is held).
+    pub(crate) fn release_before(&mut self, seq: u64) {
+        self.head = seq.clamp(self.head, self.tail);
+    }
+
+    fn slot(&self, seq: u64) -> usize {
+        // The remainder is below `capacity`, a usize.
+        (seq % self.capacity() as u64) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_messages_until_released_and_reuses_slots() {
+        let mut ring = SendRing::new(3, 4);
+        assert_eq!(ring.push(b"a"), Some(0));
+        assert_eq!(ring.push(b"bb"), Some(1));
+        assert_eq!(ring.push(b"cccc"), Some(2));
+        assert_eq!(ring.push(b"d"), None, "full");
+        assert_eq!(ring.get(1), Some(&b"bb"[..]));
+        assert_eq!(ring.get(3), None);
+
+        ring.release_before(2);
+        assert_eq!((ring.head(), ring.len()), (2, 1));
+        assert_eq!(ring.get(1), None);
+        assert_eq!(ring.push(b"ee"), Some(3));
+        assert_eq!(ring.push(b""), Some(4));
+        assert_eq!(ring.get(2), Some(&b"cccc"[..]));
+        assert_eq!(ring.get(3), Some(&b"ee"[..]));
+        assert_eq!(ring.get(4), Some(&b""[..]));
+    }
+
+    #[test]
+    fn refuses_oversized_messages_and_clamps_releases() {
+        let mut ring = SendRing::new(2, 4);
+        assert_eq!(ring.push(b"12345"), None);
+        assert_eq!(ring.push(b"1234"), Some(0));
+        ring.release_before(10);
+        assert_eq!((ring.head(), ring.tail(), ring.len()), (1, 1, 0));
+        ring.release_before(0);
+        assert_eq!(ring.head(), 1, "never moves back");
+        assert_eq!(format!("{ring:?}"), "SendRing { capacity: 2, slot_size: 4, head: 1, tail: 1 }");
+    }
+}

@@ -1,0 +1,637 @@
+//! One reliable session: the sender and receiver halves of one peer pair over a datagram link,
+//! giving exactly-once, in-order delivery of messages.
+//!
+//! The design is eRPC's, chosen for links that rarely lose packets:
+//!
+//! - **Credits.** The sender never has more than [`Config::window`] DATA packets unacknowledged,
+//!   nor more than the peer's credit grant allows (each packet carries `ack + credit`, the edge
+//!   the peer may send up to; the edge never moves back).
+//! - **Cumulative acks, no reorder buffer.** The receiver accepts only the next expected
+//!   sequence number. A duplicate or an out-of-order packet is dropped, and the receiver answers
+//!   it with its current cumulative ack at once, so a sender whose acks were lost learns quickly
+//!   and frees its credits.
+//! - **Go-back-N on timeout.** When the oldest unacknowledged packet has gone unacknowledged for
+//!   the retransmission timeout, everything from it on is sent again. The timeout doubles on each
+//!   consecutive expiry without progress (capped), and after [`Config::dead_after_rtos`] of them
+//!   the peer is declared dead. Duplicate acks do not trigger early retransmission: reordering
+//!   would make that spurious, and losses are rare.
+//! - **Delayed acks.** Acks ride on DATA going the other way when there is any; otherwise a
+//!   standalone ACK goes out after [`Config::ack_every`] packets or [`Config::ack_delay_ns`].
+//!
+//! It is sans-IO: the caller passes in datagrams and the time, and takes out datagrams and
+//! deadlines. The driving loop is
+//!
+//! 1. [`Session::send`] messages (until [`SendError::Backpressure`]),
+//! 2. feed every datagram for this session to [`Session::on_datagram`] (or route them through a
+//!    [`Demux`](super::Demux)),
+//! 3. when the clock reaches [`Session::poll_timeout`], call [`Session::handle_timeout`]; an
+//!    error there means the peer is dead (the transport reports `UCS_ERR_ENDPOINT_TIMEOUT`),
+//! 4. after any of these, drain [`Session::poll_transmit`] onto the wire until it yields nothing.
+//!
+//! Time is a `u64` count of nanoseconds since any origin the caller picks; it must not go
+//! backwards. Messages are copied once, into a slot of the preallocated send ring, and again
+//! into the caller's transmit buffer; received payloads are borrowed from the datagram. Nothing
+//! is allocated after [`Session::new`].
+//!
+//! Liveness is judged only while data is unacknowledged: an idle session never times out, and
+//! spotting a silent peer on an idle link is the control plane's keepalive's job.
+
+use std::fmt;
+
+use super::config::{Config, ConfigError};
+use super::send_ring::SendRing;
+use super::stats::{DropReason, Stats};
+use super::wire::{Header, Kind, Packet};
+
+/// What an accepted datagram gave the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery<'a> {
+    /// The next message of the peer's stream, borrowed from the datagram. Each message is
+    /// delivered once, in the order the peer sent them.
+    Message(&'a [u8]),
+    /// A standalone ACK: acknowledgement and credit were taken in, nothing to deliver.
+    Ack,
+}
+
+/// Why [`Session::send`] did not queue a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// The send queue is full of unacknowledged messages: try again once acks arrive
+    /// (after [`Session::on_datagram`] or [`Session::handle_timeout`]).
+    Backpressure,
+    /// The message is longer than [`Config::max_payload`]; the layer above must fragment it.
+    TooLarge {
+        /// The message's length.
+        len: usize,
+        /// The longest message the session takes.
+        max: usize,
+    },
+    /// The peer was declared dead.
+    Dead,
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendError::Backpressure => f.write_str("send queue full"),
+            SendError::TooLarge { len, max } => write!(f, "message of {len} bytes exceeds {max}"),
+            SendError::Dead => f.write_str("peer is dead"),
+        }
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// The peer acknowledged nothing for [`Config::dead_after_rtos`] consecutive retransmission
+/// timeouts; the session is dead for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerDead;
+
+impl fmt::Display for PeerDead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("peer acknowledged nothing for the configured number of retransmission timeouts")
+    }
+}
+
+impl std::error::Error for PeerDead {}
+
+/// The sans-IO state of one reliable session. See the [module documentation](self).
+#[derive(Debug)]
+pub struct Session {
+    config: Config,
+    local: u32,
+    peer: u32,
+
+    /// Messages `acked()..` not yet acknowledged; its head is the oldest unacknowledged
+    /// sequence number.
+    ring: SendRing,
+    /// Next sequence number to transmit: new data, or old data again after a timeout.
+    snd_nxt: u64,
+    /// One past the highest sequence number ever transmitted.
+    snd_max: u64,
+    /// The peer's credit edge: sequence numbers below it may be in flight.
+    send_edge: u64,
+    /// When the oldest unacknowledged packet times out; set iff data is in flight.
+    rto_deadline: Option<u64>,
+    /// Consecutive timeouts without progress; drives backoff and death.
+    timeouts: u32,
+
+    /// Next sequence number to deliver; every packet below it was delivered.
+    rcv_nxt: u64,
+    /// Packets delivered since the last ack went out.
+    unacked: u32,
+    /// When a standalone ACK is due for them.
+    ack_deadline: Option<u64>,
+    /// A standalone ACK is due now (a duplicate or out-of-order packet, `ack_every` reached,
+    /// the credit raised).
+    ack_now: bool,
+    /// The credit this end grants the peer.
+    receive_credit: u32,
+
+    dead: bool,
+    stats: Stats,
+}
+
+impl Session {
+    /// A session with local id `local_id` talking to the peer's session `peer_id`, both agreed
+    /// on by the control plane. Allocates the send ring, `send_queue × max_payload` bytes.
+    pub fn new(config: Config, local_id: u32, peer_id: u32) -> Result<Session, ConfigError> {
+        config.validate()?;
+        // Lossless: validated as at most u32::MAX slots, and the ring was sized by it.
+        let ring = SendRing::new(config.send_queue as usize, config.max_payload);
+        Ok(Session {
+            local: local_id,
+            peer: peer_id,
+            ring,
+            snd_nxt: 0,
+            snd_max: 0,
+            // Both ends use the same config, so the peer starts out granting what we grant.
+            send_edge: u64::from(config.receive_credit),
+            rto_deadline: None,
+            timeouts: 0,
+            rcv_nxt: 0,
+            unacked: 0,
+            ack_deadline: None,
+            ack_now: false,
+            receive_credit: config.receive_credit,
+            dead: false,
+            stats: Stats::default(),
+            config,
+        })
+    }
+
+    /// This end's session id (the `dst_session` of datagrams it accepts).
+    pub fn local_id(&self) -> u32 {
+        self.local
+    }
+
+    /// The peer's session id (the `src_session` of datagrams it accepts).
+    pub fn peer_id(&self) -> u32 {
+        self.peer
+    }
+
+    /// The settings the session was made with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Counters of what the session sent, received and dropped.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Whether the peer was declared dead.
+    pub fn is_dead(&self) -> bool {
+        self.dead
+    }
+
+    /// Queues `payload` as the next message of this end's stream (copying it into the send
+    /// ring); [`Session::poll_transmit`] sends it when credits allow.
+    pub fn send(&mut self, payload: &[u8]) -> Result<(), SendError> {
+        if self.dead {
+            return Err(SendError::Dead);
+        }
+        if payload.len() > self.config.max_payload {
+            return Err(SendError::TooLarge { len: payload.len(), max: self.config.max_payload });
+        }
+        match self.ring.push(payload) {
+            Some(_) => Ok(()),
+            None => Err(SendError::Backpressure),
+        }
+    }
+
+    /// Messages the peer has acknowledged so far (all of them, once it equals the number sent).
+    pub fn acked(&self) -> u64 {
+        self.ring.head()
+    }
+
+    /// Messages queued or in flight and not yet acknowledged.
+    pub fn unacked(&self) -> usize {
+        self.ring.len()
+    }
+
+    /// DATA packets transmitted and not acknowledged; never more than [`Config::window`].
+    pub fn in_flight(&self) -> u64 {
+        self.snd_max - self.ring.head()
+    }
+
+    /// Messages delivered from the peer so far.
+    pub fn received(&self) -> u64 {
+        self.rcv_nxt
+    }
+
+    /// Sets the credit granted to the peer (at least 1; 0 counts as 1, so the peer can always
+    /// make progress and no window probe is needed). A lower grant takes effect as the ack
+    /// advances, since an edge already granted is never taken back; a higher one is announced
+    /// at once with an ACK.
+    pub fn set_receive_credit(&mut self, credit: u32) {
+        let credit = credit.max(1);
+        if credit > self.receive_credit {
+            self.ack_now = true;
+        }
+        self.receive_credit = credit;
+    }
+
+    /// Takes in one datagram from the link, addressed to this session.
+    ///
+    /// A DATA packet carrying the next message yields it; every other outcome is either an
+    /// accepted standalone ACK or a [`DropReason`], counted in [`Session::stats`]. Whatever the
+    /// outcome, call [`Session::poll_transmit`] afterwards: an ack may be due, or credits freed.
+    pub fn on_datagram<'a>(&mut self, now: u64, datagram: &'a [u8]) -> Result<Delivery<'a>, DropReason> {
+        match Packet::new_checked(datagram) {
+            Ok(packet) => self.on_packet(now, &packet),
+            Err(err) => {
+                let reason = DropReason::from(err);
+                self.stats.drops.count(&reason);
+                Err(reason)
+            }
+        }
+    }
+
+    /// [`Session::on_datagram`] for a datagram already parsed (by a [`Demux`](super::Demux)).
+    pub fn on_packet<'a>(&mut self, now: u64, packet: &Packet<'a>) -> Result<Delivery<'a>, DropReason> {
+        let outcome = self.accept(now, packet);
+        if let Err(reason) = &outcome {
+            self.stats.drops.count(reason);
+        }
+        outcome
+    }
+
+    fn accept<'a>(&mut self, now: u64, packet: &Packet<'a>) -> Result<Delivery<'a>, DropReason> {
+        if self.dead {
+            return Err(DropReason::SessionDead);
+        }
+        if packet.dst_session() != self.local {
+            return Err(DropReason::UnknownSession(packet.dst_session()));
+        }
+        if packet.src_session() != self.peer {
+            return Err(DropReason::WrongPeer { src_session: packet.src_session() });
+        }
+        if packet.ack() > self.snd_max {
+            return Err(DropReason::AckBeyondSent);
+        }
+        // Every packet's ack counts, even a duplicate DATA's: a retransmission carries the
+        // peer's latest ack.
+        self.take_ack(now, packet.ack(), packet.credit());
+        match packet.kind() {
+            Kind::Ack => {
+                self.stats.acks_received += 1;
+                Ok(Delivery::Ack)
+            }
+            Kind::Data => self.take_data(now, packet),
+        }
+    }
+
+    fn take_ack(&mut self, now: u64, ack: u64, credit: u32) {
+        self.send_edge = self.send_edge.max(ack.saturating_add(u64::from(credit)));
+        if ack <= self.ring.head() {
+            return;
+        }
+        self.ring.release_before(ack);
+        self.snd_nxt = self.snd_nxt.max(ack);
+        self.timeouts = 0;
+        self.rto_deadline = (ack < self.snd_max).then(|| now.saturating_add(self.config.rto_ns));
+    }
+
+    fn take_data<'a>(&mut self, now: u64, packet: &Packet<'a>) -> Result<Delivery<'a>, DropReason> {
+        let seq = packet.seq();
+        if seq != self.rcv_nxt {
+            // Re-ack at once: the sender either lost our ack (duplicate) or a packet (gap).
+            self.ack_now = true;
+            return Err(if seq < self.rcv_nxt { DropReason::Duplicate } else { DropReason::OutOfOrder });
+        }
+        self.rcv_nxt += 1;
+        self.unacked += 1;
+        if self.unacked >= self.config.ack_every {
+            self.ack_now = true;
+        } else if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(now.saturating_add(self.config.ack_delay_ns));
+        }
+        self.stats.delivered += 1;
+        Ok(Delivery::Message(packet.payload()))
+    }
+
+    /// Writes the next datagram to send into `buf` and returns its length, or `None` when there
+    /// is nothing to send now. Call it until it returns `None`.
+    ///
+    /// DATA comes first (new messages, or old ones again after a timeout) as credits allow,
+    /// each carrying the current ack; then a standalone ACK if one is due. `buf` must hold
+    /// [`Config::datagram_len`] bytes; a DATA packet that does not fit is not sent (and nothing
+    /// after it).
+    pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+        if self.dead {
+            return None;
+        }
+        let window_end = self.ring.head().saturating_add(u64::from(self.config.window));
+        let limit = self.ring.tail().min(window_end).min(self.send_edge);
+        if self.snd_nxt < limit {
+            let seq = self.snd_nxt;
+            let header = self.header(Kind::Data, seq);
+            // Present: head <= snd_nxt < tail.
+            let payload = self.ring.get(seq)?;
+            let len = match header.emit(payload, buf) {
+                Ok(len) => len,
+                Err(err) => {
+                    tracing::debug!(%err, session = self.local, "cannot emit a DATA packet");
+                    return None;
+                }
+            };
+            self.snd_nxt += 1;
+            if seq < self.snd_max {
+                self.stats.retransmissions += 1;
+            } else {
+                self.stats.data_sent += 1;
+                self.snd_max = seq + 1;
+            }
+            if self.rto_deadline.is_none() {
+                self.rto_deadline = Some(now.saturating_add(self.current_rto()));
+            }
+            self.ack_sent();
+            return Some(len);
+        }
+        let ack_due = self.ack_now || self.ack_deadline.is_some_and(|due| due <= now);
+        if ack_due {
+            let len = self.header(Kind::Ack, 0).emit(&[], buf).ok()?;
+            self.stats.acks_sent += 1;
+            self.ack_sent();
+            return Some(len);
+        }
+        None
+    }
+
+    fn header(&self, kind: Kind, seq: u64) -> Header {
+        Header {
+            kind,
+            src_session: self.local,
+            dst_session: self.peer,
+            seq,
+            ack: self.rcv_nxt,
+            credit: self.receive_credit,
+        }
+    }
+
+    fn ack_sent(&mut self) {
+        self.unacked = 0;
+        self.ack_deadline = None;
+        self.ack_now = false;
+    }
+
+    /// The retransmission timeout after `timeouts` consecutive expiries: doubled each time,
+    /// capped at [`Config::max_rto_ns`].
+    fn current_rto(&self) -> u64 {
+        let factor = 1u64 << self.timeouts.min(63);
+        self.config.rto_ns.saturating_mul(factor).min(self.config.max_rto_ns)
+    }
+
+    /// The earliest time [`Session::handle_timeout`] has something to do (a retransmission
+    /// timeout, a delayed ack), or `None` when there is no timer running.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if self.dead {
+            return None;
+        }
+        match (self.rto_deadline, self.ack_deadline) {
+            (Some(rto), Some(ack)) => Some(rto.min(ack)),
+            (rto, ack) => rto.or(ack),
+        }
+    }
+
+    /// Runs the timers that expired by `now`: a due delayed ack is queued, and on a
+    /// retransmission timeout everything from the oldest unacknowledged packet on is queued
+    /// again, or, on the [`Config::dead_after_rtos`]th timeout in a row without progress, the
+    /// session dies: this and every later call return [`PeerDead`].
+    pub fn handle_timeout(&mut self, now: u64) -> Result<(), PeerDead> {
+        if self.dead {
+            return Err(PeerDead);
+        }
+        if self.ack_deadline.is_some_and(|due| due <= now) {
+            self.ack_deadline = None;
+            self.ack_now = true;
+        }
+        let Some(due) = self.rto_deadline else { return Ok(()) };
+        if due > now {
+            return Ok(());
+        }
+        self.stats.rto_expiries += 1;
+        self.timeouts += 1;
+        if self.timeouts >= self.config.dead_after_rtos {
+            tracing::debug!(session = self.local, timeouts = self.timeouts, "peer declared dead");
+            self.dead = true;
+            self.rto_deadline = None;
+            self.ack_deadline = None;
+            return Err(PeerDead);
+        }
+        tracing::debug!(
+            session = self.local,
+            from_seq = self.ring.head(),
+            timeouts = self.timeouts,
+            "retransmission timeout, going back"
+        );
+        self.snd_nxt = self.ring.head();
+        self.rto_deadline = Some(now.saturating_add(self.current_rto()));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::reliable::wire::HEADER_LEN;
+
+    fn config() -> Config {
+        Config {
+            window: 4,
+            send_queue: 6,
+            max_payload: 64,
+            rto_ns: 1_000,
+            max_rto_ns: 3_000,
+            dead_after_rtos: 3,
+            ack_every: 2,
+            ack_delay_ns: 100,
+            receive_credit: 4,
+        }
+    }
+
+    fn pair() -> (Session, Session) {
+        (Session::new(config(), 1, 2).unwrap(), Session::new(config(), 2, 1).unwrap())
+    }
+
+    /// Every datagram `session` has to send now.
+    fn drain(session: &mut Session, now: u64) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 128];
+        while let Some(len) = session.poll_transmit(now, &mut buf) {
+            out.push(buf[..len].to_vec());
+        }
+        out
+    }
+
+    fn kind(datagram: &[u8]) -> (Kind, u64, u64) {
+        let packet = Packet::new_checked(datagram).unwrap();
+        (packet.kind(), packet.seq(), packet.ack())
+    }
+
+    #[test]
+    fn delivers_in_order_and_acks_every_second_packet() {
+        let (mut a, mut b) = pair();
+        for msg in [&b"one"[..], b"two", b"three"] {
+            a.send(msg).unwrap();
+        }
+        let wire = drain(&mut a, 0);
+        assert_eq!(wire.len(), 3);
+        assert_eq!(b.on_datagram(1, &wire[0]), Ok(Delivery::Message(b"one")));
+        assert!(drain(&mut b, 1).is_empty(), "one packet: the ack waits");
+        assert_eq!(b.poll_timeout(), Some(101));
+        assert_eq!(b.on_datagram(2, &wire[1]), Ok(Delivery::Message(b"two")));
+        let acks = drain(&mut b, 2);
+        assert_eq!(acks.iter().map(|d| kind(d)).collect::<Vec<_>>(), [(Kind::Ack, 0, 2)]);
+        assert_eq!(a.on_datagram(3, &acks[0]), Ok(Delivery::Ack));
+        assert_eq!((a.acked(), a.in_flight()), (2, 1));
+
+        assert_eq!(b.on_datagram(4, &wire[2]), Ok(Delivery::Message(b"three")));
+        assert!(drain(&mut b, 4).is_empty());
+        b.handle_timeout(104).unwrap();
+        let acks = drain(&mut b, 104);
+        assert_eq!(kind(&acks[0]), (Kind::Ack, 0, 3));
+        a.on_datagram(105, &acks[0]).unwrap();
+        assert_eq!((a.acked(), a.unacked(), a.poll_timeout()), (3, 0, None));
+    }
+
+    #[test]
+    fn data_carries_the_ack_so_no_standalone_ack_is_needed() {
+        let (mut a, mut b) = pair();
+        a.send(b"ping").unwrap();
+        let ping = drain(&mut a, 0);
+        b.on_datagram(1, &ping[0]).unwrap();
+        b.send(b"pong").unwrap();
+        let pong = drain(&mut b, 1);
+        assert_eq!(pong.len(), 1);
+        assert_eq!(kind(&pong[0]), (Kind::Data, 0, 1));
+        assert_eq!(a.on_datagram(2, &pong[0]), Ok(Delivery::Message(b"pong")));
+        assert_eq!(a.acked(), 1);
+        assert_eq!(b.poll_timeout(), Some(1 + 1_000), "only the retransmission timer runs");
+    }
+
+    #[test]
+    fn duplicates_and_gaps_are_dropped_and_re_acked_at_once() {
+        let (mut a, mut b) = pair();
+        a.send(b"x").unwrap();
+        a.send(b"y").unwrap();
+        let wire = drain(&mut a, 0);
+        assert_eq!(b.on_datagram(1, &wire[1]), Err(DropReason::OutOfOrder));
+        assert_eq!(kind(&drain(&mut b, 1)[0]), (Kind::Ack, 0, 0));
+        b.on_datagram(2, &wire[0]).unwrap();
+        assert_eq!(b.on_datagram(3, &wire[0]), Err(DropReason::Duplicate));
+        assert_eq!(kind(&drain(&mut b, 3)[0]), (Kind::Ack, 0, 1));
+        let drops = b.stats().drops;
+        assert_eq!((drops.out_of_order, drops.duplicate, b.stats().delivered), (1, 1, 1));
+    }
+
+    #[test]
+    fn timeout_goes_back_to_the_oldest_unacked_and_backs_off() {
+        let (mut a, mut b) = pair();
+        for msg in [b"0", b"1", b"2"] {
+            a.send(msg).unwrap();
+        }
+        let first = drain(&mut a, 0);
+        b.on_datagram(1, &first[0]).unwrap();
+        b.handle_timeout(101).unwrap();
+        a.on_datagram(102, &drain(&mut b, 101)[0]).unwrap();
+        assert_eq!(a.poll_timeout(), Some(1_102), "progress restarts the timer");
+
+        a.handle_timeout(1_102).unwrap();
+        let again = drain(&mut a, 1_102);
+        assert_eq!(again.iter().map(|d| kind(d).1).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(a.stats().retransmissions, 2);
+        assert_eq!(a.poll_timeout(), Some(1_102 + 2_000), "doubled");
+        a.handle_timeout(3_102).unwrap();
+        assert_eq!(drain(&mut a, 3_102).len(), 2);
+        assert_eq!(a.poll_timeout(), Some(3_102 + 3_000), "capped at max_rto");
+    }
+
+    #[test]
+    fn dies_after_the_configured_timeouts_without_progress() {
+        let (mut a, _) = pair();
+        a.send(b"lost").unwrap();
+        drain(&mut a, 0);
+        assert_eq!(a.handle_timeout(999), Ok(()));
+        assert_eq!(a.handle_timeout(1_000), Ok(()));
+        drain(&mut a, 1_000);
+        assert_eq!(a.handle_timeout(3_000), Ok(()));
+        drain(&mut a, 3_000);
+        assert_eq!(a.handle_timeout(5_999), Ok(()));
+        assert_eq!(a.handle_timeout(6_000), Err(PeerDead));
+        assert!(a.is_dead());
+        assert_eq!(a.poll_timeout(), None);
+        assert_eq!(a.send(b"more"), Err(SendError::Dead));
+        assert!(drain(&mut a, 8_000).is_empty());
+        assert_eq!(a.handle_timeout(9_000), Err(PeerDead));
+    }
+
+    #[test]
+    fn window_and_peer_credit_bound_what_is_in_flight() {
+        let (mut a, mut b) = pair();
+        for i in 0..6u8 {
+            a.send(&[i]).unwrap();
+        }
+        assert_eq!(a.send(b"full"), Err(SendError::Backpressure));
+        let wire = drain(&mut a, 0);
+        assert_eq!(wire.len(), 4, "window of 4");
+        assert_eq!(a.in_flight(), 4);
+
+        // The receiver grants 1 (0 counts as 1): once it acked 4, only seq 4 may go.
+        b.set_receive_credit(0);
+        for datagram in &wire {
+            b.on_datagram(1, datagram).unwrap();
+        }
+        let acks = drain(&mut b, 1);
+        assert_eq!(acks.iter().map(|d| kind(d)).collect::<Vec<_>>(), [(Kind::Ack, 0, 4)]);
+        a.on_datagram(2, &acks[0]).unwrap();
+        assert_eq!(a.acked(), 4);
+        assert_eq!(drain(&mut a, 2).len(), 1, "credit edge 4 + 1");
+
+        b.set_receive_credit(8);
+        let update = drain(&mut b, 3);
+        assert_eq!(kind(&update[0]), (Kind::Ack, 0, 4), "a raised grant is announced");
+        a.on_datagram(4, &update[0]).unwrap();
+        assert_eq!(drain(&mut a, 4).len(), 1, "the last queued message");
+    }
+
+    #[test]
+    fn refuses_what_is_not_for_it() {
+        let (mut a, mut b) = pair();
+        let mut c = Session::new(config(), 3, 1).unwrap();
+        a.send(b"hi").unwrap();
+        let wire = drain(&mut a, 0);
+        assert_eq!(c.on_datagram(0, &wire[0]), Err(DropReason::UnknownSession(2)));
+        let mut stranger = Session::new(config(), 9, 2).unwrap();
+        stranger.send(b"hi").unwrap();
+        let forged = drain(&mut stranger, 0);
+        assert_eq!(b.on_datagram(0, &forged[0]), Err(DropReason::WrongPeer { src_session: 9 }));
+        assert_eq!(
+            b.on_datagram(0, &wire[0][..HEADER_LEN]),
+            Err(DropReason::Malformed(crate::proto::reliable::wire::Error::Truncated))
+        );
+        let mut corrupt = wire[0].clone();
+        corrupt[HEADER_LEN] ^= 1;
+        assert_eq!(b.on_datagram(0, &corrupt), Err(DropReason::BadChecksum));
+
+        // b acks a packet a never sent.
+        b.on_datagram(0, &wire[0]).unwrap();
+        b.on_datagram(0, &wire[0]).unwrap_err();
+        let ack = drain(&mut b, 0);
+        let mut fresh = Session::new(config(), 1, 2).unwrap();
+        assert_eq!(fresh.on_datagram(0, &ack[0]), Err(DropReason::AckBeyondSent));
+        let drops = b.stats().drops;
+        assert_eq!((drops.wrong_peer, drops.malformed, drops.bad_checksum, drops.duplicate), (1, 1, 1, 1));
+    }
+
+    #[test]
+    fn oversized_messages_are_refused() {
+        let (mut a, _) = pair();
+        assert_eq!(a.send(&[0; 65]), Err(SendError::TooLarge { len: 65, max: 64 }));
+        assert_eq!(a.send(&[0; 64]), Ok(()));
+        let mut small = [0u8; HEADER_LEN + 10];
+        assert_eq!(a.poll_transmit(0, &mut small), None, "does not fit: not sent");
+        assert_eq!(a.stats().data_sent, 0);
+    }
+}
