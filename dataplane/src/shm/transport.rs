@@ -52,8 +52,13 @@ pub struct ShmConfig {
     pub max_placed: usize,
     /// Try 2 MiB huge pages for the segments first.
     pub try_hugepages: bool,
-    /// Polls between two checks of the sockets (accepts, peer death); 1 checks every poll.
+    /// Polls between two looks at the clock for [`ShmConfig::socket_check_period`]; 1 looks on
+    /// every poll.
     pub socket_check_interval: u32,
+    /// Least time between two checks of the sockets (accepts, hellos, peer death). A check is a
+    /// system call; on a busy-polling worker that makes a few polls per message, checking every
+    /// 64 polls cost more than the rest of a shared-memory message. Zero: every interval.
+    pub socket_check_period: Duration,
     /// How long an accepted connection may take to send its hello.
     pub hello_timeout: Duration,
     /// Copied bytes one link may hold queued (ring full) before `send` says `NoResource`.
@@ -69,6 +74,7 @@ impl Default for ShmConfig {
             max_placed: 64 << 20,
             try_hugepages: true,
             socket_check_interval: 64,
+            socket_check_period: Duration::from_micros(100),
             hello_timeout: Duration::from_secs(5),
             max_queued_bytes: 64 << 20,
         }
@@ -178,6 +184,8 @@ pub struct ShmTransport {
     deferred: Vec<Deferred>,
     /// Polls left before the next check of the sockets (accepts, peer death).
     polls: u64,
+    /// When [`ShmTransport::check_sockets`] last ran.
+    last_socket_check: Instant,
     epoll_events: Vec<libc::epoll_event>,
 }
 
@@ -266,6 +274,7 @@ impl ShmTransport {
             next_pending_key: 0,
             deferred: Vec::new(),
             polls: 0,
+            last_socket_check: Instant::now(),
             epoll_events: vec![libc::epoll_event { events: 0, u64: 0 }; 32],
         };
         let listener_fd = this.listener.as_ref().map(|l| l.as_raw_fd()).unwrap_or(-1);
@@ -910,7 +919,11 @@ impl Transport for ShmTransport {
         // A countdown, not a modulo: a division on every poll of a busy-polling worker shows.
         if self.polls == 0 {
             self.polls = u64::from(self.cfg.socket_check_interval.max(1));
-            self.check_sockets();
+            let now = Instant::now();
+            if now.saturating_duration_since(self.last_socket_check) >= self.cfg.socket_check_period {
+                self.last_socket_check = now;
+                self.check_sockets();
+            }
         }
         self.polls -= 1;
         // Connected/Accepted before the first frame of their link.
