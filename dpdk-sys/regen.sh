@@ -18,7 +18,7 @@ esac
 # Functions zcx calls: EAL, lcores, ethdev control path, mbuf pools, mempools, external memory and
 # DMA mapping, vdev hot-plug, errors and rte_malloc; the zcx_rte_* shim covers the inline fast path.
 functions=(
-    'rte_eal_init' 'rte_eal_cleanup' 'rte_eal_process_type' 'rte_eal_iova_mode' 'rte_eal_has_hugepages'
+    'rte_eal_init' 'rte_eal_cleanup' 'rte_eal_get_runtime_dir' 'rte_eal_process_type' 'rte_eal_iova_mode' 'rte_eal_has_hugepages'
     'rte_lcore_count' 'rte_get_main_lcore' 'rte_socket_id' 'rte_lcore_to_socket_id'
     'rte_eth_dev_configure' 'rte_eth_rx_queue_setup' 'rte_eth_tx_queue_setup'
     'rte_eth_dev_start' 'rte_eth_dev_stop' 'rte_eth_dev_close' 'rte_eth_dev_reset'

@@ -763,6 +763,9 @@ unsafe extern "C" {
     pub fn rte_eal_iova_mode() -> rte_iova_mode::Type;
 }
 unsafe extern "C" {
+    pub fn rte_eal_get_runtime_dir() -> *const ::core::ffi::c_char;
+}
+unsafe extern "C" {
     pub fn rte_strerror(errnum: ::core::ffi::c_int) -> *const ::core::ffi::c_char;
 }
 unsafe extern "C" {

@@ -249,13 +249,26 @@ impl Eal {
 }
 
 impl Drop for Eal {
+    /// Cleans EAL up, then removes its runtime directory (`/var/run/dpdk/<file-prefix>` for root)
+    /// if EAL left it empty, as it does with `--no-shconf --no-telemetry`; `rte_eal_cleanup` keeps
+    /// it, so every process would otherwise leave one behind.
     fn drop(&mut self) {
+        // SAFETY: EAL is initialised; the returned string is EAL's static runtime-dir buffer,
+        // copied out before cleanup.
+        let runtime_dir = unsafe {
+            let dir = rte_eal_get_runtime_dir();
+            (!dir.is_null()).then(|| CStr::from_ptr(dir).to_string_lossy().into_owned())
+        };
         // SAFETY: EAL was initialised by this guard, which is the only one and is dropped once, on
         // the main lcore thread (the guard is !Send).
         unsafe {
             rte_eal_cleanup();
         }
         EAL_STATE.store(EAL_DONE, Ordering::Release);
+        if let Some(dir) = runtime_dir.filter(|d| !d.is_empty()) {
+            // Only succeeds on an empty directory: files another process might need stay.
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
