@@ -16,6 +16,7 @@ fn main() {
     println!("cargo::rerun-if-changed=shim/shim.h");
     println!("cargo::rerun-if-env-changed=ZCX_REQUIRE_DPDK");
     println!("cargo::rerun-if-env-changed=PKG_CONFIG_PATH");
+    println!("cargo::rerun-if-env-changed=PKG_CONFIG");
 
     match probe() {
         Ok(()) => println!("cargo::rustc-env=ZCX_DPDK_MISSING="),
@@ -39,7 +40,7 @@ fn probe() -> Result<(), String> {
         .map_err(|e| {
             format!(
                 "pkg-config found no libdpdk 22.11 (apt-get install libdpdk-dev pkg-config): {}",
-                e.to_string().lines().next().unwrap_or("")
+                e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
             )
         })?;
     let cflags = pkg_config_output(&["--cflags", "libdpdk"])?;

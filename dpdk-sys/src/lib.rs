@@ -65,6 +65,7 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
 
 /// Bindgen's output for the DPDK 22.11 headers and the zcx shim; see the crate documentation.
 #[allow(
@@ -231,6 +232,7 @@ impl Eal {
         let rc = unsafe { rte_eal_init(argc, argv.as_mut_ptr()) };
         if rc < 0 {
             let errno = errno();
+            remove_runtime_dir_if_empty();
             EAL_STATE.store(EAL_NONE, Ordering::Release);
             let mut message = strerror(errno);
             if !unloaded.is_empty() {
@@ -249,26 +251,75 @@ impl Eal {
 }
 
 impl Drop for Eal {
-    /// Cleans EAL up, then removes its runtime directory (`/var/run/dpdk/<file-prefix>` for root)
-    /// if EAL left it empty, as it does with `--no-shconf --no-telemetry`; `rte_eal_cleanup` keeps
-    /// it, so every process would otherwise leave one behind.
+    /// Waits for EAL's interrupt thread to finish deferred work (see [`settle_interrupt_thread`]),
+    /// cleans EAL up, then removes its runtime directory if EAL left it empty (see
+    /// [`remove_runtime_dir_if_empty`]).
     fn drop(&mut self) {
-        // SAFETY: EAL is initialised; the returned string is EAL's static runtime-dir buffer,
-        // copied out before cleanup.
-        let runtime_dir = unsafe {
-            let dir = rte_eal_get_runtime_dir();
-            (!dir.is_null()).then(|| CStr::from_ptr(dir).to_string_lossy().into_owned())
-        };
+        settle_interrupt_thread();
         // SAFETY: EAL was initialised by this guard, which is the only one and is dropped once, on
         // the main lcore thread (the guard is !Send).
         unsafe {
             rte_eal_cleanup();
         }
         EAL_STATE.store(EAL_DONE, Ordering::Release);
-        if let Some(dir) = runtime_dir.filter(|d| !d.is_empty()) {
-            // Only succeeds on an empty directory: files another process might need stay.
-            let _ = std::fs::remove_dir(dir);
+        remove_runtime_dir_if_empty();
+    }
+}
+
+/// Waits, at most a second, until EAL's interrupt thread (`eal-intr-thread`) is idle in
+/// `epoll_wait` in three samples 2 ms apart.
+///
+/// `rte_eal_cleanup` unmaps DPDK's memory without stopping that thread, and drivers hand it
+/// deferred work: closing a `net_memif` port, or its peer hanging up, queues the unregistration of
+/// the control channel's interrupt handler, which the thread carries out later on memory in DPDK's
+/// heap. If cleanup unmaps the heap first, the thread faults (seen here: SIGSEGV in
+/// `rte_intr_fd_get` on the interrupt thread, a few runs in a hundred of the memif test). Work
+/// queued for the thread wakes it (it becomes runnable at once), so seeing it asleep in
+/// `epoll_wait` after the ports were closed means that work is done.
+fn settle_interrupt_thread() {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut idle = 0;
+    while idle < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+        idle = if interrupt_thread_idle() { idle + 1 } else { 0 };
+    }
+}
+
+/// Whether every thread of this process named `eal-intr-thread` is asleep (state `S`) in
+/// `epoll_wait` (when the kernel shows the wait channel); true if there is none.
+fn interrupt_thread_idle() -> bool {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return true };
+    tasks.flatten().all(|task| {
+        let path = task.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if comm.trim_end() != "eal-intr-thread" {
+            return true;
         }
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        // The state follows the parenthesised command name, which may itself contain spaces.
+        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+        let wchan = std::fs::read_to_string(path.join("wchan")).unwrap_or_default();
+        state == Some("S") && (wchan.contains("epoll") || wchan.is_empty() || wchan == "0")
+    })
+}
+
+/// Removes EAL's runtime directory (`/var/run/dpdk/<file-prefix>` for root) if it is empty, as
+/// EAL leaves it with `--no-shconf --no-telemetry`: neither `rte_eal_cleanup` nor a failed
+/// `rte_eal_init` removes it, so every process would leave one behind. A directory with files in
+/// it (another process's, or a shared config) stays.
+fn remove_runtime_dir_if_empty() {
+    // SAFETY: rte_eal_get_runtime_dir returns EAL's static path buffer (empty until EAL set it),
+    // valid at any time; it is copied out at once.
+    let dir = unsafe {
+        let dir = rte_eal_get_runtime_dir();
+        if dir.is_null() {
+            return;
+        }
+        CStr::from_ptr(dir).to_string_lossy().into_owned()
+    };
+    if !dir.is_empty() {
+        // remove_dir fails on a non-empty directory, which is what is wanted.
+        let _ = std::fs::remove_dir(dir);
     }
 }
 
