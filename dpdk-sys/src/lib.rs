@@ -45,7 +45,7 @@
 //!    every other driver Debian installed (about 130; init takes ~0.3 s here). The sonames loaded in
 //!    step 1 are symlinks to the same files, and glibc returns an already loaded object for the same
 //!    file, so no driver registers twice. `-d <path/to/librte_net_xxx.so>` loads one from elsewhere.
-
+//!
 //! # EAL arguments that work on a machine without hugepages or PCI access
 //!
 //! `--no-huge -m 512 --no-pci --no-shconf --no-telemetry --file-prefix <unique> --vdev net_ring0`.
@@ -59,7 +59,25 @@
 //! `net_ring0` created by `--vdev` uses one ring for both directions, so what a port transmits it
 //! receives back: a loopback NIC for tests. `net_memif` connects two processes over a UNIX socket
 //! (`role=server|client,socket=/path,socket-abstract=no`) and shared memory it creates with memfd,
-//! so it works with `--no-huge` too.
+//! so it works with `--no-huge` too; with `--no-shconf` it logs "Failed to register mp action
+//! callback: Operation not supported", which only means no secondary process can share the port.
+//!
+//! # Shutting down
+//!
+//! Stop and close every port and free every mempool, then drop the [`Eal`]. `rte_eal_cleanup`
+//! unmaps DPDK's memory without stopping EAL's interrupt thread, to which drivers hand deferred
+//! work: a closed `net_memif` port (or one whose peer hung up) leaves the unregistration of its
+//! control channel's handler queued there, on memory in DPDK's heap. Cleaning up before the thread
+//! ran it crashed a few memif runs in a hundred here (SIGSEGV in `rte_intr_fd_get`), so the guard
+//! first waits until the thread is asleep in `epoll_wait` (it wakes at once when work is queued).
+//! A memif client's queue counters are reset when its peer hangs up: read stats before.
+//!
+//! # Tests
+//!
+//! `cargo test -p zcx-dpdk-sys -- --nocapture` (`ZCX_REQUIRE_DPDK=1` to fail rather than skip when
+//! DPDK is missing or EAL cannot start): `ring_loopback` over `net_ring0` in one process, and
+//! `memif_two_processes`, which runs its own binary as a memif server and a memif client. Each test
+//! binary initialises EAL once, which is all a process may do.
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::fmt;
@@ -73,7 +91,6 @@ use std::time::{Duration, Instant};
     non_camel_case_types,
     non_snake_case,
     dead_code,
-    unnecessary_transmutes,
     clippy::all,
     clippy::pedantic,
     rustdoc::all
@@ -251,9 +268,9 @@ impl Eal {
 }
 
 impl Drop for Eal {
-    /// Waits for EAL's interrupt thread to finish deferred work (see [`settle_interrupt_thread`]),
-    /// cleans EAL up, then removes its runtime directory if EAL left it empty (see
-    /// [`remove_runtime_dir_if_empty`]).
+    /// Waits (at most a second) for EAL's interrupt thread to finish deferred driver work,
+    /// cleans EAL up, then removes its runtime directory if EAL left it empty; see "Shutting
+    /// down" in the crate documentation.
     fn drop(&mut self) {
         settle_interrupt_thread();
         // SAFETY: EAL was initialised by this guard, which is the only one and is dropped once, on
