@@ -8,7 +8,11 @@ cd "$(dirname "$0")/.."
 
 zcx_require_cargo
 # UCX's libraries: the status-code cross-check against libucs, and the side-by-side benchmarks.
-zcx_apt_install ucx-utils libucx-dev iproute2
+# Debian's DPDK 22.11 (libdpdk-dev pulls in every librte runtime package, drivers included) and
+# pkg-config, which zcx-dpdk-sys finds it with.
+zcx_apt_install ucx-utils libucx-dev iproute2 libdpdk-dev dpdk pkg-config
+# Installed above, so a DPDK test that would skip for want of DPDK fails instead.
+export ZCX_REQUIRE_DPDK=1
 # 1100 x 2 MiB: the hugepage tests and the 1 GiB map bench, run in parallel, with room to spare.
 # No 1 GiB pages: an empty 1 GiB pool is how the tests provoke the fallback path.
 zcx_reserve_hugepages 1100 0

@@ -18,7 +18,7 @@
 //!
 //! # System packages
 //!
-//! Debian 12: `apt-get install libdpdk-dev dpdk pkg-config` (`scripts/lib/dpdk.sh` does it as root).
+//! Debian 12: `apt-get install libdpdk-dev dpdk pkg-config` (`scripts/test.sh` does it as root).
 //! `libdpdk-dev` pulls in every `librte-*23` runtime package, the drivers included; `dpdk` adds the
 //! tools (`dpdk-devbind.py`, `dpdk-testpmd`). Regenerating the bindings also needs `libclang-dev`.
 //!
