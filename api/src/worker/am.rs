@@ -28,6 +28,9 @@ pub(crate) struct AmHandlerEntry {
 
 /// A message waiting for its handler to run.
 pub(crate) struct AmDelivery {
+    /// The handler registered for `am_id` when the message arrived, looked up under the lock the
+    /// arrival was dispatched under, so running it takes no lock again.
+    handler: Option<Arc<Mutex<AmHandler>>>,
     ep: u64,
     am_id: u16,
     reply: bool,
@@ -38,11 +41,19 @@ pub(crate) struct AmDelivery {
 }
 
 impl AmDelivery {
-    pub fn eager(ep: u64, am_id: u16, reply: bool, header_len: usize, bytes: Vec<u8>) -> AmDelivery {
-        AmDelivery { ep, am_id, reply, header_len, bytes, rndv: None }
+    pub fn eager(
+        st: &State,
+        ep: u64,
+        am_id: u16,
+        reply: bool,
+        header_len: usize,
+        bytes: Vec<u8>,
+    ) -> AmDelivery {
+        AmDelivery { handler: handler_of(st, am_id), ep, am_id, reply, header_len, bytes, rndv: None }
     }
 
     pub fn rndv(
+        st: &State,
         ep: u64,
         am_id: u16,
         reply: bool,
@@ -51,8 +62,20 @@ impl AmDelivery {
         total_len: u64,
     ) -> AmDelivery {
         let header_len = header.len();
-        AmDelivery { ep, am_id, reply, header_len, bytes: header, rndv: Some((sender_req, total_len)) }
+        AmDelivery {
+            handler: handler_of(st, am_id),
+            ep,
+            am_id,
+            reply,
+            header_len,
+            bytes: header,
+            rndv: Some((sender_req, total_len)),
+        }
     }
+}
+
+fn handler_of(st: &State, am_id: u16) -> Option<Arc<Mutex<AmHandler>>> {
+    st.am_handlers.get(&am_id).map(|entry| Arc::clone(&entry.handler))
 }
 
 /// The data of an active message, owned: eager bytes, or the right to fetch rendezvous bytes
@@ -243,7 +266,7 @@ impl Worker {
 
 /// Runs one message's handler (from progress, without the worker's lock).
 pub(crate) fn run_am(shared: &Arc<WorkerShared>, delivery: AmDelivery) {
-    let handler = shared.lock().st.am_handlers.get(&delivery.am_id).map(|entry| Arc::clone(&entry.handler));
+    let handler = delivery.handler;
     let desc = AmDesc {
         worker: Arc::clone(shared),
         ep: delivery.ep,

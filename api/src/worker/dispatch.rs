@@ -175,11 +175,13 @@ fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
         Op::Stream => deliver_stream(st, ep, payload),
         Op::AmEager { am_id, reply, header_len } => {
             let data = st.pooled_copy(payload);
-            st.deferred.push(Deferred::Am(AmDelivery::eager(ep, am_id, reply, header_len as usize, data)));
+            let delivery = AmDelivery::eager(st, ep, am_id, reply, header_len as usize, data);
+            st.deferred.push(Deferred::Am(delivery));
         }
         Op::AmRts { am_id, reply, header_len: _, sender_req, total_len } => {
             let header = st.pooled_copy(payload);
-            st.deferred.push(Deferred::Am(AmDelivery::rndv(ep, am_id, reply, header, sender_req, total_len)));
+            let delivery = AmDelivery::rndv(st, ep, am_id, reply, header, sender_req, total_len);
+            st.deferred.push(Deferred::Am(delivery));
         }
         Op::Put { req, region, key, addr, ack } => {
             let result = rma_exec::put(&st.ctx.remote_access, region, &key, addr, payload);

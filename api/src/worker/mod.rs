@@ -345,10 +345,17 @@ impl WorkerShared {
             }
             (std::mem::take(&mut core.st.deferred), events)
         };
+        let mut deferred = deferred;
         let count = deferred.len();
-        for item in deferred {
+        for item in deferred.drain(..) {
             self.run_deferred(item);
         }
+        // Hand the list's allocation back, so the next message's callback does not allocate one.
+        let mut core = self.lock();
+        if core.st.deferred.is_empty() {
+            core.st.deferred = deferred;
+        }
+        drop(core);
         events.max(count)
     }
 
