@@ -37,6 +37,15 @@ const MAX_PENDING_ACCEPTS: usize = 64;
 
 const INDEX_BITS: u32 = 20;
 const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
+/// Generation bits above the index: 8, so a link id fits in the 28 bits a
+/// [`crate::TransportSet`] leaves its members (ids above would lose their top bits in the set,
+/// and the link would no longer be found once a slot had been reused 256 times).
+const GEN_MASK: u32 = (1 << 8) - 1;
+
+/// The generation a slot's next link gets.
+fn next_gen(gen: u32) -> u32 {
+    (gen + 1) & GEN_MASK
+}
 
 /// Settings of a [`ShmTransport`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -341,7 +350,7 @@ impl ShmTransport {
 
     fn release_slot(&mut self, index: usize) {
         self.links[index] = None;
-        self.gens[index] = (self.gens[index] + 1) & ((1 << (32 - INDEX_BITS)) - 1);
+        self.gens[index] = next_gen(self.gens[index]);
         self.free.push(index as u32);
     }
 
@@ -976,6 +985,17 @@ pub fn namespace_tag() -> String {
 #[cfg(test)]
 mod namespace_tests {
     use super::*;
+
+    #[test]
+    fn link_ids_stay_within_a_set_members_28_bits_through_every_generation() {
+        let mut gen = 0;
+        for _ in 0..=2 * (GEN_MASK + 1) {
+            let id = INDEX_MASK | (gen << INDEX_BITS);
+            assert!(id < 1 << 28, "generation {gen} gives id {id:#x}");
+            gen = next_gen(gen);
+        }
+        assert_eq!(next_gen(GEN_MASK), 0);
+    }
 
     #[test]
     fn reaches_only_addresses_of_our_namespaces() {
