@@ -241,7 +241,13 @@ impl Transport for TransportSet {
     fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
         let mut count = 0;
         for (index, tl) in self.members.iter_mut().enumerate() {
-            count += tl.poll(&mut |event| sink(renamed(index, event)));
+            count += if index == 0 {
+                // Member 0's ids are the set's ids (its member bits are zero): no renaming, and
+                // no closure between the first member's events and the sink.
+                tl.poll(sink)
+            } else {
+                tl.poll(&mut |event| sink(renamed(index, event)))
+            };
         }
         count
     }
