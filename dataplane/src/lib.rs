@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod access;
+pub mod copy;
 pub mod fast_map;
 pub mod proto;
 pub mod rcache;

@@ -189,7 +189,7 @@ impl Endpoint {
                     // SAFETY: `dst..dst + len` lies in the peer's region mapped here, which the
                     // key keeps mapped; `ptr..ptr + len` is the caller's buffer, which `SendBuf`
                     // keeps in place. The two never overlap (ours is not the peer's mapping view).
-                    unsafe { std::ptr::copy_nonoverlapping(ptr, dst, len) };
+                    unsafe { zcx_dataplane::copy::copy_bytes(ptr, dst, len) };
                 }
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
@@ -255,7 +255,7 @@ impl Endpoint {
                     // SAFETY: `src..src + len` lies in the peer's region mapped here, kept mapped
                     // by the key; `ptr..ptr + len` is the caller's buffer (`RecvBuf` keeps it in
                     // place and writable). They never overlap.
-                    unsafe { std::ptr::copy_nonoverlapping(src, ptr, len) };
+                    unsafe { zcx_dataplane::copy::copy_bytes(src, ptr, len) };
                 }
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }

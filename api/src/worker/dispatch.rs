@@ -346,7 +346,7 @@ fn on_tag_eager(st: &mut State, link: LinkId, ep: u64, tag: u64, sync_req: Optio
             if n > 0 {
                 // SAFETY: `recv.ptr..+cap` is the buffer of a posted receive, owned by its request
                 // until the sink completes; `n <= cap`.
-                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), recv.ptr, n) };
+                unsafe { zcx_dataplane::copy::copy_bytes(payload.as_ptr(), recv.ptr, n) };
             }
             let status = if payload.len() > recv.cap { Status::MessageTruncated } else { Status::Ok };
             st.complete_sink(&recv.sink, status, OpInfo { length: n, sender_tag: tag, value: 0 });

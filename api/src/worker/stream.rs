@@ -18,7 +18,7 @@ pub(crate) fn deliver_stream(st: &mut State, ep: u64, mut data: &[u8]) {
             let n = (recv.cap - recv.filled).min(data.len());
             // SAFETY: `recv.ptr..+cap` is the buffer of a posted receive, owned by its request until
             // the sink completes; `filled + n <= cap`.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), recv.ptr.add(recv.filled), n) };
+            unsafe { zcx_dataplane::copy::copy_bytes(data.as_ptr(), recv.ptr.add(recv.filled), n) };
             recv.filled += n;
             data = &data[n..];
             if recv.filled == recv.cap || !recv.waitall {
@@ -59,7 +59,7 @@ pub(crate) fn take_buffered(
         let available = &chunk[rx.head_offset..];
         let n = available.len().min(cap - filled);
         // SAFETY: `ptr..ptr+cap` is the caller's receive buffer (owned by its request); `filled + n <= cap`.
-        unsafe { std::ptr::copy_nonoverlapping(available.as_ptr(), ptr.add(filled), n) };
+        unsafe { zcx_dataplane::copy::copy_bytes(available.as_ptr(), ptr.add(filled), n) };
         filled += n;
         rx.head_offset += n;
         if rx.head_offset == chunk.len() {

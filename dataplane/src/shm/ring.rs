@@ -240,7 +240,7 @@ impl Producer {
         unsafe {
             let mut at = data.add(pos + RECORD_HEADER);
             for part in parts {
-                std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
+                crate::copy::copy_bytes(part.as_ptr(), at, part.len());
                 at = at.add(part.len());
             }
         }
