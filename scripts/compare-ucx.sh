@@ -4,7 +4,7 @@
 # For each test, R rounds of: ucx_perftest (server pinned to CPU 1, client to CPU 0, UCX_TLS set
 # by TRANSPORT), then `zcx perf` of the same test (its server child on CPU 1, client on CPU 0,
 # ZCX_TLS passed through with --tls). Prints one table with the median of each side over the
-# rounds and the ratio zcx/UCX. Interleaving spreads the machine's noise over both sides instead
+# rounds and the median of the rounds' own zcx/UCX ratios. Interleaving spreads the machine's noise over both sides instead
 # of giving one a quiet minute.
 #
 #   test            UCX test       size     compared
@@ -211,7 +211,7 @@ field() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; m = int((NR + 1) / 2); print (NR % 2) ? v[m] : (v[m] + v[m + 1]) / 2 }'; }
 
 echo "== ucx_perftest (UCX_TLS=$UCX_SIDE_TLS) vs zcx perf (--tls $ZCX_SIDE_TLS): $ROUNDS rounds, interleaved; server CPU $SERVER_CPU, client CPU $CLIENT_CPU" >&2
-declare -A result_ucx result_zcx
+declare -A result_ucx result_zcx result_ratio
 failed=0
 for test in $TESTS; do
     spec "$test"
@@ -219,8 +219,10 @@ for test in $TESTS; do
         key=$test:$size
         ucx_values=$work/$test.$size.ucx
         zcx_values=$work/$test.$size.zcx
+        ratio_values=$work/$test.$size.ratio
         : >"$ucx_values"
         : >"$zcx_values"
+        : >"$ratio_values"
         for round in $(seq 1 "$ROUNDS"); do
             uv=FAILED zv=FAILED
             if ucx_run "$ucx_test" "$size" "$iters" "$warmup"; then
@@ -241,11 +243,17 @@ for test in $TESTS; do
                 fi
                 echo "$zv" >>"$zcx_values"
             fi
+            # The pair of one round ran back to back, in the same mode of the machine: its ratio
+            # is the comparison; the median of the rounds' ratios is what the table reports.
+            if [ "$uv" != FAILED ] && [ "$zv" != FAILED ]; then
+                awk -v z="$zv" -v u="$uv" 'BEGIN { if (u + 0 > 0 && z + 0 > 0) printf "%.4f\n", z / u }' >>"$ratio_values"
+            fi
             printf '   %-14s %8s round %d/%d: UCX %10s  zcx %10s\n' "$test" "$size" "$round" "$ROUNDS" "$uv" "$zv" >&2
     done
     # A side that failed in any round failed the pair: its median would hide it.
     if [ "$(wc -l <"$ucx_values")" -eq "$ROUNDS" ]; then result_ucx[$key]=$(median <"$ucx_values"); else result_ucx[$key]=FAILED; failed=1; fi
     if [ "$(wc -l <"$zcx_values")" -eq "$ROUNDS" ]; then result_zcx[$key]=$(median <"$zcx_values"); else result_zcx[$key]=FAILED; failed=1; fi
+    result_ratio[$key]=$(median <"$ratio_values" || echo n/a)
     done
 done
 
@@ -260,7 +268,7 @@ for test in $TESTS; do
     for size in $sizes; do
         u=${result_ucx[$test:$size]}
         z=${result_zcx[$test:$size]}
-        ratio=$(awk -v z="$z" -v u="$u" 'BEGIN { if (u + 0 > 0 && z + 0 > 0) printf "%.2f", z / u; else print "n/a" }')
+        ratio=$(awk -v r="${result_ratio[$test:$size]}" 'BEGIN { if (r + 0 > 0) printf "%.2f", r; else print "n/a" }')
         printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s\n' "$test" "$ucx_test" "$size" "$TRANSPORT" "$metric" "$u" "$z" "$ratio"
         if [ -n "$CSV" ]; then
             for side in ucx zcx; do
@@ -276,7 +284,9 @@ for test in $TESTS; do
         fi
     done
 done
-echo "# medians of $ROUNDS rounds; latency: whole-run average, one-way for ping-pongs (ratio > 1: zcx slower);"
+echo "# UCX, zcx: medians of $ROUNDS rounds; zcx/UCX: median of the rounds' own ratios (each round's pair ran"
+echo "# back to back, so the machine's slow and fast modes cancel within a round)."
+echo "# latency: whole-run average, one-way for ping-pongs (ratio > 1: zcx slower);"
 echo "# bandwidth: MB = 1e6 B (ratio > 1: zcx faster). UCX $(ucx_info -v 2>/dev/null | sed -n 's/^# Version *//p' | head -1) with UCX_TLS=$UCX_SIDE_TLS; zcx with ZCX_TLS=$ZCX_SIDE_TLS."
 if [ -n "$CSV" ]; then
     echo "# medians written to $CSV"
