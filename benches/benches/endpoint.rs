@@ -11,9 +11,9 @@
 //!
 //! Run: `cargo bench -p zcx-benches --bench endpoint`. The ping-pong times are full round trips.
 //! `ZCX_PINGPONG_ROUNDS=N cargo bench ... -- --profile-rounds` runs only N one-thread round trips
-//! (for an instruction-counting profiler).
+//! (for an instruction-counting profiler); of active messages with `ZCX_PINGPONG_API=am`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -186,13 +186,62 @@ impl OneThreadPingPong {
     }
 }
 
+/// The active-message form of [`OneThreadPingPong`]: each side's handler counts arrivals, and
+/// each step progresses the receiving worker until its count moves.
+struct OneThreadAmPingPong {
+    pp: OneThreadPingPong,
+    pings: Arc<AtomicU64>,
+    pongs: Arc<AtomicU64>,
+}
+
+const AM_PING: u16 = 1;
+const AM_PONG: u16 = 2;
+
+impl OneThreadAmPingPong {
+    fn new(ctx: &Context) -> OneThreadAmPingPong {
+        let pp = OneThreadPingPong::new(ctx);
+        let (pings, pongs) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        for (worker, id, count) in [(&pp.server, AM_PING, &pings), (&pp.client, AM_PONG, &pongs)] {
+            let count = Arc::clone(count);
+            worker.set_am_handler(
+                id,
+                Some(Box::new(move |_msg: &mut zcx::AmMessage| {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    zcx::Status::Ok
+                })),
+            );
+        }
+        OneThreadAmPingPong { pp, pings, pongs }
+    }
+
+    fn round_trip(&mut self) {
+        let [ping, _, _, pong] = &mut self.pp.bufs;
+        let before = self.pings.load(Ordering::Relaxed);
+        let send = self.pp.ep.am_send(AM_PING, &[], ping.take().unwrap(), Default::default()).expect("am_send");
+        *ping = Some(wait(&self.pp.client, send).buf);
+        while self.pings.load(Ordering::Relaxed) == before {
+            self.pp.server.progress();
+        }
+        let before = self.pongs.load(Ordering::Relaxed);
+        let send =
+            self.pp.server_ep.am_send(AM_PONG, &[], pong.take().unwrap(), Default::default()).expect("am_send");
+        *pong = Some(wait(&self.pp.server, send).buf);
+        while self.pongs.load(Ordering::Relaxed) == before {
+            self.pp.client.progress();
+        }
+    }
+}
+
 fn tag_ping_pong_one_thread(c: &mut Criterion) {
-    let ctx = Context::with_features(Features::TAG).expect("context");
+    let ctx = Context::with_features(Features::TAG | Features::AM).expect("context");
     let mut pp = OneThreadPingPong::new(&ctx);
     let transport = pp.ep.query().expect("query").transports.join(",");
     c.bench_function(&format!("endpoint/tag_ping_pong_8B_one_thread_{transport}"), |b| {
         b.iter(|| pp.round_trip())
     });
+    drop(pp);
+    let mut am = OneThreadAmPingPong::new(&ctx);
+    c.bench_function(&format!("endpoint/am_ping_pong_8B_one_thread_{transport}"), |b| b.iter(|| am.round_trip()));
 }
 
 /// Put and get of 8 bytes over shared memory once the owner vouched for the key: a CPU copy into
@@ -242,10 +291,17 @@ fn profile_rounds() -> bool {
     }
     let rounds: u64 =
         std::env::var("ZCX_PINGPONG_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let ctx = Context::with_features(Features::TAG).expect("context");
-    let mut pp = OneThreadPingPong::new(&ctx);
-    for _ in 0..rounds {
-        pp.round_trip();
+    let ctx = Context::with_features(Features::TAG | Features::AM).expect("context");
+    if std::env::var("ZCX_PINGPONG_API").is_ok_and(|api| api == "am") {
+        let mut am = OneThreadAmPingPong::new(&ctx);
+        for _ in 0..rounds {
+            am.round_trip();
+        }
+    } else {
+        let mut pp = OneThreadPingPong::new(&ctx);
+        for _ in 0..rounds {
+            pp.round_trip();
+        }
     }
     true
 }
