@@ -217,14 +217,18 @@ impl OneThreadAmPingPong {
     fn round_trip(&mut self) {
         let [ping, _, _, pong] = &mut self.pp.bufs;
         let before = self.pings.load(Ordering::Relaxed);
-        let send = self.pp.ep.am_send(AM_PING, &[], ping.take().unwrap(), Default::default()).expect("am_send");
+        let send =
+            self.pp.ep.am_send(AM_PING, &[], ping.take().unwrap(), Default::default()).expect("am_send");
         *ping = Some(wait(&self.pp.client, send).buf);
         while self.pings.load(Ordering::Relaxed) == before {
             self.pp.server.progress();
         }
         let before = self.pongs.load(Ordering::Relaxed);
-        let send =
-            self.pp.server_ep.am_send(AM_PONG, &[], pong.take().unwrap(), Default::default()).expect("am_send");
+        let send = self
+            .pp
+            .server_ep
+            .am_send(AM_PONG, &[], pong.take().unwrap(), Default::default())
+            .expect("am_send");
         *pong = Some(wait(&self.pp.server, send).buf);
         while self.pongs.load(Ordering::Relaxed) == before {
             self.pp.client.progress();
@@ -241,7 +245,9 @@ fn tag_ping_pong_one_thread(c: &mut Criterion) {
     });
     drop(pp);
     let mut am = OneThreadAmPingPong::new(&ctx);
-    c.bench_function(&format!("endpoint/am_ping_pong_8B_one_thread_{transport}"), |b| b.iter(|| am.round_trip()));
+    c.bench_function(&format!("endpoint/am_ping_pong_8B_one_thread_{transport}"), |b| {
+        b.iter(|| am.round_trip())
+    });
 }
 
 /// Put and get of 8 bytes over shared memory once the owner vouched for the key: a CPU copy into

@@ -36,8 +36,39 @@ pub(crate) struct AmDelivery {
     reply: bool,
     header_len: usize,
     /// Eager: header then data. Rendezvous: the header only.
-    bytes: Vec<u8>,
+    bytes: AmBytes,
     rndv: Option<(u64, u64)>,
+}
+
+/// The bytes of an arrived active message: inline when small, so the common small message
+/// neither takes the worker's buffer pool (a lock on arrival and another on release) nor
+/// allocates; a pooled buffer otherwise.
+pub(crate) enum AmBytes {
+    Inline { len: u8, buf: [u8; AM_INLINE] },
+    Pooled(Vec<u8>),
+}
+
+/// Bytes of header and data kept inline in an [`AmBytes`].
+const AM_INLINE: usize = 64;
+
+impl AmBytes {
+    /// A copy of `bytes`, inline when they fit.
+    pub fn copy_of(st: &State, bytes: &[u8]) -> AmBytes {
+        if bytes.len() <= AM_INLINE {
+            let mut buf = [0u8; AM_INLINE];
+            buf[..bytes.len()].copy_from_slice(bytes);
+            AmBytes::Inline { len: bytes.len() as u8, buf }
+        } else {
+            AmBytes::Pooled(st.pooled_copy(bytes))
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            AmBytes::Inline { len, buf } => &buf[..usize::from(*len)],
+            AmBytes::Pooled(bytes) => bytes,
+        }
+    }
 }
 
 impl AmDelivery {
@@ -47,7 +78,7 @@ impl AmDelivery {
         am_id: u16,
         reply: bool,
         header_len: usize,
-        bytes: Vec<u8>,
+        bytes: AmBytes,
     ) -> AmDelivery {
         AmDelivery { handler: handler_of(st, am_id), ep, am_id, reply, header_len, bytes, rndv: None }
     }
@@ -57,11 +88,11 @@ impl AmDelivery {
         ep: u64,
         am_id: u16,
         reply: bool,
-        header: Vec<u8>,
+        header: AmBytes,
         sender_req: u64,
         total_len: u64,
     ) -> AmDelivery {
-        let header_len = header.len();
+        let header_len = header.as_slice().len();
         AmDelivery {
             handler: handler_of(st, am_id),
             ep,
@@ -85,20 +116,20 @@ pub struct AmDesc {
     worker: Arc<WorkerShared>,
     ep: u64,
     header_len: usize,
-    bytes: Vec<u8>,
+    bytes: AmBytes,
     rndv: Option<(u64, u64)>,
 }
 
 impl AmDesc {
     /// The user header the sender passed.
     pub fn header(&self) -> &[u8] {
-        &self.bytes[..self.header_len]
+        &self.bytes.as_slice()[..self.header_len]
     }
 
     /// The eager data; `None` for a rendezvous message (fetch it with `am_recv_data`).
     pub fn data(&self) -> Option<&[u8]> {
         match self.rndv {
-            None => Some(&self.bytes[self.header_len..]),
+            None => Some(&self.bytes.as_slice()[self.header_len..]),
             Some(_) => None,
         }
     }
@@ -106,7 +137,7 @@ impl AmDesc {
     /// Length of the data, whichever way it travels.
     pub fn data_len(&self) -> usize {
         match self.rndv {
-            None => self.bytes.len() - self.header_len,
+            None => self.bytes.as_slice().len() - self.header_len,
             Some((_, total)) => usize::try_from(total).unwrap_or(usize::MAX),
         }
     }
@@ -129,7 +160,9 @@ impl Drop for AmDesc {
                 core.send_out();
             }
         }
-        State::recycle(&self.worker.pool, std::mem::take(&mut self.bytes));
+        if let AmBytes::Pooled(bytes) = &mut self.bytes {
+            State::recycle(&self.worker.pool, std::mem::take(bytes));
+        }
     }
 }
 
@@ -147,7 +180,6 @@ pub struct AmMessage {
     am_id: u16,
     desc: Option<AmDesc>,
     reply_ep: Option<Endpoint>,
-    worker: Arc<WorkerShared>,
 }
 
 impl AmMessage {
@@ -191,7 +223,8 @@ impl AmMessage {
     pub fn recv_data<B: RecvBuf>(&mut self, buf: B) -> Result<Request<B>> {
         let desc =
             self.desc.take().ok_or_else(|| fail_with(Status::NoElem, "AM data already taken".into()))?;
-        Worker::am_recv_data_inner(&self.worker, desc, buf)
+        let worker = Arc::clone(&desc.worker);
+        Worker::am_recv_data_inner(&worker, desc, buf)
     }
 }
 
@@ -279,8 +312,7 @@ pub(crate) fn run_am(shared: &Arc<WorkerShared>, delivery: AmDelivery) {
         return;
     };
     let reply_ep = delivery.reply.then(|| Endpoint::attach(shared, delivery.ep));
-    let mut message =
-        AmMessage { am_id: delivery.am_id, desc: Some(desc), reply_ep, worker: Arc::clone(shared) };
+    let mut message = AmMessage { am_id: delivery.am_id, desc: Some(desc), reply_ep };
     let status = {
         let mut handler = handler.lock().unwrap_or_else(|p| p.into_inner());
         (*handler)(&mut message)

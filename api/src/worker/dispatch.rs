@@ -14,7 +14,7 @@ use zcx_dataplane::{LinkId, PlaceTarget, Placement, TlEvent};
 
 use crate::request::OpInfo;
 use crate::status::Status;
-use crate::worker::am::AmDelivery;
+use crate::worker::am::{AmBytes, AmDelivery};
 use crate::worker::lifecycle::fail_ep;
 use crate::worker::state::{status_of, BulkJob, Deferred, Incoming, OutKind, Phase, State, Unexpected};
 use crate::worker::stream::deliver_stream;
@@ -174,12 +174,12 @@ fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
         Op::RndvData { recv_req, offset } => on_data_fragment(st, ep, recv_req, offset, payload),
         Op::Stream => deliver_stream(st, ep, payload),
         Op::AmEager { am_id, reply, header_len } => {
-            let data = st.pooled_copy(payload);
+            let data = AmBytes::copy_of(st, payload);
             let delivery = AmDelivery::eager(st, ep, am_id, reply, header_len as usize, data);
             st.deferred.push(Deferred::Am(delivery));
         }
         Op::AmRts { am_id, reply, header_len: _, sender_req, total_len } => {
-            let header = st.pooled_copy(payload);
+            let header = AmBytes::copy_of(st, payload);
             let delivery = AmDelivery::rndv(st, ep, am_id, reply, header, sender_req, total_len);
             st.deferred.push(Deferred::Am(delivery));
         }

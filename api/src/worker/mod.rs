@@ -343,19 +343,18 @@ impl WorkerShared {
             if core.st.deferred.is_empty() {
                 return events;
             }
-            (std::mem::take(&mut core.st.deferred), events)
+            // The worker gets this thread's spare list (emptied by an earlier progress, capacity
+            // kept), so the next message's callback allocates no list and the list taken here
+            // goes back without taking the lock again.
+            let spare = SPARE_DEFERRED.take();
+            (std::mem::replace(&mut core.st.deferred, spare), events)
         };
         let mut deferred = deferred;
         let count = deferred.len();
         for item in deferred.drain(..) {
             self.run_deferred(item);
         }
-        // Hand the list's allocation back, so the next message's callback does not allocate one.
-        let mut core = self.lock();
-        if core.st.deferred.is_empty() {
-            core.st.deferred = deferred;
-        }
-        drop(core);
+        SPARE_DEFERRED.set(deferred);
         events.max(count)
     }
 
@@ -425,6 +424,11 @@ impl DerefMut for CoreGuard<'_> {
     fn deref_mut(&mut self) -> &mut Core {
         self.guard.as_mut().expect("present until drop")
     }
+}
+
+thread_local! {
+    /// An empty list of deferred work with its capacity, swapped into the worker by `progress`.
+    static SPARE_DEFERRED: std::cell::Cell<Vec<Deferred>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 impl Drop for CoreGuard<'_> {

@@ -28,7 +28,7 @@ struct Shared {
     size: usize,
     /// The test name when validating.
     validate: Option<&'static str>,
-    /// A message failed its check (cheap to poll; the message is in `error`).
+    /// Something failed (cheap to poll; the reason is in `error`).
     failed: AtomicBool,
     /// Number of entries in `pending` (read without the lock on every poll).
     in_flight: AtomicUsize,
@@ -56,9 +56,7 @@ impl Shared {
                     lock(&self.pool).push(done.buf);
                     self.arrived.fetch_add(1, Ordering::Relaxed);
                 }
-                Ok(Err(status)) => {
-                    *lock(&self.error) = Some(format!("an AM's data failed: {}", detailed(status)))
-                }
+                Ok(Err(status)) => self.fail(format!("an AM's data failed: {}", detailed(status))),
                 Err(_) => unreachable!("a done request is taken at once"),
             }
         }
@@ -75,9 +73,14 @@ impl Shared {
             Ok(())
         };
         if let Err(e) = result {
-            lock(&self.error).get_or_insert(e);
-            self.failed.store(true, Ordering::Relaxed);
+            self.fail(e);
         }
+    }
+
+    /// Records a failure (the first one wins) and raises the flag the polling loop reads.
+    fn fail(&self, error: String) {
+        lock(&self.error).get_or_insert(error);
+        self.failed.store(true, Ordering::Release);
     }
 
     fn on_message(&self, msg: &mut AmMessage) {
@@ -96,7 +99,7 @@ impl Shared {
             slot = lock(&self.pool).pop();
         }
         let Some(slot) = slot else {
-            *lock(&self.error) = Some("more rendezvous messages in flight than receive slots".into());
+            self.fail("more rendezvous messages in flight than receive slots".into());
             return;
         };
         match msg.recv_data(slot) {
@@ -105,7 +108,7 @@ impl Shared {
                 pending.push((n, request));
                 self.in_flight.store(pending.len(), Ordering::Relaxed);
             }
-            Err(status) => *lock(&self.error) = Some(format!("am_recv_data failed: {}", detailed(status))),
+            Err(status) => self.fail(format!("am_recv_data failed: {}", detailed(status))),
         }
     }
 }
@@ -153,11 +156,8 @@ impl AmSink {
     pub fn arrived(&self) -> Result<u64, String> {
         if self.shared.in_flight.load(Ordering::Relaxed) > 0 {
             self.shared.reclaim();
-            if let Some(error) = lock(&self.shared.error).take() {
-                return Err(error);
-            }
         }
-        if self.shared.failed.load(Ordering::Relaxed) {
+        if self.shared.failed.load(Ordering::Acquire) {
             if let Some(error) = lock(&self.shared.error).take() {
                 return Err(error);
             }
@@ -175,7 +175,8 @@ impl AmSink {
                 true
             }
         })?;
-        if result.is_ok() {
+        // Every failure raises `failed`, so the lock is taken only when there is one.
+        if result.is_ok() && self.shared.failed.load(Ordering::Acquire) {
             if let Some(error) = lock(&self.shared.error).take() {
                 return Err(error);
             }
