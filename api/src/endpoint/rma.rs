@@ -117,7 +117,7 @@ impl Endpoint {
     /// the call returns, without the worker's lock. `None`: use the emulated path (the peer
     /// executes the operation). `Some(Err)`: the access is refused here exactly as the target
     /// would refuse it, and no byte is touched.
-    #[inline]
+    #[inline(always)]
     fn direct_view(rkey: &EpRkey, remote_addr: u64, len: u64, need: Prot) -> Option<Result<*mut u8>> {
         let live = rkey.live.as_ref()?;
         let window = match rkey.window.get() {
