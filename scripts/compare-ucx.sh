@@ -35,7 +35,9 @@
 #                     posix: UCX_TLS=posix (shared memory) vs ZCX_TLS=shm
 #   ZCX_SIDE_TLS      override what zcx perf gets as --tls (default from TRANSPORT)
 #   ROUNDS=3          rounds per test
-#   LAT_ITERS=10000   iterations of the latency tests (LAT_WARMUP=500)
+#   LAT_ITERS         iterations of the latency tests: 100000 over posix (20 ms of messages: fewer
+#                     leave a run's average to start-up and noise), 10000 over tcp (UCX's tcp get
+#                     takes about 1 ms each) (LAT_WARMUP=500)
 #   BW_ITERS=500      iterations of the bandwidth tests (BW_WARMUP=50)
 #   BW_SIZE=1048576   message size of the bandwidth tests
 #   LAT_SIZES="8" BW_SIZES="$BW_SIZE"  sizes to run each latency / bandwidth test at (a sweep)
@@ -53,7 +55,7 @@ cd "$(dirname "$0")/.."
 
 TRANSPORT=${TRANSPORT:-tcp}
 ROUNDS=${ROUNDS:-3}
-LAT_ITERS=${LAT_ITERS:-10000}
+if [ "$TRANSPORT" = posix ]; then LAT_ITERS=${LAT_ITERS:-100000}; else LAT_ITERS=${LAT_ITERS:-10000}; fi
 LAT_WARMUP=${LAT_WARMUP:-500}
 BW_ITERS=${BW_ITERS:-500}
 BW_WARMUP=${BW_WARMUP:-50}
