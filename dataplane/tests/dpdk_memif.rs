@@ -370,7 +370,7 @@ mod child {
         }
         assert_eq!(t.link_peer(link).unwrap(), DpdkPeer { mac, session: SERVER_SESSION });
         exchange(&mut t, link, CLIENT, &mut events, deadline);
-        let session = t.session(link).unwrap().stats().clone();
+        let session = *t.session(link).unwrap().stats();
         println!("client: session {session:?}, transport {:?}", t.stats());
         if config().drop_per_million > 0 {
             assert!(session.retransmissions > 0, "loss was injected but nothing was retransmitted");
