@@ -19,7 +19,10 @@ fn main() {
     println!("cargo::rerun-if-env-changed=PKG_CONFIG");
 
     match probe() {
-        Ok(()) => println!("cargo::rustc-env=ZCX_DPDK_MISSING="),
+        Ok(()) => {
+            println!("cargo::rustc-env=ZCX_DPDK_MISSING=");
+            println!("cargo::metadata=missing=");
+        }
         Err(reason) => {
             if env::var("ZCX_REQUIRE_DPDK").is_ok_and(|v| v == "1") {
                 panic!("ZCX_REQUIRE_DPDK=1 but DPDK is not usable: {reason}");
@@ -27,6 +30,9 @@ fn main() {
             println!("cargo::warning=zcx-dpdk-sys built without DPDK: {reason}");
             println!("cargo::rustc-cfg=zcx_dpdk_missing");
             println!("cargo::rustc-env=ZCX_DPDK_MISSING={reason}");
+            // Seen by the build scripts of dependents as DEP_RTE_EAL_MISSING, so a crate that calls
+            // into DPDK can compile that code out as this one does.
+            println!("cargo::metadata=missing={reason}");
         }
     }
 }

@@ -22,13 +22,17 @@ export RUST_BACKTRACE=1
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+# The DPDK transport is a feature of zcx-dataplane (off by default, so a plain build needs no DPDK);
+# the suite lints and tests it too.
+features=(--features zcx-dataplane/dpdk)
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # --nocapture so that a test that cannot run here shows its "skipped: <reason>" line.
 echo "== cargo test"
-cargo test --workspace --all-targets --locked -- --nocapture 2>&1 | tee "$log"
+cargo test --workspace --all-targets --locked "${features[@]}" -- --nocapture 2>&1 | tee "$log"
 # Same-host endpoints use shared memory by default; the api's integration tests run once more
 # with TCP alone, so both transports pass every endpoint, failure and wakeup test.
 echo "== api integration tests again over TCP only (ZCX_TLS=tcp)"

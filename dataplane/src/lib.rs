@@ -10,6 +10,8 @@
 
 pub mod access;
 pub mod copy;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod fast_map;
 pub mod proto;
 pub mod rcache;

@@ -1,0 +1,56 @@
+//! The DPDK transport (cargo feature `dpdk`): raw Ethernet frames on one DPDK port, made
+//! reliable and ordered by the sans-IO reliability protocol ([`crate::proto::reliable`]).
+//!
+//! - [`port`]: the ethdev port with its mbuf pool and rx/tx burst wrappers that own the mbufs,
+//! - [`frame`]: the Ethernet framing (EtherType 0x88B5, MACs, then one reliability datagram),
+//! - [`message`]: the transport's one-byte message header (HELLO, fragment, last fragment, BYE)
+//!   and the fragmentation of frames into MTU-sized messages,
+//! - [`transport`]: [`DpdkTransport`], the [`Transport`](crate::Transport) implementation.
+//!
+//! # Design
+//!
+//! **Links are sessions.** Each link is one reliability [`Session`](crate::proto::reliable::Session)
+//! to one peer (its MAC and its session id); one [`Demux`](crate::proto::reliable::Demux) routes
+//! every received datagram. Frames of another EtherType or for another MAC, frames whose source
+//! MAC is not the link's peer, and datagrams for unknown sessions are dropped and counted
+//! ([`DpdkStats`], [`DpdkTransport::demux_drops`]), never delivered.
+//!
+//! **Connection setup is in-band.** DPDK has no handshake, so [`DpdkTransport::connect_peer`]
+//! names the peer's MAC and the session id the peer's end will have ([`DpdkPeer`]; ids below
+//! [`INITIATOR_BIT`], picked by the caller's control plane), picks its own id (initiator bit
+//! set), and queues a HELLO as the session's first message. A port that receives a HELLO (DATA,
+//! sequence 0) for a free session id creates that session, and reports `Accepted` when the HELLO
+//! is delivered (listener id 0, peer address unspecified: there is no socket address). The
+//! initiator reports `Connected` when the HELLO is acknowledged. Frames may be sent at once; a
+//! lost HELLO is retransmitted like any message, and a peer that never answers fails the link
+//! with `Timeout`. `address()` is `None` and `connect(ConnectTarget)` is `Unsupported` for now:
+//! the worker address's DPDK entry (`TransportAddress::Dpdk { mac, udp_port }`) has no session
+//! id, and changing its wire format is a control-plane decision.
+//!
+//! **Fragmentation.** A frame up to [`DpdkConfig::max_frame`] is cut into messages of at most the
+//! session's `max_payload` (MTU − 40) bytes, each with a one-byte MORE/END header; in-order
+//! delivery makes reassembly an append, and a single-message frame is lent straight from the
+//! mbuf. What the session's send ring cannot take yet waits in the link's backlog (bounded by
+//! [`DpdkConfig::max_backlog`]; `NoResource` beyond it).
+//!
+//! **Caps.** Reliable and ordered (the protocol's doing), RMA and atomics emulated (`rma` and
+//! `amo` false), no placement (`max_placed` 0, so `send_placed` is `send`), no zero-copy
+//! (`zcopy_threshold` `usize::MAX`; a `Zcopy` payload is copied and `send` answers `Done`).
+//!
+//! **Failure.** A session declared dead (no progress for `dead_after_rtos` retransmission
+//! timeouts, [`DpdkConfig::dead_peer_timeout_ns`]) fails its link with `TlError::Timeout`
+//! (`UCS_ERR_ENDPOINT_TIMEOUT`); a BYE from the peer (its graceful close) with
+//! `ConnectionReset`. Liveness is only judged while data is outstanding, as in the protocol.
+//!
+//! **Loss injection.** [`DpdkConfig::drop_per_million`] drops that share of received frames,
+//! chosen by a seeded generator, before anything parses them.
+//!
+//! **Time** is `Instant`-based nanoseconds since the transport was made. The port must be
+//! dropped before EAL; see [`DpdkTransport::new`].
+
+pub mod frame;
+pub mod message;
+pub mod port;
+pub mod transport;
+
+pub use transport::{DpdkConfig, DpdkError, DpdkPeer, DpdkStats, DpdkTransport, INITIATOR_BIT};

@@ -1,0 +1,398 @@
+//! One DPDK ethdev port with one rx and one tx queue, its own mbuf pool, and burst wrappers that
+//! own every mbuf they hold: received mbufs are lent as byte slices and freed, transmitted ones
+//! are filled in place and handed to the driver, and whatever is left is freed on drop.
+//!
+//! The port must be started after EAL ([`zcx_dpdk_sys::Eal`]) and dropped before it. Built
+//! without DPDK (cfg `zcx_dpdk_missing`), [`Port::open`] says why and no port can exist.
+
+use std::fmt;
+
+use super::frame::Mac;
+
+/// Mbufs taken from or given to the driver at once.
+pub const BURST: usize = 32;
+
+/// How a [`Port`] is set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortConfig {
+    /// The ethdev name (for a virtual device, its `--vdev` name, like `net_memif0`).
+    pub name: String,
+    /// Mbufs in the port's pool (2^n − 1 suits a ring-backed pool best).
+    pub pool_mbufs: u32,
+    /// Descriptors of the rx and the tx ring (the driver may adjust them).
+    pub ring_desc: u16,
+    /// Longest frame sent or received, Ethernet header included; at most [`MAX_FRAME_LEN`].
+    pub max_frame_len: usize,
+}
+
+/// The longest frame a default mbuf holds in one segment (2048 bytes of data room).
+pub const MAX_FRAME_LEN: usize = 2048;
+
+/// Why a port could not be opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PortError {
+    /// This build has no DPDK: the reason zcx-dpdk-sys gives.
+    Unavailable(&'static str),
+    /// A bad [`PortConfig`]; says what.
+    Config(String),
+    /// A DPDK call failed.
+    Dpdk {
+        /// The call.
+        what: &'static str,
+        /// Its error code (a positive errno or DPDK code).
+        errno: i32,
+        /// DPDK's message for it.
+        message: String,
+    },
+}
+
+impl fmt::Display for PortError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortError::Unavailable(why) => write!(f, "DPDK is not available: {why}"),
+            PortError::Config(what) => write!(f, "bad DPDK port config: {what}"),
+            PortError::Dpdk { what, errno, message } => write!(f, "{what} failed: {message} ({errno})"),
+        }
+    }
+}
+
+impl std::error::Error for PortError {}
+
+#[cfg(not(zcx_dpdk_missing))]
+pub use with_dpdk::Port;
+
+#[cfg(zcx_dpdk_missing)]
+pub use without_dpdk::Port;
+
+#[cfg(not(zcx_dpdk_missing))]
+mod with_dpdk {
+    use std::ffi::CString;
+    use std::mem::MaybeUninit;
+    use std::ptr::{null_mut, NonNull};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use zcx_dpdk_sys as sys;
+
+    use super::{Mac, PortConfig, PortError, BURST, MAX_FRAME_LEN};
+
+    /// Makes pool names unique within the process (DPDK refuses a name twice).
+    static POOLS: AtomicU32 = AtomicU32::new(0);
+
+    fn check(rc: i32, what: &'static str) -> Result<(), PortError> {
+        if rc >= 0 {
+            return Ok(());
+        }
+        Err(PortError::Dpdk { what, errno: -rc, message: sys::strerror(-rc) })
+    }
+
+    /// An open, started port; see the [module documentation](super).
+    pub struct Port {
+        id: u16,
+        pool: NonNull<sys::rte_mempool>,
+        mac: Mac,
+        max_frame_len: usize,
+        /// Filled frames not yet taken by the driver, oldest first.
+        tx: [*mut sys::rte_mbuf; BURST],
+        tx_len: usize,
+        /// An allocated mbuf a fill did not use, kept for the next one.
+        spare: *mut sys::rte_mbuf,
+        /// Received frames that were not a single segment (not expected with the pool's mbufs).
+        multi_segment: u64,
+    }
+
+    // SAFETY: the port owns its pool and every mbuf it points to; queue 0 and the mbufs are only
+    // touched through `&mut self`, so moving the port to another thread moves all of it, and no
+    // two threads ever use the queues at once. DPDK allows bursts and mbuf alloc/free from a
+    // thread that is not an EAL lcore (the pool's per-lcore cache is then bypassed).
+    unsafe impl Send for Port {}
+
+    impl Port {
+        /// Finds the port by name, creates its pool, configures one rx and one tx queue and
+        /// starts it. Link state is not awaited: frames sent before the link is up wait in the
+        /// tx batch.
+        ///
+        /// # Safety
+        /// EAL is initialised ([`zcx_dpdk_sys::Eal::init`] succeeded) and stays so until the port
+        /// is dropped.
+        pub unsafe fn open(config: &PortConfig) -> Result<Port, PortError> {
+            if config.max_frame_len > MAX_FRAME_LEN || config.max_frame_len < 64 {
+                return Err(PortError::Config(format!(
+                    "max_frame_len {} is not within 64..={MAX_FRAME_LEN}",
+                    config.max_frame_len
+                )));
+            }
+            let name = CString::new(config.name.as_str())
+                .map_err(|_| PortError::Config(format!("port name {:?} contains a NUL", config.name)))?;
+            let mut id = 0u16;
+            // SAFETY: name is a valid C string and id a valid out-pointer.
+            check(
+                unsafe { sys::rte_eth_dev_get_port_by_name(name.as_ptr(), &mut id) },
+                "rte_eth_dev_get_port_by_name",
+            )?;
+
+            let pool_name = CString::new(format!("zcx_tl{}_{}", id, POOLS.fetch_add(1, Ordering::Relaxed)))
+                .expect("no NUL in a formatted number");
+            // SAFETY: EAL is initialised (caller's contract); pool_name is a valid C string that
+            // DPDK copies.
+            let pool = unsafe {
+                sys::rte_pktmbuf_pool_create(
+                    pool_name.as_ptr(),
+                    config.pool_mbufs,
+                    0,
+                    0,
+                    sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
+                    sys::rte_socket_id() as i32,
+                )
+            };
+            let Some(pool) = NonNull::new(pool) else {
+                let errno = sys::errno();
+                return Err(PortError::Dpdk {
+                    what: "rte_pktmbuf_pool_create",
+                    errno,
+                    message: sys::strerror(errno),
+                });
+            };
+            // From here on, Drop of `port` stops, closes and frees whatever was set up.
+            let mut port = Port {
+                id,
+                pool,
+                mac: [0; 6],
+                max_frame_len: config.max_frame_len,
+                tx: [null_mut(); BURST],
+                tx_len: 0,
+                spare: null_mut(),
+                multi_segment: 0,
+            };
+            // SAFETY: EAL is initialised and `id` is a valid port.
+            unsafe { port.configure(config.ring_desc) }?;
+            Ok(port)
+        }
+
+        /// # Safety
+        /// EAL is initialised and `self.id` names a port that is not started.
+        unsafe fn configure(&mut self, desc: u16) -> Result<(), PortError> {
+            let id = self.id;
+            // SAFETY: an all-zero rte_eth_conf is DPDK's default configuration (no multi-queue
+            // mode, no offloads).
+            let conf: sys::rte_eth_conf = unsafe { std::mem::zeroed() };
+            // SAFETY: valid port id; conf outlives the call.
+            check(unsafe { sys::rte_eth_dev_configure(id, 1, 1, &conf) }, "rte_eth_dev_configure")?;
+            let (mut nb_rx, mut nb_tx) = (desc, desc);
+            // SAFETY: valid port; the counts are read and written in place.
+            check(
+                unsafe { sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut nb_rx, &mut nb_tx) },
+                "rte_eth_dev_adjust_nb_rx_tx_desc",
+            )?;
+            // SAFETY: valid port; SOCKET_ID_ANY (-1) cast to unsigned is DPDK's "any socket".
+            let socket = unsafe { sys::rte_eth_dev_socket_id(id) } as u32;
+            // SAFETY: configured port, queue 0 exists, NULL conf means the driver's defaults; the
+            // pool outlives the port (Drop closes the port before freeing it).
+            check(
+                unsafe {
+                    sys::rte_eth_rx_queue_setup(id, 0, nb_rx, socket, std::ptr::null(), self.pool.as_ptr())
+                },
+                "rte_eth_rx_queue_setup",
+            )?;
+            // SAFETY: as above, for tx queue 0.
+            check(
+                unsafe { sys::rte_eth_tx_queue_setup(id, 0, nb_tx, socket, std::ptr::null()) },
+                "rte_eth_tx_queue_setup",
+            )?;
+            // SAFETY: configured with all its queues set up.
+            check(unsafe { sys::rte_eth_dev_start(id) }, "rte_eth_dev_start")?;
+            let mut mac = MaybeUninit::<sys::rte_ether_addr>::zeroed();
+            // SAFETY: mac is a writable rte_ether_addr.
+            check(unsafe { sys::rte_eth_macaddr_get(id, mac.as_mut_ptr()) }, "rte_eth_macaddr_get")?;
+            // SAFETY: zeroed, then filled by DPDK; six bytes.
+            self.mac = unsafe { mac.assume_init() }.addr_bytes;
+            Ok(())
+        }
+
+        /// The port's MAC address.
+        pub fn mac(&self) -> Mac {
+            self.mac
+        }
+
+        /// Received frames dropped because they spanned several mbufs.
+        pub fn multi_segment_drops(&self) -> u64 {
+            self.multi_segment
+        }
+
+        /// Whether the link is up (`rte_eth_link_get_nowait`).
+        pub fn link_up(&self) -> bool {
+            let mut link = MaybeUninit::<sys::rte_eth_link>::zeroed();
+            // SAFETY: link is a writable rte_eth_link; the port is open.
+            if unsafe { sys::rte_eth_link_get_nowait(self.id, link.as_mut_ptr()) } != 0 {
+                return false;
+            }
+            // SAFETY: zeroed, then filled by DPDK; integers and bitfields only.
+            let link = unsafe { link.assume_init() };
+            link.link_status() as u32 == sys::RTE_ETH_LINK_UP
+        }
+
+        /// Receives one burst and lends each frame's bytes to `each`, then frees the mbufs;
+        /// returns how many frames came.
+        pub fn rx_burst(&mut self, mut each: impl FnMut(&[u8])) -> usize {
+            let mut rx = [null_mut::<sys::rte_mbuf>(); BURST];
+            // SAFETY: rx has room for BURST mbufs; the ones returned belong to this port now.
+            let n = unsafe { sys::zcx_rte_eth_rx_burst(self.id, 0, rx.as_mut_ptr(), BURST as u16) } as usize;
+            for &m in &rx[..n] {
+                // SAFETY: m was just received, is valid and owned here until freed below.
+                let (segs, data_len) = unsafe { ((*m).nb_segs, usize::from((*m).data_len)) };
+                if segs == 1 {
+                    // SAFETY: mtod points at data_len initialised bytes of m's single segment,
+                    // which stays valid until the free below; the slice does not outlive `each`.
+                    let bytes = unsafe {
+                        std::slice::from_raw_parts(sys::zcx_rte_pktmbuf_mtod(m) as *const u8, data_len)
+                    };
+                    each(bytes);
+                } else {
+                    self.multi_segment += 1;
+                }
+                // SAFETY: owned here, not used again.
+                unsafe { sys::zcx_rte_pktmbuf_free(m) };
+            }
+            n
+        }
+
+        /// Builds one frame in place: lends `fill` a buffer of the port's `max_frame_len`
+        /// bytes; `Some(len)` queues its first `len` bytes for transmission, `None` sends
+        /// nothing. Returns `None` without calling `fill` when no frame can be queued now (pool
+        /// empty, or the tx batch full and the driver taking nothing), else what `fill` returned.
+        pub fn transmit(&mut self, fill: impl FnOnce(&mut [u8]) -> Option<usize>) -> Option<usize> {
+            if self.tx_len == BURST {
+                self.flush();
+                if self.tx_len == BURST {
+                    return None;
+                }
+            }
+            if self.spare.is_null() {
+                // SAFETY: the pool is live.
+                let m = unsafe { sys::zcx_rte_pktmbuf_alloc(self.pool.as_ptr()) };
+                if m.is_null() {
+                    return None;
+                }
+                // SAFETY: m is a fresh mbuf with MAX_FRAME_LEN >= max_frame_len bytes of room.
+                if unsafe { sys::zcx_rte_pktmbuf_append(m, self.max_frame_len as u16) }.is_null() {
+                    // SAFETY: owned here, not used again.
+                    unsafe { sys::zcx_rte_pktmbuf_free(m) };
+                    return None;
+                }
+                self.spare = m;
+            }
+            let m = self.spare;
+            // SAFETY: m is owned here with max_frame_len appended (so writable) data bytes at
+            // mtod; the slice does not outlive `fill`.
+            let buf = unsafe {
+                std::slice::from_raw_parts_mut(sys::zcx_rte_pktmbuf_mtod(m) as *mut u8, self.max_frame_len)
+            };
+            let len = fill(buf)?.min(self.max_frame_len);
+            // SAFETY: m is owned and has max_frame_len data bytes, of which the tail is cut.
+            unsafe { sys::zcx_rte_pktmbuf_trim(m, (self.max_frame_len - len) as u16) };
+            self.spare = null_mut();
+            self.tx[self.tx_len] = m;
+            self.tx_len += 1;
+            Some(len)
+        }
+
+        /// Hands the queued frames to the driver, oldest first; what it does not take stays
+        /// queued for the next call.
+        pub fn flush(&mut self) {
+            if self.tx_len == 0 {
+                return;
+            }
+            // SAFETY: tx[..tx_len] are owned, filled mbufs; the driver takes the first `sent`.
+            let sent =
+                unsafe { sys::zcx_rte_eth_tx_burst(self.id, 0, self.tx.as_mut_ptr(), self.tx_len as u16) }
+                    as usize;
+            self.tx.copy_within(sent..self.tx_len, 0);
+            self.tx_len -= sent;
+        }
+
+        /// Frames queued and not yet taken by the driver.
+        pub fn queued(&self) -> usize {
+            self.tx_len
+        }
+    }
+
+    impl Drop for Port {
+        fn drop(&mut self) {
+            // SAFETY: these mbufs are owned here and never used again.
+            unsafe {
+                for &m in &self.tx[..self.tx_len] {
+                    sys::zcx_rte_pktmbuf_free(m);
+                }
+                sys::zcx_rte_pktmbuf_free(self.spare);
+            }
+            // SAFETY: the port was configured by `open` (stop and close of a port that failed to
+            // start only return errors); nothing polls it any more, and its id is not used after.
+            unsafe {
+                sys::rte_eth_dev_stop(self.id);
+                sys::rte_eth_dev_close(self.id);
+            }
+            // SAFETY: the port using the pool is closed and every mbuf held here was freed; the
+            // pool is not used after this.
+            unsafe { sys::rte_mempool_free(self.pool.as_ptr()) };
+        }
+    }
+
+    impl std::fmt::Debug for Port {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Port").field("id", &self.id).field("mac", &self.mac).finish()
+        }
+    }
+}
+
+#[cfg(zcx_dpdk_missing)]
+mod without_dpdk {
+    use super::{Mac, PortConfig, PortError};
+
+    /// No port exists in a build without DPDK: the type is empty and [`Port::open`] fails.
+    #[derive(Debug)]
+    pub enum Port {}
+
+    impl Port {
+        /// Fails: this build has no DPDK.
+        ///
+        /// # Safety
+        /// None needed; kept `unsafe` to match the DPDK build.
+        pub unsafe fn open(_config: &PortConfig) -> Result<Port, PortError> {
+            Err(PortError::Unavailable(zcx_dpdk_sys::DPDK_MISSING.unwrap_or("built without DPDK")))
+        }
+
+        /// Never called: no port exists.
+        pub fn mac(&self) -> Mac {
+            match *self {}
+        }
+
+        /// Never called: no port exists.
+        pub fn multi_segment_drops(&self) -> u64 {
+            match *self {}
+        }
+
+        /// Never called: no port exists.
+        pub fn link_up(&self) -> bool {
+            match *self {}
+        }
+
+        /// Never called: no port exists.
+        pub fn rx_burst(&mut self, _each: impl FnMut(&[u8])) -> usize {
+            match *self {}
+        }
+
+        /// Never called: no port exists.
+        pub fn transmit(&mut self, _fill: impl FnOnce(&mut [u8]) -> Option<usize>) -> Option<usize> {
+            match *self {}
+        }
+
+        /// Never called: no port exists.
+        pub fn flush(&mut self) {
+            match *self {}
+        }
+
+        /// Never called: no port exists.
+        pub fn queued(&self) -> usize {
+            match *self {}
+        }
+    }
+}

@@ -1,0 +1,765 @@
+//! [`DpdkTransport`]: the [`Transport`] over one DPDK port, running the reliability protocol
+//! ([`crate::proto::reliable`]) per link. See the [module documentation](super) for the design.
+
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::BorrowedFd;
+use std::time::Instant;
+
+use zcx_control::TransportAddress;
+
+use super::frame::{is_unicast, peek_dst_session, write_header, EthFrame, Mac, ETH_HEADER_LEN};
+use super::message::{write_fragment, Message, BYE_MSG, HELLO_MSG};
+use super::port::{Port, PortConfig, PortError};
+use crate::fast_map::FastMap;
+use crate::proto::reliable::wire::{Kind, Packet, HEADER_LEN};
+use crate::proto::reliable::{self, Delivery, Demux, SendError, Session};
+use crate::transport::{
+    Caps, ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport,
+};
+
+/// Session ids this end picks for the links it initiates have this bit set; the ids a connecting
+/// peer names for its acceptor ([`DpdkPeer::session`]) have it clear, so the two never collide.
+pub const INITIATOR_BIT: u32 = 1 << 31;
+
+/// The largest link id handed out (a transport set keeps 4 of the 32 bits).
+const MAX_LINKS: usize = 1 << 28;
+
+/// How a [`DpdkTransport`] is set up. EAL itself (its arguments, the `--vdev` that creates the
+/// port) is the caller's: see [`zcx_dpdk_sys::Eal`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DpdkConfig {
+    /// The ethdev to use, by name (`net_memif0`).
+    pub port_name: String,
+    /// The Ethernet payload size (the MTU): the reliability header and one message fit in it.
+    /// At most 2048 − 14 (one default mbuf per frame).
+    pub mtu: usize,
+    /// Mbufs in the port's pool.
+    pub pool_mbufs: u32,
+    /// Descriptors of the rx and tx rings.
+    pub ring_desc: u16,
+    /// Settings of every link's session; `max_payload` is derived from `mtu` and overwritten.
+    /// Both ends must use the same.
+    pub reliable: reliable::Config,
+    /// Largest frame (header plus payload) one `send` takes; larger than an MTU is fragmented.
+    pub max_frame: usize,
+    /// Bytes a link may hold queued beyond what its session holds before `send` answers
+    /// `NoResource`; a frame is always taken when nothing is queued.
+    pub max_backlog: usize,
+    /// Accept links that peers open to this port (a HELLO naming a free session id).
+    pub accept: bool,
+    /// Loss injection for tests: this many received frames in a million are dropped before
+    /// anything looks at them. 0 in production.
+    pub drop_per_million: u32,
+    /// Seed of the loss injection's pseudo-random generator.
+    pub drop_seed: u64,
+}
+
+impl Default for DpdkConfig {
+    /// `net_memif0`, a 1500-byte MTU, 2047 mbufs, 1024 descriptors, frames up to 4 MiB, the
+    /// reliability defaults.
+    fn default() -> DpdkConfig {
+        DpdkConfig {
+            port_name: "net_memif0".to_owned(),
+            mtu: 1500,
+            pool_mbufs: 2047,
+            ring_desc: 1024,
+            reliable: reliable::Config::default(),
+            max_frame: 4 << 20,
+            max_backlog: 16 << 20,
+            accept: true,
+            drop_per_million: 0,
+            drop_seed: 0x5eed,
+        }
+    }
+}
+
+impl DpdkConfig {
+    /// The session settings actually used: `reliable` with `max_payload` from the MTU.
+    pub fn session_config(&self) -> reliable::Config {
+        reliable::Config { max_payload: self.mtu.saturating_sub(HEADER_LEN), ..self.reliable.clone() }
+    }
+
+    /// Longest a peer that stopped answering can go unnoticed while data is outstanding: the sum
+    /// of the retransmission timeouts (doubling, capped) until the session declares it dead.
+    pub fn dead_peer_timeout_ns(&self) -> u64 {
+        let r = &self.reliable;
+        (0..r.dead_after_rtos)
+            .map(|i| r.rto_ns.saturating_mul(1u64 << i.min(63)).min(r.max_rto_ns))
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+/// The peer of a link to open with [`DpdkTransport::connect_peer`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DpdkPeer {
+    /// The peer port's MAC address.
+    pub mac: Mac,
+    /// The session id the peer's end of the link will have: below [`INITIATOR_BIT`], and not in
+    /// use at the peer (the caller's control plane picks it, as it would agree session ids).
+    pub session: u32,
+}
+
+/// Why a [`DpdkTransport`] could not be made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DpdkError {
+    /// The port could not be opened (or DPDK is not in this build).
+    Port(PortError),
+    /// A bad [`DpdkConfig`]; says what.
+    Config(String),
+}
+
+impl std::fmt::Display for DpdkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DpdkError::Port(e) => e.fmt(f),
+            DpdkError::Config(what) => write!(f, "bad DPDK transport config: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for DpdkError {}
+
+/// Counters of what the transport dropped before any session saw it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DpdkStats {
+    /// Frames dropped by the loss injection.
+    pub injected_drops: u64,
+    /// Frames too short or of another EtherType.
+    pub foreign_frames: u64,
+    /// zcx frames addressed to another MAC.
+    pub not_for_us: u64,
+    /// Frames from a MAC other than the link's peer.
+    pub wrong_mac: u64,
+    /// HELLOs not accepted (accepting off, id in use or reserved for initiators).
+    pub refused_hellos: u64,
+    /// Messages a session delivered that this code could not parse (the link then fails).
+    pub bad_messages: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Initiated here; `Connected` not reported yet (the peer has not acknowledged the HELLO).
+    Connecting,
+    /// Up.
+    Up,
+    /// Closed here gracefully: sending what is queued, then BYE, then the link goes.
+    Closing { bye_queued: bool },
+    /// Failed and reported; waits for `close`. The session is gone (or lingering).
+    Failed(TlError),
+}
+
+#[derive(Debug)]
+struct Link {
+    session: u32,
+    peer: Mac,
+    state: State,
+    /// Frame bytes not yet in the session's send ring, oldest first.
+    backlog: VecDeque<u8>,
+    /// What is left of each frame in `backlog`, oldest first.
+    backlog_frames: VecDeque<usize>,
+    /// The frame being reassembled from its fragments.
+    reassembly: Vec<u8>,
+}
+
+/// xorshift64*: small and good enough to pick which frames the loss injection drops.
+#[derive(Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn next_below_million(&mut self) -> u32 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32 % 1_000_000
+    }
+}
+
+/// Everything but the port, so a burst can lend frames from the port while this is updated.
+#[derive(Debug)]
+struct Inner {
+    config: DpdkConfig,
+    session_config: reliable::Config,
+    mac: Mac,
+    epoch: Instant,
+    demux: Demux,
+    links: Vec<Option<Link>>,
+    free_links: Vec<u32>,
+    by_session: FastMap<u32, u32>,
+    /// Sessions kept after their link went, to acknowledge the peer's last retransmissions: id,
+    /// peer MAC, and when they go.
+    lingering: Vec<(u32, Mac, u64)>,
+    next_initiator_id: u32,
+    rng: Rng,
+    /// One message being built.
+    scratch: Vec<u8>,
+    stats: DpdkStats,
+}
+
+/// The DPDK transport; see the [module documentation](super).
+#[derive(Debug)]
+pub struct DpdkTransport {
+    caps: Caps,
+    inner: Inner,
+    /// Last field: dropped after everything that refers to its frames.
+    port: Port,
+}
+
+impl DpdkTransport {
+    /// Opens the port named in `config` (creating its pool, starting it) and makes an empty
+    /// transport on it.
+    ///
+    /// # Safety
+    /// DPDK's EAL is initialised in this process (`eal` proves it) and must stay so until the
+    /// transport is dropped: drop the transport before the [`zcx_dpdk_sys::Eal`] (DPDK's
+    /// shutdown order; the guard cannot be borrowed for the transport's life because the
+    /// transport is `Send` and the guard is not).
+    pub unsafe fn new(_eal: &zcx_dpdk_sys::Eal, config: DpdkConfig) -> Result<DpdkTransport, DpdkError> {
+        let session_config = config.session_config();
+        session_config.validate().map_err(|e| DpdkError::Config(e.to_string()))?;
+        if session_config.max_payload < 2 {
+            return Err(DpdkError::Config(format!("mtu {} leaves no room for a message", config.mtu)));
+        }
+        if config.drop_per_million > 1_000_000 {
+            return Err(DpdkError::Config("drop_per_million is above a million".to_owned()));
+        }
+        let port_config = PortConfig {
+            name: config.port_name.clone(),
+            pool_mbufs: config.pool_mbufs,
+            ring_desc: config.ring_desc,
+            max_frame_len: ETH_HEADER_LEN + config.mtu,
+        };
+        // SAFETY: EAL is initialised and outlives the transport, which owns the port (contract
+        // of this function).
+        let port = unsafe { Port::open(&port_config) }.map_err(DpdkError::Port)?;
+        let caps = Caps {
+            name: "dpdk",
+            reliable: true,
+            ordered: true,
+            rma: false,
+            amo: false,
+            max_frame: config.max_frame,
+            zcopy_threshold: usize::MAX,
+            max_placed: 0,
+            latency_ns: 5_000,
+            bandwidth: 1_250_000_000,
+        };
+        let inner = Inner {
+            mac: port.mac(),
+            epoch: Instant::now(),
+            demux: Demux::new(),
+            links: Vec::new(),
+            free_links: Vec::new(),
+            by_session: FastMap::default(),
+            lingering: Vec::new(),
+            next_initiator_id: 0,
+            rng: Rng(config.drop_seed | 1),
+            scratch: vec![0; session_config.max_payload],
+            stats: DpdkStats::default(),
+            session_config,
+            config,
+        };
+        Ok(DpdkTransport { caps, inner, port })
+    }
+
+    /// The port's MAC address, which peers connect to.
+    pub fn mac(&self) -> Mac {
+        self.inner.mac
+    }
+
+    /// Whether the port's link is up.
+    pub fn link_up(&self) -> bool {
+        self.port.link_up()
+    }
+
+    /// What the transport dropped before the sessions.
+    pub fn stats(&self) -> DpdkStats {
+        self.inner.stats
+    }
+
+    /// Datagrams the demux dropped: malformed, corrupted or for an unknown session.
+    pub fn demux_drops(&self) -> &reliable::DropStats {
+        self.inner.demux.drops()
+    }
+
+    /// The session of a link, for its statistics.
+    pub fn session(&self, link: LinkId) -> Option<&Session> {
+        let link = self.inner.link(link)?;
+        self.inner.demux.get(link.session)
+    }
+
+    /// The peer of a link: its MAC and the session id at its end.
+    pub fn link_peer(&self, link: LinkId) -> Option<DpdkPeer> {
+        let link = self.inner.link(link)?;
+        let session = self.inner.demux.get(link.session)?;
+        Some(DpdkPeer { mac: link.peer, session: session.peer_id() })
+    }
+
+    /// Opens a link to `peer`: its first message (a HELLO) makes the peer create its end;
+    /// `Connected` follows once the peer acknowledged it, `LinkFailed { Timeout }` if it never
+    /// does. Frames may be sent at once.
+    pub fn connect_peer(&mut self, peer: DpdkPeer) -> Result<LinkId, TlError> {
+        self.inner.connect(peer)
+    }
+}
+
+impl Inner {
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn link(&self, link: LinkId) -> Option<&Link> {
+        self.links.get(link.0 as usize)?.as_ref()
+    }
+
+    fn add_link(&mut self, link: Link) -> Result<LinkId, TlError> {
+        let session = link.session;
+        let index = match self.free_links.pop() {
+            Some(index) => {
+                self.links[index as usize] = Some(link);
+                index
+            }
+            None if self.links.len() < MAX_LINKS => {
+                self.links.push(Some(link));
+                (self.links.len() - 1) as u32
+            }
+            None => return Err(TlError::NoResource),
+        };
+        self.by_session.insert(session, index);
+        Ok(LinkId(index))
+    }
+
+    fn connect(&mut self, peer: DpdkPeer) -> Result<LinkId, TlError> {
+        if !is_unicast(&peer.mac) || peer.session & INITIATOR_BIT != 0 {
+            return Err(TlError::InvalidParam);
+        }
+        // A free id with the initiator bit: the counter wraps after 2^31 links.
+        let mut local = None;
+        for _ in 0..16 {
+            let id = INITIATOR_BIT | (self.next_initiator_id & !INITIATOR_BIT);
+            self.next_initiator_id = self.next_initiator_id.wrapping_add(1);
+            if self.demux.get(id).is_none() {
+                local = Some(id);
+                break;
+            }
+        }
+        let local = local.ok_or(TlError::NoResource)?;
+        let mut session = Session::new(self.session_config.clone(), local, peer.session)
+            .map_err(|_| TlError::InvalidParam)?;
+        session.send(&HELLO_MSG).map_err(|_| TlError::NoResource)?;
+        self.demux.insert(session).map_err(|_| TlError::NoResource)?;
+        let link = Link::new(local, peer.mac, State::Connecting);
+        self.add_link(link).inspect_err(|_| {
+            self.demux.remove(local);
+        })
+    }
+
+    /// Takes in one received frame.
+    fn on_frame(&mut self, now: u64, bytes: &[u8], sink: &mut dyn FnMut(TlEvent<'_>), events: &mut usize) {
+        if self.config.drop_per_million > 0 && self.rng.next_below_million() < self.config.drop_per_million {
+            self.stats.injected_drops += 1;
+            return;
+        }
+        let Ok(frame) = EthFrame::parse(bytes) else {
+            self.stats.foreign_frames += 1;
+            return;
+        };
+        if frame.dst != self.mac {
+            self.stats.not_for_us += 1;
+            return;
+        }
+        let Some(dst) = peek_dst_session(frame.datagram) else {
+            // Let the demux count it as malformed.
+            let _ = self.demux.on_datagram(now, frame.datagram);
+            return;
+        };
+        let known = self.by_session.get(&dst).map(|&index| self.links[index as usize].as_ref());
+        match known {
+            Some(link) => {
+                if link.is_some_and(|l| l.peer != frame.src) {
+                    self.stats.wrong_mac += 1;
+                    return;
+                }
+            }
+            // A lingering session: it acknowledges, nothing is delivered.
+            None if self.demux.get(dst).is_some() => {}
+            None => {
+                if !self.try_accept(frame.src, frame.datagram) {
+                    // Counted by the demux as an unknown session (or malformed).
+                    let _ = self.demux.on_datagram(now, frame.datagram);
+                    return;
+                }
+            }
+        }
+        let (id, delivery) = match self.demux.on_datagram(now, frame.datagram) {
+            Ok(ok) => ok,
+            Err(_) => return, // counted by the demux or the session
+        };
+        let Some(&index) = self.by_session.get(&id) else { return };
+        let link_id = LinkId(index);
+        let Some(link) = self.links[index as usize].as_mut() else { return };
+        if link.state == State::Connecting && self.demux.get(id).is_some_and(|s| s.acked() >= 1) {
+            link.state = State::Up;
+            sink(TlEvent::Connected { link: link_id });
+            *events += 1;
+        }
+        let Delivery::Message(message) = delivery else { return };
+        match Message::parse(message) {
+            Ok(Message::Hello) => {
+                // Only an acceptor's session starts with the peer's HELLO; report it now, so
+                // `Accepted` comes before the link's first frame.
+                if id & INITIATOR_BIT == 0 {
+                    let peer = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+                    sink(TlEvent::Accepted { listener: ListenerId(0), link: link_id, peer });
+                    *events += 1;
+                } else {
+                    self.fail(link_id, TlError::ConnectionReset, sink, events);
+                }
+            }
+            Ok(Message::Fragment { last, data }) => {
+                if !matches!(link.state, State::Up | State::Connecting) {
+                    return; // closed here: nothing more is reported
+                }
+                if link.reassembly.len() + data.len() > self.config.max_frame {
+                    tracing::debug!(session = id, "peer sent a frame above max_frame");
+                    self.stats.bad_messages += 1;
+                    self.fail(link_id, TlError::ConnectionReset, sink, events);
+                    return;
+                }
+                if last && link.reassembly.is_empty() {
+                    sink(TlEvent::Frame { link: link_id, bytes: data });
+                } else if last {
+                    link.reassembly.extend_from_slice(data);
+                    sink(TlEvent::Frame { link: link_id, bytes: &link.reassembly });
+                    link.reassembly.clear();
+                } else {
+                    link.reassembly.extend_from_slice(data);
+                    return;
+                }
+                *events += 1;
+            }
+            Ok(Message::Bye) => {
+                tracing::debug!(session = id, "peer closed the link");
+                self.fail(link_id, TlError::ConnectionReset, sink, events);
+            }
+            Err(err) => {
+                tracing::debug!(session = id, %err, "bad message from peer");
+                self.stats.bad_messages += 1;
+                self.fail(link_id, TlError::ConnectionReset, sink, events);
+            }
+        }
+    }
+
+    /// Creates the acceptor's end of a link for a HELLO (DATA, seq 0) to a session id that is
+    /// free and not an initiator's; false when `datagram` is not such a HELLO.
+    fn try_accept(&mut self, src: Mac, datagram: &[u8]) -> bool {
+        let Ok(packet) = Packet::new_checked(datagram) else { return false };
+        let is_hello = packet.kind() == Kind::Data
+            && packet.seq() == 0
+            && Message::parse(packet.payload()) == Ok(Message::Hello);
+        if !is_hello {
+            return false;
+        }
+        let local = packet.dst_session();
+        if !self.config.accept || local & INITIATOR_BIT != 0 || !is_unicast(&src) {
+            self.stats.refused_hellos += 1;
+            return false;
+        }
+        let Ok(session) = Session::new(self.session_config.clone(), local, packet.src_session()) else {
+            return false;
+        };
+        if self.demux.insert(session).is_err() {
+            return false;
+        }
+        tracing::debug!(session = local, peer_session = packet.src_session(), "accepting a link");
+        if self.add_link(Link::new(local, src, State::Up)).is_err() {
+            self.demux.remove(local);
+            self.stats.refused_hellos += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Reports `link` failed (unless it was closed here, then it just goes) and lets its session
+    /// linger long enough to acknowledge the peer's retransmissions.
+    fn fail(
+        &mut self,
+        link_id: LinkId,
+        error: TlError,
+        sink: &mut dyn FnMut(TlEvent<'_>),
+        events: &mut usize,
+    ) {
+        let Some(link) = self.links[link_id.0 as usize].as_mut() else { return };
+        let closing = matches!(link.state, State::Closing { .. });
+        if matches!(link.state, State::Failed(_)) {
+            return;
+        }
+        link.state = State::Failed(error);
+        link.backlog = VecDeque::new();
+        link.backlog_frames = VecDeque::new();
+        link.reassembly = Vec::new();
+        let (session, peer) = (link.session, link.peer);
+        self.by_session.remove(&session);
+        if self.demux.get(session).is_some_and(|s| !s.is_dead()) {
+            let until = self.now().saturating_add(self.session_config.max_rto_ns);
+            self.lingering.push((session, peer, until));
+        } else {
+            self.demux.remove(session);
+        }
+        if closing {
+            self.free(link_id);
+        } else {
+            sink(TlEvent::LinkFailed { link: link_id, error });
+            *events += 1;
+        }
+    }
+
+    fn free(&mut self, link_id: LinkId) {
+        if let Some(link) = self.links.get_mut(link_id.0 as usize).and_then(Option::take) {
+            if self.by_session.get(&link.session) == Some(&link_id.0) {
+                self.by_session.remove(&link.session);
+                self.demux.remove(link.session);
+            }
+            self.free_links.push(link_id.0);
+        }
+    }
+
+    /// Runs the sessions' timers; a dead peer fails its link with `Timeout`.
+    fn timeouts(&mut self, now: u64, sink: &mut dyn FnMut(TlEvent<'_>), events: &mut usize) {
+        for index in 0..self.links.len() {
+            let Some(link) = self.links[index].as_ref() else { continue };
+            if matches!(link.state, State::Failed(_)) {
+                continue;
+            }
+            let Some(session) = self.demux.get_mut(link.session) else { continue };
+            if session.poll_timeout().is_some_and(|due| due <= now) && session.handle_timeout(now).is_err() {
+                self.fail(LinkId(index as u32), TlError::Timeout, sink, events);
+            }
+        }
+        let demux = &mut self.demux;
+        self.lingering.retain(|&(session, _, until)| {
+            let keep = until > now && demux.get(session).is_some_and(|s| !s.is_dead());
+            if keep {
+                if let Some(s) = demux.get_mut(session) {
+                    if s.poll_timeout().is_some_and(|due| due <= now) {
+                        let _ = s.handle_timeout(now);
+                    }
+                }
+            } else {
+                demux.remove(session);
+            }
+            keep
+        });
+    }
+
+    /// Moves queued frame bytes of every link into its session, finishes graceful closes, and
+    /// transmits whatever the sessions have to send.
+    fn transmit(&mut self, now: u64, port: &mut Port) {
+        for index in 0..self.links.len() {
+            let Some(link) = self.links[index].as_mut() else { continue };
+            if matches!(link.state, State::Failed(_)) {
+                continue; // its session, if any, lingers
+            }
+            let Some(session) = self.demux.get_mut(link.session) else { continue };
+            link.feed(session, &mut self.scratch);
+            if let State::Closing { bye_queued } = link.state {
+                if !bye_queued && link.backlog_frames.is_empty() && session.send(&BYE_MSG).is_ok() {
+                    link.state = State::Closing { bye_queued: true };
+                } else if bye_queued && session.unacked() == 0 {
+                    // The peer has everything, BYE included; linger to answer its retransmissions.
+                    let session = link.session;
+                    let until = now.saturating_add(self.session_config.max_rto_ns);
+                    self.lingering.push((session, link.peer, until));
+                    self.by_session.remove(&session);
+                    self.links[index] = None;
+                    self.free_links.push(index as u32);
+                    continue;
+                }
+            }
+            if !drain(session, now, port, &self.mac, &link.peer) {
+                break;
+            }
+        }
+        for (session_id, peer, _) in &self.lingering {
+            let Some(session) = self.demux.get_mut(*session_id) else { continue };
+            if !drain(session, now, port, &self.mac, peer) {
+                break;
+            }
+        }
+        port.flush();
+    }
+}
+
+/// Transmits `session`'s datagrams to `peer` until it has none or the port takes no more;
+/// false when the port is full.
+fn drain(session: &mut Session, now: u64, port: &mut Port, mac: &Mac, peer: &Mac) -> bool {
+    loop {
+        let queued = port.transmit(|buf| {
+            let (head, datagram) = buf.split_at_mut(ETH_HEADER_LEN);
+            let len = session.poll_transmit(now, datagram)?;
+            write_header(head, peer, mac);
+            Some(ETH_HEADER_LEN + len)
+        });
+        if queued.is_none() {
+            return port.queued() < super::port::BURST;
+        }
+    }
+}
+
+impl Link {
+    fn new(session: u32, peer: Mac, state: State) -> Link {
+        Link {
+            session,
+            peer,
+            state,
+            backlog: VecDeque::new(),
+            backlog_frames: VecDeque::new(),
+            reassembly: Vec::new(),
+        }
+    }
+
+    /// Moves fragments of the queued frames into the session until it pushes back.
+    fn feed(&mut self, session: &mut Session, scratch: &mut [u8]) {
+        while let Some(&left) = self.backlog_frames.front() {
+            let (a, b) = self.backlog.as_slices();
+            let (len, n) = write_fragment(scratch, a, b, 0, left);
+            if session.send(&scratch[..len]).is_err() {
+                return;
+            }
+            self.backlog.drain(..n);
+            if n == left {
+                self.backlog_frames.pop_front();
+            } else if let Some(front) = self.backlog_frames.front_mut() {
+                *front -= n;
+            }
+        }
+    }
+}
+
+impl Transport for DpdkTransport {
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    /// `None`: the worker address's DPDK entry (MAC and UDP port) does not fit this raw-Ethernet
+    /// transport's session ids yet; links are opened with [`DpdkTransport::connect_peer`].
+    fn address(&self) -> Option<TransportAddress> {
+        None
+    }
+
+    fn listen(&mut self, _addr: SocketAddr) -> Result<(ListenerId, SocketAddr), TlError> {
+        Err(TlError::Unsupported)
+    }
+
+    fn close_listener(&mut self, _listener: ListenerId) {}
+
+    /// Only [`DpdkTransport::connect_peer`] opens links for now; see [`Transport::address`].
+    fn connect(&mut self, _target: ConnectTarget<'_>) -> Result<LinkId, TlError> {
+        Err(TlError::Unsupported)
+    }
+
+    fn link_addrs(&self, _link: LinkId) -> (Option<SocketAddr>, Option<SocketAddr>) {
+        (None, None)
+    }
+
+    /// Copies the frame into the link's session (fragmenting it into MTU-sized messages) or,
+    /// what the session has no room for, into the link's backlog; always `Done` (zero-copy
+    /// payloads are copied too).
+    fn send(&mut self, link: LinkId, header: &[u8], payload: Payload<'_>) -> Result<SendOutcome, TlError> {
+        let inner = &mut self.inner;
+        let Some(l) = inner.links.get_mut(link.0 as usize).and_then(Option::as_mut) else {
+            return Err(TlError::InvalidParam);
+        };
+        match l.state {
+            State::Failed(error) => return Err(error),
+            State::Closing { .. } => return Err(TlError::InvalidParam),
+            State::Connecting | State::Up => {}
+        }
+        let payload: &[u8] = match &payload {
+            Payload::None => &[],
+            Payload::Copy(bytes) => bytes,
+            // SAFETY: `ZcopyPayload::new`'s contract keeps the bytes live and unchanged until
+            // `SendDone`; they are copied before this returns `Done`, so none follows.
+            Payload::Zcopy(z) => unsafe { z.as_slice() },
+        };
+        let total = header.len() + payload.len();
+        if total > inner.config.max_frame {
+            return Err(TlError::InvalidParam);
+        }
+        let mut offset = 0;
+        if l.backlog_frames.is_empty() {
+            let Some(session) = inner.demux.get_mut(l.session) else { return Err(TlError::ConnectionReset) };
+            loop {
+                let (len, n) = write_fragment(&mut inner.scratch, header, payload, offset, total - offset);
+                match session.send(&inner.scratch[..len]) {
+                    Ok(()) => {}
+                    Err(SendError::Backpressure) => break,
+                    Err(SendError::Dead) => return Err(TlError::Timeout),
+                    Err(SendError::TooLarge { .. }) => return Err(TlError::InvalidParam),
+                }
+                offset += n;
+                if offset == total {
+                    return Ok(SendOutcome::Done);
+                }
+            }
+        } else if l.backlog.len() + total > inner.config.max_backlog {
+            return Err(TlError::NoResource);
+        }
+        let rest = total - offset;
+        if offset < header.len() {
+            l.backlog.extend(&header[offset..]);
+            l.backlog.extend(payload);
+        } else {
+            l.backlog.extend(&payload[offset - header.len()..]);
+        }
+        l.backlog_frames.push_back(rest);
+        Ok(SendOutcome::Done)
+    }
+
+    /// Graceful: queued frames go first, then a BYE (the peer reports `ConnectionReset`), and
+    /// the link goes once the peer acknowledged everything (or stopped answering). Forced: at
+    /// once, the peer is not told.
+    fn close(&mut self, link: LinkId, force: bool) {
+        let inner = &mut self.inner;
+        let Some(l) = inner.links.get_mut(link.0 as usize).and_then(Option::as_mut) else { return };
+        match l.state {
+            State::Failed(_) => inner.free(link),
+            _ if force => inner.free(link),
+            State::Closing { .. } => {}
+            State::Connecting | State::Up => l.state = State::Closing { bye_queued: false },
+        }
+    }
+
+    fn has_pending_sends(&self, link: LinkId) -> bool {
+        let Some(l) = self.inner.link(link) else { return false };
+        !l.backlog_frames.is_empty() || self.inner.demux.get(l.session).is_some_and(|s| s.unacked() > 0)
+    }
+
+    fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
+        let DpdkTransport { inner, port, .. } = self;
+        let now = inner.now();
+        let mut events = 0;
+        for _ in 0..4 {
+            let received = port.rx_burst(|bytes| inner.on_frame(now, bytes, sink, &mut events));
+            if received < super::port::BURST {
+                break;
+            }
+        }
+        inner.timeouts(now, sink, &mut events);
+        inner.transmit(now, port);
+        events
+    }
+
+    /// `None`: DPDK ports are polled, there is nothing to sleep on.
+    fn event_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    /// Always true while a link exists: whether frames wait in the port is only known by
+    /// polling it, so a worker must not sleep on this transport.
+    fn has_events(&self) -> bool {
+        self.inner.links.iter().any(Option::is_some)
+    }
+}
