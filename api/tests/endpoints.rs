@@ -318,6 +318,66 @@ macro_rules! suite {
         }
 
         #[test]
+        fn kept_and_declined_active_messages() {
+            let pair = Pair::new();
+            // Handler 5 keeps every message (eager small, eager large, rendezvous) for later;
+            // handler 6 ignores its rendezvous message, which declines it.
+            let kept: Arc<Mutex<Vec<zcx::AmDesc>>> = Arc::default();
+            let k = Arc::clone(&kept);
+            pair.server.set_am_handler(
+                5,
+                Some(Box::new(move |msg: &mut zcx::AmMessage| {
+                    k.lock().unwrap().push(msg.keep().expect("data to keep"));
+                    assert!(msg.keep().is_none(), "kept twice");
+                    Status::InProgress
+                })),
+            );
+            let ignored = Arc::new(Mutex::new(0));
+            let i = Arc::clone(&ignored);
+            pair.server.set_am_handler(
+                6,
+                Some(Box::new(move |msg: &mut zcx::AmMessage| {
+                    assert!(msg.is_rndv());
+                    *i.lock().unwrap() += 1;
+                    Status::Ok
+                })),
+            );
+            let small = pattern(8, 1);
+            let large = pattern(4000, 2);
+            let big = pattern(2 << 20, 3);
+            let rndv = AmSendParams { proto: AmProto::Rndv, ..Default::default() };
+            pair.client_ep.am_send(5, b"s", small.clone(), AmSendParams::default()).unwrap();
+            pair.client_ep.am_send(5, b"l", large.clone(), AmSendParams::default()).unwrap();
+            let kept_rndv = pair.client_ep.am_send(5, b"r", big.clone(), rndv).unwrap();
+            let declined = pair
+                .client_ep
+                .am_send(6, b"d", big.clone(), AmSendParams { proto: AmProto::Rndv, ..Default::default() })
+                .unwrap();
+            progress_until(&pair.both(), "three kept AMs and an ignored one", || {
+                kept.lock().unwrap().len() == 3 && *ignored.lock().unwrap() == 1
+            });
+            // The declined message's sender completes although nobody fetched its data.
+            wait(&pair.both(), declined).unwrap();
+            let mut descs = std::mem::take(&mut *kept.lock().unwrap());
+            let rndv_desc = descs.pop().unwrap();
+            // Kept eager data stays readable after its handler returned, inline or pooled.
+            assert_eq!((descs[0].header(), descs[0].data()), (&b"s"[..], Some(&small[..])));
+            assert_eq!((descs[1].header(), descs[1].data()), (&b"l"[..], Some(&large[..])));
+            let copied =
+                wait(&pair.both(), pair.server.am_recv_data(descs.remove(1), vec![0u8; 4000]).unwrap())
+                    .unwrap();
+            assert_eq!(copied.buf, large);
+            drop(descs);
+            // A kept rendezvous is fetched later, from outside the handler.
+            assert!(rndv_desc.is_rndv() && rndv_desc.data().is_none() && rndv_desc.data_len() == big.len());
+            let fetched =
+                wait(&pair.both(), pair.server.am_recv_data(rndv_desc, vec![0u8; big.len()]).unwrap())
+                    .unwrap();
+            assert_eq!(fetched.buf, big);
+            wait(&pair.both(), kept_rndv).unwrap();
+        }
+
+        #[test]
         fn put_get_and_atomics_through_the_target() {
             let pair = Pair::new();
             let ctx = pair.server.context().clone();

@@ -20,7 +20,7 @@ use crate::worker::WorkerShared;
 
 /// An AM handler (`ucp_am_recv_callback_t`). Returns `OK` when done with the message, or
 /// `INPROGRESS` after [`AmMessage::keep`] to hold on to the data.
-pub type AmHandler = Box<dyn FnMut(&mut AmMessage) -> Status + Send>;
+pub type AmHandler = Box<dyn FnMut(&mut AmMessage<'_>) -> Status + Send>;
 
 pub(crate) struct AmHandlerEntry {
     pub handler: Arc<Mutex<AmHandler>>,
@@ -113,7 +113,10 @@ fn handler_of(st: &State, am_id: u16) -> Option<Arc<Mutex<AmHandler>>> {
 /// (`void *data` with `UCP_AM_RECV_ATTR_FLAG_DATA` / `_RNDV`). Dropping it is
 /// `ucp_am_data_release`; an unfetched rendezvous is then declined so the sender completes.
 pub struct AmDesc {
-    worker: Arc<WorkerShared>,
+    /// Set once the descriptor leaves its handler call ([`AmMessage::keep`]) or needs the worker
+    /// to be released (a pooled buffer, an unfetched rendezvous); while the handler runs, the
+    /// message lends it, so a message that is only read costs no reference count traffic.
+    worker: Option<Arc<WorkerShared>>,
     ep: u64,
     header_len: usize,
     bytes: AmBytes,
@@ -148,11 +151,22 @@ impl AmDesc {
     }
 }
 
+impl AmDesc {
+    /// Whether dropping it needs the worker (see [`AmDesc::worker`]).
+    fn needs_worker(&self) -> bool {
+        self.rndv.is_some() || matches!(self.bytes, AmBytes::Pooled(_))
+    }
+}
+
 impl Drop for AmDesc {
     fn drop(&mut self) {
+        let Some(worker) = self.worker.take() else {
+            debug_assert!(!self.needs_worker(), "an AM descriptor that needs its worker has none");
+            return;
+        };
         if let Some((sender_req, _)) = self.rndv.take() {
             // Declined: tell the sender no bytes are wanted, so its request completes.
-            let mut core = self.worker.lock();
+            let mut core = worker.lock();
             let link =
                 core.st.eps.get(&self.ep).filter(|ep| !matches!(ep.phase, Phase::Dead(_))).map(|ep| ep.link);
             if let Some(link) = link {
@@ -161,7 +175,7 @@ impl Drop for AmDesc {
             }
         }
         if let AmBytes::Pooled(bytes) = &mut self.bytes {
-            State::recycle(&self.worker.pool, std::mem::take(bytes));
+            State::recycle(&worker.pool, std::mem::take(bytes));
         }
     }
 }
@@ -175,14 +189,25 @@ impl std::fmt::Debug for AmDesc {
     }
 }
 
-/// What an AM handler receives (`ucp_am_recv_param_t` plus header and data).
-pub struct AmMessage {
+/// What an AM handler receives (`ucp_am_recv_param_t` plus header and data), for the length of
+/// the handler call.
+pub struct AmMessage<'a> {
     am_id: u16,
     desc: Option<AmDesc>,
     reply_ep: Option<Endpoint>,
+    worker: &'a Arc<WorkerShared>,
 }
 
-impl AmMessage {
+impl Drop for AmMessage<'_> {
+    fn drop(&mut self) {
+        // Whatever the handler left (or a panic did) is released through the worker.
+        if let Some(desc) = self.desc.as_mut().filter(|desc| desc.needs_worker()) {
+            desc.worker = Some(Arc::clone(self.worker));
+        }
+    }
+}
+
+impl AmMessage<'_> {
     /// The AM id the handler was registered for.
     pub fn id(&self) -> u16 {
         self.am_id
@@ -216,15 +241,16 @@ impl AmMessage {
     /// Takes the message's data out of the handler (return `INPROGRESS`): the data stays valid
     /// until the returned descriptor drops. `None` when already kept.
     pub fn keep(&mut self) -> Option<AmDesc> {
-        self.desc.take()
+        let mut desc = self.desc.take()?;
+        desc.worker = Some(Arc::clone(self.worker));
+        Some(desc)
     }
 
     /// `ucp_am_recv_data_nbx` from inside the handler: receives the data into `buf`.
     pub fn recv_data<B: RecvBuf>(&mut self, buf: B) -> Result<Request<B>> {
         let desc =
             self.desc.take().ok_or_else(|| fail_with(Status::NoElem, "AM data already taken".into()))?;
-        let worker = Arc::clone(&desc.worker);
-        Worker::am_recv_data_inner(&worker, desc, buf)
+        Worker::am_recv_data_inner(self.worker, desc, buf)
     }
 }
 
@@ -264,6 +290,10 @@ impl Worker {
         mut desc: AmDesc,
         mut buf: B,
     ) -> Result<Request<B>> {
+        if desc.worker.is_none() && desc.needs_worker() {
+            // Taken from inside its handler: it is released through this worker.
+            desc.worker = Some(Arc::clone(shared));
+        }
         let Some((sender_req, total_len)) = desc.rndv.take() else {
             let data = desc.data().unwrap_or(&[]);
             let dst = buf.as_mut_bytes();
@@ -301,18 +331,20 @@ impl Worker {
 pub(crate) fn run_am(shared: &Arc<WorkerShared>, delivery: AmDelivery) {
     let handler = delivery.handler;
     let desc = AmDesc {
-        worker: Arc::clone(shared),
+        worker: None,
         ep: delivery.ep,
         header_len: delivery.header_len,
         bytes: delivery.bytes,
         rndv: delivery.rndv,
     };
+    let reply_ep = (delivery.reply && handler.is_some()).then(|| Endpoint::attach(shared, delivery.ep));
+    // Dropped without a handler run, the message still releases what it holds (declines a
+    // rendezvous) through the worker.
+    let mut message = AmMessage { am_id: delivery.am_id, desc: Some(desc), reply_ep, worker: shared };
     let Some(handler) = handler else {
         tracing::warn!(am_id = delivery.am_id, "active message without a handler dropped");
         return;
     };
-    let reply_ep = delivery.reply.then(|| Endpoint::attach(shared, delivery.ep));
-    let mut message = AmMessage { am_id: delivery.am_id, desc: Some(desc), reply_ep };
     let status = {
         let mut handler = handler.lock().unwrap_or_else(|p| p.into_inner());
         (*handler)(&mut message)

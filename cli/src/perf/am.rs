@@ -20,8 +20,15 @@ pub struct AmSink {
 }
 
 /// What the handler and the polling loop share.
+///
+/// The handler's counters have one writer, the handler (the worker runs one handler call at a
+/// time), so they are bumped with a load and a store, not a locked read-modify-write: this sits
+/// on every message's path, and `ucx_perftest`'s handler counts with plain increments too.
 struct Shared {
-    arrived: AtomicU64,
+    /// Eager messages the handler took whole.
+    arrived_eager: AtomicU64,
+    /// Rendezvous messages whose data landed (written by `reclaim`, under `pending`'s lock).
+    arrived_rndv: AtomicU64,
     /// Messages the handler saw (their numbers are given in this order).
     seen: AtomicU64,
     /// The expected size of every message.
@@ -54,7 +61,7 @@ impl Shared {
                 Ok(Ok(done)) => {
                     self.verify(n, done.buf.as_bytes());
                     lock(&self.pool).push(done.buf);
-                    self.arrived.fetch_add(1, Ordering::Relaxed);
+                    bump(&self.arrived_rndv);
                 }
                 Ok(Err(status)) => self.fail(format!("an AM's data failed: {}", detailed(status))),
                 Err(_) => unreachable!("a done request is taken at once"),
@@ -84,13 +91,13 @@ impl Shared {
     }
 
     fn on_message(&self, msg: &mut AmMessage) {
-        let n = self.seen.fetch_add(1, Ordering::Relaxed);
+        let n = bump(&self.seen);
         if !msg.is_rndv() {
             match msg.data() {
                 Some(data) => self.verify(n, data),
                 None => self.verify(n, &[]),
             }
-            self.arrived.fetch_add(1, Ordering::Relaxed);
+            bump(&self.arrived_eager);
             return;
         }
         let mut slot = lock(&self.pool).pop();
@@ -131,7 +138,8 @@ impl AmSink {
             free.push(region.slice(slot * size, size).map_err(|s| format!("cannot slice a slot: {s}"))?);
         }
         let shared = Arc::new(Shared {
-            arrived: AtomicU64::new(0),
+            arrived_eager: AtomicU64::new(0),
+            arrived_rndv: AtomicU64::new(0),
             seen: AtomicU64::new(0),
             size,
             validate,
@@ -162,7 +170,8 @@ impl AmSink {
                 return Err(error);
             }
         }
-        Ok(self.shared.arrived.load(Ordering::Relaxed))
+        Ok(self.shared.arrived_eager.load(Ordering::Relaxed)
+            + self.shared.arrived_rndv.load(Ordering::Relaxed))
     }
 
     /// Progresses until `count` messages arrived in all.
@@ -189,6 +198,13 @@ impl Drop for AmSink {
     fn drop(&mut self) {
         self.worker.set_am_handler(self.id, None);
     }
+}
+
+/// Adds one to a counter that has a single writer; returns the value before.
+fn bump(counter: &AtomicU64) -> u64 {
+    let n = counter.load(Ordering::Relaxed);
+    counter.store(n + 1, Ordering::Relaxed);
+    n
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
