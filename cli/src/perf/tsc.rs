@@ -86,16 +86,26 @@ pub fn now() -> Stamp {
     Stamp(origin().elapsed().as_nanos() as u64)
 }
 
+/// Nanoseconds in `ticks` of this clock.
+pub fn ticks_to_nanos(ticks: u64) -> u64 {
+    let s = scale();
+    if s.tsc {
+        (ticks as f64 * s.ns_per_tick) as u64
+    } else {
+        ticks
+    }
+}
+
 impl Stamp {
+    /// Clock ticks from `earlier` to `self` (0 if `earlier` is later); see [`ticks_to_nanos`].
+    #[inline]
+    pub fn ticks_since(self, earlier: Stamp) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+
     /// Nanoseconds from `earlier` to `self` (0 if `earlier` is later).
     pub fn nanos_since(self, earlier: Stamp) -> u64 {
-        let ticks = self.0.saturating_sub(earlier.0);
-        let s = scale();
-        if s.tsc {
-            (ticks as f64 * s.ns_per_tick) as u64
-        } else {
-            ticks
-        }
+        ticks_to_nanos(self.ticks_since(earlier))
     }
 
     /// The time from `earlier` to `self`.
