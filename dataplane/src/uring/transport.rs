@@ -522,11 +522,14 @@ impl UringTransport {
 
     /// Nothing to submit, reap or report: no dirty link, no deferred event, empty queues and no
     /// task work waiting in the kernel.
+    #[inline]
     fn is_idle(&self) -> bool {
+        if !self.dirty.is_empty() || !self.deferred.is_empty() {
+            return false;
+        }
         // SAFETY: only the ring indices and flags are read; no entry is popped or pushed.
-        let (cq_empty, sq_empty) =
-            unsafe { (self.ring.completion_shared().is_empty(), self.ring.submission_shared().is_empty()) };
-        cq_empty && sq_empty && self.dirty.is_empty() && self.deferred.is_empty() && !self.taskrun_pending()
+        let (cq, sq) = unsafe { (self.ring.completion_shared(), self.ring.submission_shared()) };
+        cq.is_empty() && sq.is_empty() && !(COOP_TASKRUN && sq.taskrun())
     }
 
     fn taskrun_pending(&self) -> bool {
