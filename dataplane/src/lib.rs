@@ -10,6 +10,7 @@
 
 pub mod access;
 pub mod copy;
+pub mod doorbell;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod fast_map;

@@ -387,4 +387,19 @@ pub trait Transport: Send {
 
     /// True when `poll` would report something now (completions waiting). Used by `arm`.
     fn has_events(&self) -> bool;
+
+    /// True when nothing but what [`Transport::doorbells`] shows can give `poll` work: no frame
+    /// queued or in flight, no link opening or closing. A busy-polling worker may then skip
+    /// polling it while no doorbell rings (and still polls it every few calls). Default: never.
+    fn is_quiet(&self) -> bool {
+        false
+    }
+
+    /// The doorbells of this transport's links (see [`crate::doorbell`]), for a quiet transport.
+    fn doorbells(&self, _out: &mut Vec<crate::doorbell::Doorbell>) {}
+
+    /// Changes whenever the set of doorbells does (links added or removed).
+    fn doorbell_generation(&self) -> u64 {
+        0
+    }
 }

@@ -257,6 +257,21 @@ impl Transport for TransportSet {
         self.members.iter().find_map(|m| m.event_fd())
     }
 
+    fn is_quiet(&self) -> bool {
+        self.members.iter().all(|m| m.is_quiet())
+    }
+
+    fn doorbells(&self, out: &mut Vec<crate::doorbell::Doorbell>) {
+        for member in &self.members {
+            member.doorbells(out);
+        }
+    }
+
+    fn doorbell_generation(&self) -> u64 {
+        // Each member's generation only grows, so the sum changes whenever one does.
+        self.members.iter().fold(0u64, |sum, m| sum.wrapping_add(m.doorbell_generation()))
+    }
+
     fn has_events(&self) -> bool {
         // Every member is asked: has_events may drain a notifier, which must happen for each.
         self.members.iter().fold(false, |any, m| m.has_events() | any)

@@ -4,6 +4,7 @@
 pub(crate) mod am;
 pub(crate) mod dispatch;
 pub(crate) mod lifecycle;
+mod quiet;
 pub(crate) mod rndv;
 pub(crate) mod state;
 pub(crate) mod stream;
@@ -103,6 +104,8 @@ pub(crate) struct WorkerShared {
     pub pool: Arc<Mutex<Vec<Vec<u8>>>>,
     pub address: Vec<u8>,
     core: Mutex<Core>,
+    /// The lock-free fast path of an empty `progress` call.
+    quiet: quiet::QuietWatch,
 }
 
 impl Context {
@@ -155,6 +158,7 @@ impl Context {
                 pool,
                 address: address_bytes,
                 core: Mutex::new(Core { tl, st }),
+                quiet: quiet::QuietWatch::new(),
             }),
         })
     }
@@ -322,10 +326,13 @@ impl std::fmt::Debug for Worker {
 impl WorkerShared {
     pub(crate) fn lock(&self) -> CoreGuard<'_> {
         // Core invariants hold between statements that can panic only on a zcx bug; keep serving.
-        CoreGuard { guard: Some(self.core.lock().unwrap_or_else(|p| p.into_inner())) }
+        CoreGuard { guard: Some(self.core.lock().unwrap_or_else(|p| p.into_inner())), quiet: &self.quiet }
     }
 
     pub(crate) fn progress(self: &Arc<Self>) -> usize {
+        if self.quiet.skip() {
+            return 0;
+        }
         let (deferred, events) = {
             let mut guard = self.lock();
             let core = &mut *guard;
@@ -341,6 +348,20 @@ impl WorkerShared {
             }
             let events = core.st.events;
             if core.st.deferred.is_empty() {
+                let quiet = events == 0 && core.is_quiet();
+                if quiet {
+                    let generation = core.tl.doorbell_generation();
+                    if generation != core.st.doorbell_generation {
+                        let mut bells = Vec::new();
+                        core.tl.doorbells(&mut bells);
+                        self.quiet.replace_bells(bells);
+                        core.st.doorbell_generation = generation;
+                    }
+                }
+                drop(guard);
+                if quiet {
+                    self.quiet.arm();
+                }
                 return events;
             }
             // The worker gets this thread's spare list (emptied by an earlier progress, capacity
@@ -410,6 +431,8 @@ impl WorkerShared {
 /// the lock is released, because their drop may need the lock again.
 pub(crate) struct CoreGuard<'a> {
     guard: Option<MutexGuard<'a, Core>>,
+    /// Disarmed when the guard goes: whoever held the lock may have left work for `progress`.
+    quiet: &'a quiet::QuietWatch,
 }
 
 impl Deref for CoreGuard<'_> {
@@ -434,6 +457,7 @@ thread_local! {
 impl Drop for CoreGuard<'_> {
     #[inline]
     fn drop(&mut self) {
+        self.quiet.disarm();
         let Some(mut guard) = self.guard.take() else { return };
         if guard.st.graveyard.is_empty() {
             return;
@@ -466,17 +490,16 @@ impl Core {
     /// Everything that follows a poll: replies, newly connected endpoints, closes, bulk pacing.
     #[inline]
     fn after_poll(&mut self) {
-        let st = &self.st;
-        let idle = st.out.is_empty()
-            && st.lane_dials.is_empty()
-            && st.to_flush.is_empty()
-            && st.lanes_taken.is_empty()
-            && st.to_close.is_empty()
-            && st.bulk_active.is_empty()
-            && !st.closes_pending;
-        if !idle {
+        if !self.st.nothing_after_poll() {
             self.after_busy_poll();
         }
+    }
+
+    /// Nothing for a poll to do but what the transports' doorbells would show (see
+    /// [`quiet`]): the worker's own queues are empty and every transport is quiet.
+    fn is_quiet(&self) -> bool {
+        let st = &self.st;
+        st.nothing_after_poll() && st.deferred.is_empty() && st.incoming.is_empty() && self.tl.is_quiet()
     }
 
     /// [`Core::after_poll`] when the poll left something to do.

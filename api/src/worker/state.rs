@@ -284,6 +284,8 @@ pub(crate) struct State {
     pub progress_calls: u32,
     /// Set when an endpoint starts a flush close; cleared once none is closing.
     pub closes_pending: bool,
+    /// The transports' doorbell generation the worker's quiet watch was last given.
+    pub doorbell_generation: u64,
     /// Client endpoints still connecting, by the token their request carries.
     pub connecting: FastMap<u64, u64>,
     /// The member of the transport set that is shared memory, if this worker has it.
@@ -320,6 +322,17 @@ pub(crate) struct Core {
 }
 
 impl State {
+    /// The after-poll work (replies, flushes, lane switches, closes, bulk transfers) is done.
+    pub fn nothing_after_poll(&self) -> bool {
+        self.out.is_empty()
+            && self.lane_dials.is_empty()
+            && self.to_flush.is_empty()
+            && self.lanes_taken.is_empty()
+            && self.to_close.is_empty()
+            && self.bulk_active.is_empty()
+            && !self.closes_pending
+    }
+
     pub fn new(
         ctx: Arc<ContextInner>,
         address: zcx_control::WorkerAddressWire,
@@ -345,6 +358,7 @@ impl State {
             lanes_taken: Vec::new(),
             rkey_checks: FastMap::default(),
             closes_pending: false,
+            doorbell_generation: u64::MAX,
             progress_calls: 0,
             rx_hint: (LinkId(u32::MAX), 0),
             connecting: FastMap::default(),

@@ -151,6 +151,22 @@ impl RingMem {
     }
 }
 
+/// Whether a record may be waiting in the ring at `base` for its consumer, judged from the
+/// consumer's released tail (as of its last poll) and the header at that position, without the
+/// consumer itself. Every read is masked into the ring and aligned, so a peer scribbling on the
+/// ring can only make the answer wrong, never make it read elsewhere.
+///
+/// # Safety
+/// `base..base + ring_bytes(capacity)` is a mapped, 64-byte aligned ring of valid `capacity`.
+#[inline]
+pub unsafe fn record_waiting(base: *const u8, capacity: usize) -> bool {
+    let mem = RingMem { base: base as *mut u8, capacity, lap_shift: capacity.trailing_zeros() };
+    let tail = mem.tail().load(Ordering::Relaxed);
+    let pos = (tail as usize) & (capacity - 1) & !(RECORD_ALIGN - 1);
+    let word = mem.header(pos).load(Ordering::Acquire);
+    (word >> 48) as u16 == mem.lap(tail)
+}
+
 /// A record header word.
 fn header_word(len: u32, kind: u32, lap: u16) -> u64 {
     u64::from(len) | (u64::from(kind as u16) << 32) | (u64::from(lap) << 48)

@@ -83,6 +83,9 @@ pub struct Segment {
 // SAFETY: the mapping is process-wide memory owned by this value; nothing about it is tied to a
 // thread.
 unsafe impl Send for Segment {}
+// SAFETY: shared access only hands out raw pointers and atomics into the mapping; the value
+// itself never changes after creation.
+unsafe impl Sync for Segment {}
 
 impl Segment {
     /// Creates, seals and maps a fresh segment with two rings of `capacity` bytes (a power of two).

@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zcx_control::TransportAddress;
@@ -13,6 +14,7 @@ use super::ring::{
     max_record_payload, valid_capacity, Consumer, Producer, KIND_FRAME, KIND_PLACED, KIND_PLACE_DONE,
 };
 use super::segment::Segment;
+use crate::doorbell::Doorbell;
 use crate::transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
     Transport,
@@ -128,8 +130,10 @@ struct Link {
     /// The rings point into `segment`, declared (and so dropped) after them.
     tx: Producer,
     rx: Consumer,
-    /// Held for its mapping; unmapped when the link is dropped.
-    segment: Segment,
+    /// Held for its mapping; unmapped when the link and the last doorbell on it are dropped.
+    segment: Arc<Segment>,
+    /// Which ring we consume (the other one's producer is the peer).
+    rx_ring: usize,
     peer_pid: libc::pid_t,
     /// Which ring we produce into (0 for the connector): our revoke word in the segment; the
     /// peer's is the other.
@@ -193,6 +197,8 @@ pub struct ShmTransport {
     deferred: Vec<Deferred>,
     /// Polls left before the next check of the sockets (accepts, peer death).
     polls: u64,
+    /// Bumped whenever a link comes or goes (see `Transport::doorbell_generation`).
+    doorbell_generation: u64,
     /// When [`ShmTransport::check_sockets`] last ran.
     last_socket_check: Instant,
     epoll_events: Vec<libc::epoll_event>,
@@ -283,6 +289,7 @@ impl ShmTransport {
             next_pending_key: 0,
             deferred: Vec::new(),
             polls: 0,
+            doorbell_generation: 0,
             last_socket_check: Instant::now(),
             epoll_events: vec![libc::epoll_event { events: 0, u64: 0 }; 32],
         };
@@ -350,6 +357,7 @@ impl ShmTransport {
 
     fn release_slot(&mut self, index: usize) {
         self.links[index] = None;
+        self.doorbell_generation += 1;
         self.gens[index] = next_gen(self.gens[index]);
         self.free.push(index as u32);
     }
@@ -378,11 +386,13 @@ impl ShmTransport {
             self.release_slot(index as usize);
             return Err(err);
         }
+        self.doorbell_generation += 1;
         self.links[index as usize] = Some(Box::new(Link {
             sock,
             tx,
             rx,
-            segment: seg,
+            segment: Arc::new(seg),
+            rx_ring,
             peer_pid,
             tx_ring,
             queue: VecDeque::new(),
@@ -952,6 +962,32 @@ impl Transport for ShmTransport {
     fn event_fd(&self) -> Option<BorrowedFd<'_>> {
         // SAFETY: the epoll descriptor lives as long as `self`, which the borrow is tied to.
         Some(unsafe { BorrowedFd::borrow_raw(self.epoll.as_raw_fd()) })
+    }
+
+    fn is_quiet(&self) -> bool {
+        self.deferred.is_empty()
+            && self.pending.is_empty()
+            && self.links.iter().flatten().all(|l| {
+                l.idle()
+                    && l.placing.is_none()
+                    && l.broken.is_none()
+                    && !l.peer_gone
+                    && l.local_close.is_none()
+            })
+    }
+
+    fn doorbells(&self, out: &mut Vec<Doorbell>) {
+        for link in self.links.iter().flatten() {
+            let keep: Arc<dyn Send + Sync> = link.segment.clone();
+            // SAFETY: our receive ring lies in the segment's mapping, which `keep` keeps mapped.
+            out.push(unsafe {
+                Doorbell::new(link.segment.ring_base(link.rx_ring), link.segment.capacity(), keep)
+            });
+        }
+    }
+
+    fn doorbell_generation(&self) -> u64 {
+        self.doorbell_generation
     }
 
     fn has_events(&self) -> bool {

@@ -1115,6 +1115,13 @@ impl Transport for UringTransport {
         Some(unsafe { BorrowedFd::borrow_raw(self.eventfd.as_raw_fd()) })
     }
 
+    /// Quiet with no connection at all (listeners may wait for the worker's periodic full poll:
+    /// an accept is not latency-critical) and nothing submitted, completed or deferred. A
+    /// socket's data has no doorbell, so any open link keeps the transport polled every time.
+    fn is_quiet(&self) -> bool {
+        self.links.iter().all(Option::is_none) && self.is_idle()
+    }
+
     fn has_events(&self) -> bool {
         // Drain the eventfd first: any completion posted after this read signals it again.
         let mut counter = 0u64;

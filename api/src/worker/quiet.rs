@@ -1,0 +1,78 @@
+//! The busy-poll fast path: a `progress` call that finds nothing to do without the worker's lock.
+//!
+//! A worker spun by its owner polls far more often than it finds work, and the full poll (the
+//! lock, every transport, the worker's queues) costs tens of nanoseconds. How long a message waits
+//! to be noticed is about half of one spin, so a cheaper empty spin is lower latency for every
+//! message. When a full poll leaves the worker and its transports quiet (nothing queued, in
+//! flight, deferred or being set up; see `Transport::is_quiet`), it arms this watch with the
+//! transports' doorbells. Until one rings, `progress` returns 0 after a look at each doorbell,
+//! and still makes a full poll every [`FULL_POLL_EVERY`] calls (timers, listeners, peer death).
+//! Any other use of the worker's lock disarms it, since an API call may have left work for the
+//! next poll.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::RwLock;
+
+use zcx_dataplane::doorbell::Doorbell;
+
+/// Skipped polls between two full ones while armed.
+const FULL_POLL_EVERY: u32 = 16;
+
+pub(crate) struct QuietWatch {
+    armed: AtomicBool,
+    /// Polls skipped since the last full one (one writer at a time in practice; a race only
+    /// shifts when the next full poll comes).
+    skipped: AtomicU32,
+    bells: RwLock<Vec<Doorbell>>,
+}
+
+impl QuietWatch {
+    pub fn new() -> QuietWatch {
+        QuietWatch {
+            armed: AtomicBool::new(false),
+            skipped: AtomicU32::new(0),
+            bells: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// True when this `progress` call may return at once: armed, no doorbell rang, and not yet
+    /// time for a full poll.
+    #[inline]
+    pub fn skip(&self) -> bool {
+        if !self.armed.load(Ordering::Acquire) {
+            return false;
+        }
+        let skipped = self.skipped.load(Ordering::Relaxed);
+        if skipped >= FULL_POLL_EVERY {
+            self.skipped.store(0, Ordering::Relaxed);
+            return false;
+        }
+        // A writer replacing the doorbells means a full poll is running: do one too.
+        let Ok(bells) = self.bells.try_read() else { return false };
+        if bells.iter().any(Doorbell::rang) {
+            return false;
+        }
+        drop(bells);
+        self.skipped.store(skipped + 1, Ordering::Relaxed);
+        true
+    }
+
+    /// After a full poll that left everything quiet (call it without the worker's lock held).
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::Release);
+    }
+
+    /// Something may have changed under the worker's lock.
+    #[inline]
+    pub fn disarm(&self) {
+        if self.armed.load(Ordering::Relaxed) {
+            self.armed.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// New doorbells for a changed set of links (under the worker's lock, while disarmed).
+    pub fn replace_bells(&self, bells: Vec<Doorbell>) {
+        let mut current = self.bells.write().unwrap_or_else(|p| p.into_inner());
+        *current = bells;
+    }
+}
