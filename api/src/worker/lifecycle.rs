@@ -63,7 +63,7 @@ pub(crate) fn create_client_ep(
     let Core { tl, st } = core;
     let sockaddr = match &target {
         ConnectTarget::Sockaddr { remote, .. } => Some(*remote),
-        ConnectTarget::Address(_) => None,
+        ConnectTarget::Address(_) | ConnectTarget::Session { .. } => None,
     };
     let link = tl.connect(target).map_err(|e| {
         let status = status_of(e);
