@@ -295,6 +295,8 @@ fn server() {
     assert_eq!(unsafe { (memh.address().add(word_off) as *const u64).read() }, 42);
     assert_on_dpdk(&ep, "server");
     println!("server: verified everything over dpdk");
+    // In flight when the client goes: must end with the endpoint's error.
+    let mut in_flight = ep.stream_recv(vec![0u8; 16], true, RequestParams::default()).unwrap();
     wait(&worker, ep.tag_send(b"exit now".to_vec(), 8, TagSendParams::default()).unwrap());
     // The client exits without closing: the error handler must run.
     progress_until(&worker, "the error handler", || failed.lock().unwrap().is_some());
@@ -303,6 +305,16 @@ fn server() {
         matches!(status, Status::EndpointTimeout | Status::ConnectionReset),
         "error handler status {status:?}"
     );
+    let deadline = Instant::now() + PATIENCE;
+    let result = loop {
+        in_flight = match in_flight.try_take() {
+            Ok(result) => break result,
+            Err(r) => r,
+        };
+        worker.progress();
+        assert!(Instant::now() < deadline, "the in-flight receive never completed");
+    };
+    assert_eq!(result.err(), Some(status), "the in-flight receive must end with the endpoint's error");
     println!("server: error handler ran with {status:?}");
     drop(ep);
     drop(listener);
@@ -351,4 +363,22 @@ fn client() {
     println!("client: verified everything over dpdk");
     // Gone without closing anything, as a crashed peer would be.
     std::process::exit(0);
+}
+
+/// `ZCX_TLS` naming dpdk without a port to use is the worker's failure; allowing it (`all`)
+/// without one leaves the worker as it was, with no DPDK member and no EAL.
+#[test]
+fn dpdk_required_without_a_port_is_invalid_param() {
+    if std::env::var(ROLE_ENV).is_ok() {
+        return;
+    }
+    let context = |tls: &str| {
+        let config = zcx::Config::from_vars([("ZCX_TLS", tls), ("ZCX_HUGEPAGES", "no")]).unwrap();
+        Context::new(&zcx::ContextParams::new(Features::TAG), &config).unwrap()
+    };
+    let err = context("dpdk,tcp").create_worker(&WorkerParams::default()).unwrap_err();
+    assert_eq!(err, Status::InvalidParam);
+    let worker = context("all").create_worker(&WorkerParams::default()).unwrap();
+    let peer = zcx_control::WorkerAddressWire::decode(worker.address()).unwrap();
+    assert!(!peer.transports.iter().any(|t| matches!(t, zcx_control::TransportAddress::Dpdk { .. })));
 }
