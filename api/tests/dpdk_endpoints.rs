@@ -139,6 +139,15 @@ fn parent() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    // EAL is never cleaned up in a worker's process, so the children leave their (empty) EAL
+    // runtime directories behind: removed here, only if empty.
+    for role in ["server", "client"] {
+        let prefix = format!("zcx-ep-{role}-{}", std::process::id());
+        let runtime = std::env::var("XDG_RUNTIME_DIR").map(PathBuf::from).unwrap_or_else(|_| "/tmp".into());
+        for base in [PathBuf::from("/var/run/dpdk"), runtime.join("dpdk")] {
+            let _ = std::fs::remove_dir(base.join(&prefix));
+        }
+    }
     for text in [&server_log, &client_log] {
         if let Some(line) = text.lines().find(|l| l.starts_with("skipped: ")) {
             skip(&format!("a DPDK process could not run: {}", &line["skipped: ".len()..]));
