@@ -22,9 +22,9 @@ export RUST_BACKTRACE=1
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
-# The DPDK transport is a feature of zcx-dataplane (off by default, so a plain build needs no DPDK);
-# the suite lints and tests it too.
-features=(--features zcx-dataplane/dpdk)
+# The DPDK transport is a feature of zcx-dataplane, and endpoints over it a feature of zcx (both off
+# by default, so a plain build needs no DPDK); the suite lints and tests them too.
+features=(--features zcx-dataplane/dpdk,zcx/dpdk)
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings

@@ -58,6 +58,28 @@ const KNOWN: &[Known] = &[
         doc: "Let a kernel thread poll the io_uring submission queue (costs a core): y or n",
     },
     Known {
+        name: "DPDK_EAL_ARGS",
+        default: "",
+        doc: "Whitespace-separated DPDK EAL arguments (e.g. --no-huge -m 512 --no-pci --vdev net_memif0,...); \
+              EAL is initialised once per process with the first worker's and never cleaned up",
+    },
+    Known {
+        name: "DPDK_PORT",
+        default: "",
+        doc: "The ethdev the DPDK transport uses, by name (net_memif0); the dpdk transport runs when this is set",
+    },
+    Known { name: "DPDK_MTU", default: "1500", doc: "Ethernet payload size of the DPDK transport's frames (at most 2034)" },
+    Known {
+        name: "DPDK_MBUFS",
+        default: "8191",
+        doc: "Mbufs in the DPDK transport's pool (size it to the EAL memory: -m 512 holds a few thousand)",
+    },
+    Known {
+        name: "DPDK_WINDOW",
+        default: "32",
+        doc: "Unacknowledged DPDK datagrams in flight per endpoint (the reliability protocol's window)",
+    },
+    Known {
         name: "LOG_LEVEL",
         default: "warn",
         doc: "Log level of the zcx binaries (error, warn, info, debug, trace)",
@@ -193,6 +215,38 @@ impl Config {
         parse_bool(self.get("URING_SQPOLL").unwrap_or("n")).unwrap_or(false)
     }
 
+    /// Whether `ZCX_TLS` names `name` itself (not through `all`): the transport is required, so
+    /// failing to start it fails `create_worker` instead of leaving it out with a warning.
+    pub fn transport_required(&self, name: &str) -> bool {
+        self.transport_enabled(name)
+            && self.transports().iter().any(|t| !t.starts_with('^') && t != "all" && t == name)
+    }
+
+    /// `ZCX_DPDK_EAL_ARGS`, split at whitespace.
+    pub fn dpdk_eal_args(&self) -> Vec<String> {
+        self.get("DPDK_EAL_ARGS").unwrap_or("").split_whitespace().map(str::to_owned).collect()
+    }
+
+    /// `ZCX_DPDK_PORT`, or `None` when unset (the DPDK transport is then not configured).
+    pub fn dpdk_port(&self) -> Option<&str> {
+        self.get("DPDK_PORT").filter(|p| !p.is_empty())
+    }
+
+    /// `ZCX_DPDK_MTU`.
+    pub fn dpdk_mtu(&self) -> usize {
+        self.get("DPDK_MTU").and_then(parse_size).unwrap_or(1500)
+    }
+
+    /// `ZCX_DPDK_MBUFS`.
+    pub fn dpdk_mbufs(&self) -> u32 {
+        self.get("DPDK_MBUFS").and_then(|v| v.parse().ok()).unwrap_or(8191)
+    }
+
+    /// `ZCX_DPDK_WINDOW`.
+    pub fn dpdk_window(&self) -> u32 {
+        self.get("DPDK_WINDOW").and_then(|v| v.parse().ok()).unwrap_or(32)
+    }
+
     /// `ucp_config_print`: every variable with its value and meaning, one per line, as `KEY=value`.
     pub fn print(&self) -> String {
         let mut out = String::from("#\n# zcx configuration\n#\n");
@@ -265,6 +319,11 @@ fn validate(name: &str, value: &str) -> Result<()> {
             )
         }),
         "LOG_LEVEL" => matches!(value, "error" | "warn" | "info" | "debug" | "trace"),
+        "DPDK_MTU" => parse_size(value).is_some_and(|mtu| (64..=2034).contains(&mtu)),
+        "DPDK_MBUFS" => value.parse::<u32>().is_ok_and(|n| (64..=1 << 20).contains(&n)),
+        "DPDK_WINDOW" => value.parse::<u32>().is_ok_and(|n| (1..=4096).contains(&n)),
+        "DPDK_PORT" => !value.contains('\0'),
+        "DPDK_EAL_ARGS" => !value.contains('\0'),
         _ => true,
     };
     if ok {
@@ -320,6 +379,31 @@ mod tests {
         assert!(enabled("^shm", "uring"));
         assert!(!enabled("^posix", "shm"));
         assert!(!enabled("all,^uring", "uring"));
+    }
+
+    #[test]
+    fn dpdk_settings() {
+        let c = Config::from_vars([
+            ("ZCX_TLS", "dpdk,tcp"),
+            ("ZCX_DPDK_EAL_ARGS", "  --no-huge -m 512\t--no-pci  "),
+            ("ZCX_DPDK_PORT", "net_memif0"),
+            ("ZCX_DPDK_MTU", "1000"),
+        ])
+        .unwrap();
+        assert!(c.transport_enabled("dpdk") && c.transport_required("dpdk"));
+        assert!(!c.transport_enabled("shm"));
+        assert_eq!(c.dpdk_eal_args(), ["--no-huge", "-m", "512", "--no-pci"]);
+        assert_eq!(c.dpdk_port(), Some("net_memif0"));
+        assert_eq!(c.dpdk_mtu(), 1000);
+        assert_eq!(c.dpdk_window(), 32);
+        let d = Config::default();
+        assert!(d.transport_enabled("dpdk") && !d.transport_required("dpdk"));
+        assert_eq!(d.dpdk_port(), None);
+        assert!(d.dpdk_eal_args().is_empty());
+        let excluded = Config::from_vars([("ZCX_TLS", "^dpdk")]).unwrap();
+        assert!(!excluded.transport_enabled("dpdk") && !excluded.transport_required("dpdk"));
+        assert_eq!(Config::from_vars([("ZCX_DPDK_MTU", "9000")]).unwrap_err(), Status::InvalidParam);
+        assert_eq!(Config::from_vars([("ZCX_DPDK_WINDOW", "0")]).unwrap_err(), Status::InvalidParam);
     }
 
     #[test]

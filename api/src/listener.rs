@@ -48,7 +48,7 @@ pub(crate) struct ConnRequestData {
     pub client_worker: String,
     /// The client's shared-memory address when it runs on this host and the request came by
     /// another transport: the accept then opens a shared-memory link to it.
-    pub client_lane: Option<zcx_control::TransportAddress>,
+    pub client_lane: Option<crate::worker::state::Lane>,
 }
 
 /// `ucp_conn_request_h`: a client waiting to be accepted or rejected. Dropping it unanswered

@@ -257,6 +257,15 @@ pub enum ConnectTarget<'a> {
     },
     /// A transport address taken from a peer's worker address.
     Address(&'a zcx_control::TransportAddress),
+    /// A transport address plus the session id the peer's end of the link will have, agreed
+    /// out of band (in the sockaddr handshake): how a datagram transport without an in-band
+    /// id negotiation (dpdk) is dialled. Transports that need no session id refuse it.
+    Session {
+        /// The peer's address on the transport.
+        address: &'a zcx_control::TransportAddress,
+        /// The id of the peer's end of the link.
+        session: u32,
+    },
 }
 
 /// Something that happened on a transport, reported by [`Transport::poll`].

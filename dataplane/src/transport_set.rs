@@ -189,7 +189,7 @@ impl Transport for TransportSet {
     /// Connects through the member the target is for: a transport address goes to the member of
     /// its kind, a sockaddr to the first member that dials sockaddrs.
     fn connect(&mut self, target: ConnectTarget<'_>) -> Result<LinkId, TlError> {
-        if let ConnectTarget::Address(address) = &target {
+        if let ConnectTarget::Address(address) | ConnectTarget::Session { address, .. } = &target {
             let member = self
                 .members
                 .iter()

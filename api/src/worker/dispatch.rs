@@ -6,7 +6,7 @@
 //! fragment outside its operation's buffer or a frame on a link that has no endpoint is dropped
 //! (or fails the link), never trusted.
 
-use zcx_control::HandshakeWire;
+use zcx_control::{HandshakeWire, TransportAddress};
 use zcx_dataplane::proto::rma_exec;
 use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::proto::Message;
@@ -268,7 +268,8 @@ fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                 protocol_violation(st, link);
                 return;
             };
-            let client_lane = shm_lane(st, link, &client_address);
+            let client_lane = shm_lane(st, link, &client_address)
+                .or_else(|| dpdk_lane(st, link, &client_address, client_ep_id));
             let request = crate::listener::ConnRequestData {
                 link,
                 peer: incoming.peer,
@@ -300,7 +301,7 @@ fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                 st.link_eps.remove(&old);
                 st.link_eps.insert(link, ep);
                 st.lanes_taken.push((ep, old));
-                tracing::debug!(ep, ?old, lane = ?link, "connected over shared memory");
+                tracing::debug!(ep, ?old, lane = ?link, "connected over a faster lane");
             }
             st.connecting.remove(&client_ep_id);
             let Some(state) = st.eps.get_mut(&ep) else { return };
@@ -322,13 +323,13 @@ fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
     }
 }
 
-/// The client's shared-memory address, when the client is on this host, both workers have shared
+/// The client's shared-memory lane, when the client is on this host, both workers have shared
 /// memory, and the request came by another transport.
 fn shm_lane(
     st: &State,
     link: LinkId,
     client: &zcx_control::WorkerAddressWire,
-) -> Option<zcx_control::TransportAddress> {
+) -> Option<crate::worker::state::Lane> {
     let shm = st.shm_member?;
     if zcx_dataplane::transport_set::member_of(link) == shm {
         return None;
@@ -336,7 +337,26 @@ fn shm_lane(
     if client.boot_id.is_none() || client.boot_id != st.address.boot_id {
         return None;
     }
-    client.transports.iter().find(|t| zcx_dataplane::ShmTransport::reaches(t)).cloned()
+    let target = client.transports.iter().find(|t| zcx_dataplane::ShmTransport::reaches(t)).cloned()?;
+    Some(crate::worker::state::Lane { member: shm, target, session: None })
+}
+
+/// The client's DPDK lane, when both workers have DPDK (so `ZCX_TLS` allows it on both sides)
+/// and the request came by another transport. The client's end gets the session id both sides
+/// derive from the request's token.
+fn dpdk_lane(
+    st: &State,
+    link: LinkId,
+    client: &zcx_control::WorkerAddressWire,
+    token: u64,
+) -> Option<crate::worker::state::Lane> {
+    let dpdk = st.dpdk_member?;
+    if zcx_dataplane::transport_set::member_of(link) == dpdk {
+        return None;
+    }
+    let target = client.transports.iter().find(|t| matches!(t, TransportAddress::Dpdk { .. })).cloned()?;
+    let session = Some(crate::worker::state::lane_session(token));
+    Some(crate::worker::state::Lane { member: dpdk, target, session })
 }
 
 fn on_tag_eager(st: &mut State, link: LinkId, ep: u64, tag: u64, sync_req: Option<u64>, payload: &[u8]) {

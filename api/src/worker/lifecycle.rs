@@ -63,7 +63,7 @@ pub(crate) fn create_client_ep(
     let Core { tl, st } = core;
     let sockaddr = match &target {
         ConnectTarget::Sockaddr { remote, .. } => Some(*remote),
-        ConnectTarget::Address(_) => None,
+        ConnectTarget::Address(_) | ConnectTarget::Session { .. } => None,
     };
     let link = tl.connect(target).map_err(|e| {
         let status = status_of(e);
@@ -121,9 +121,7 @@ pub(crate) fn create_server_ep(st: &mut State, request: &ConnRequestData, params
         client_ep_id: request.client_ep_id,
     };
     match &request.client_lane {
-        Some(target) => {
-            st.lane_dials.push(LaneDial { ep: id, target: target.clone(), accept: accept.encode() })
-        }
+        Some(lane) => st.lane_dials.push(LaneDial { ep: id, lane: lane.clone(), accept: accept.encode() }),
         None => st.reply(request.link, &Op::Hello, Some(accept.encode())),
     }
     st.eps.insert(id, state);
@@ -289,18 +287,19 @@ pub(crate) fn close_lanes_taken(core: &mut Core) {
     }
 }
 
-/// Sends the accepts of [`LaneDial`]s: each on a new link to the client's shared-memory address,
-/// which becomes the endpoint's link; when that link cannot be opened, on the request's link, as
-/// if no faster lane existed.
+/// Sends the accepts of [`LaneDial`]s: each on a new link to the client's shared-memory or DPDK
+/// address, which becomes the endpoint's link; when that link cannot be opened, on the request's
+/// link, as if no faster lane existed.
 pub(crate) fn open_lanes(core: &mut Core) {
     let Core { tl, st } = core;
     for dial in std::mem::take(&mut st.lane_dials) {
         let Some(ep) = st.eps.get_mut(&dial.ep) else { continue };
         let old = ep.link;
-        let lane = st
-            .shm_member
-            .ok_or(zcx_dataplane::TlError::Unsupported)
-            .and_then(|member| tl.connect_with(member, ConnectTarget::Address(&dial.target)));
+        let target = match dial.lane.session {
+            Some(session) => ConnectTarget::Session { address: &dial.lane.target, session },
+            None => ConnectTarget::Address(&dial.lane.target),
+        };
+        let lane = tl.connect_with(dial.lane.member, target);
         let mut header = [0u8; MAX_HEADER_LEN];
         let n = Op::Hello.encode(&mut header);
         let link = match lane {
@@ -311,17 +310,14 @@ pub(crate) fn open_lanes(core: &mut Core) {
                 ep.link = lane;
                 st.link_eps.remove(&old);
                 st.link_eps.insert(lane, dial.ep);
-                tracing::debug!(ep = dial.ep, ?old, ?lane, "accepted over shared memory");
+                tracing::debug!(ep = dial.ep, ?old, ?lane, "accepted over a faster lane");
                 lane
             }
             other => {
                 if let Ok(lane) = other {
                     tl.close(lane, true);
                 }
-                tracing::debug!(
-                    ep = dial.ep,
-                    "no shared-memory lane to the client; staying on the request's link"
-                );
+                tracing::debug!(ep = dial.ep, "no faster lane to the client; staying on the request's link");
                 old
             }
         };

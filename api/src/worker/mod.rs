@@ -125,8 +125,18 @@ impl Context {
         let uring = UringTransport::new(&uring_config)
             .map_err(|e| fail_with(status_of(e), format!("io_uring transport unavailable: {e}")))?;
         members.push(Box::new(uring));
+        // Zero-copy from this size on, by the members that can do it: the DPDK member copies
+        // every payload (its threshold is usize::MAX), which must not turn zero-copy off for the
+        // others. Bulk sends compare with their own link's threshold too (`rndv`).
+        let zcopy_threshold = members.iter().map(|m| m.caps().zcopy_threshold).max().unwrap_or(usize::MAX);
+        // DPDK last: endpoints move to it after their handshake on TCP (see `dispatch`).
+        #[cfg(feature = "dpdk")]
+        if let Some(dpdk) = dpdk_member(config)? {
+            members.push(dpdk);
+        }
         let tl = TransportSet::new(members).map_err(status_of)?;
         let shm_member = tl.member_named("shm");
+        let dpdk_member = tl.member_named("dpdk");
         let uid = crate::context::random_bytes()?;
         let name = params.name.clone().unwrap_or_else(|| format!("{}:{}", self.inner.name, hex4(&uid)));
         let address = WorkerAddressWire {
@@ -140,9 +150,10 @@ impl Context {
             .map_err(|e| fail_with(Status::InvalidParam, format!("worker address: {e}")))?;
         let wakeup = Wakeup::new().map_err(|e| fail_with(Status::IoError, format!("eventfd: {e}")))?;
         let epoll = wakeup::epoll_set(&[wakeup.as_fd()], &tl.event_fds())?;
-        let caps = tl.caps().clone();
+        let caps = zcx_dataplane::Caps { zcopy_threshold, ..tl.caps().clone() };
         let mut st = State::new(self.inner.clone(), address, &caps);
         st.shm_member = shm_member;
+        st.dpdk_member = dpdk_member;
         let pool = Arc::clone(&st.pool);
         tracing::debug!(name, transports = ?tl.names(), "worker created");
         Ok(Worker {
@@ -161,6 +172,64 @@ impl Context {
                 quiet: quiet::QuietWatch::new(),
             }),
         })
+    }
+}
+
+/// The DPDK member of a new worker (`ZCX_TLS` allows `dpdk` and `ZCX_DPDK_PORT` names a port):
+/// EAL is initialised with `ZCX_DPDK_EAL_ARGS` by the first worker of the process and stays
+/// until the process exits (see `zcx_dataplane::dpdk::eal`). When `ZCX_TLS` names `dpdk`
+/// itself, a missing port setting or a failure to start is the worker's failure; when `dpdk` is
+/// only allowed (`all`), the worker goes without it, with a warning if it was configured.
+#[cfg(feature = "dpdk")]
+fn dpdk_member(config: &crate::Config) -> Result<Option<Box<dyn Transport>>> {
+    use zcx_dataplane::dpdk::{open_with_process_eal, DpdkConfig};
+    use zcx_dataplane::proto::reliable;
+
+    if !config.transport_enabled("dpdk") {
+        return Ok(None);
+    }
+    let required = config.transport_required("dpdk");
+    let Some(port) = config.dpdk_port() else {
+        if required {
+            return Err(fail_with(
+                Status::InvalidParam,
+                "ZCX_TLS names dpdk but ZCX_DPDK_PORT (and ZCX_DPDK_EAL_ARGS) are not set".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    // A peer is declared dead after about three keepalive intervals without an acknowledgement,
+    // the same patience the keepalive gives a silent peer.
+    let base = reliable::Config::default();
+    let patience =
+        u64::try_from(config.keepalive_interval().as_nanos()).unwrap_or(u64::MAX).saturating_mul(3);
+    let dead_after_rtos =
+        u32::try_from(patience / base.max_rto_ns).unwrap_or(u32::MAX).max(base.dead_after_rtos);
+    let window = config.dpdk_window();
+    let dpdk_config = DpdkConfig {
+        port_name: port.to_owned(),
+        mtu: config.dpdk_mtu(),
+        pool_mbufs: config.dpdk_mbufs(),
+        reliable: reliable::Config {
+            window,
+            send_queue: base.send_queue.max(window.saturating_mul(2)),
+            dead_after_rtos,
+            ..base
+        },
+        ..DpdkConfig::default()
+    };
+    match open_with_process_eal(&config.dpdk_eal_args(), dpdk_config) {
+        Ok(transport) => {
+            tracing::debug!(port, mac = ?transport.mac(), "DPDK transport started");
+            Ok(Some(Box::new(transport)))
+        }
+        Err(why) if required => {
+            Err(fail_with(Status::NoDevice, format!("DPDK transport unavailable: {why}")))
+        }
+        Err(why) => {
+            tracing::warn!(%why, "DPDK transport unavailable; endpoints use the other transports");
+            Ok(None)
+        }
     }
 }
 

@@ -239,14 +239,35 @@ pub(crate) enum Deferred {
 }
 
 /// A server endpoint whose accept goes out on a faster transport than the one the request came
-/// by (shared memory on the same host): the worker dials the client's address there and sends the
-/// accept as the first frame of the new link, which then carries all of the endpoint's traffic.
+/// by (shared memory on the same host, else DPDK): the worker dials the client's address there
+/// and sends the accept as the first frame of the new link, which then carries all of the
+/// endpoint's traffic.
 pub(crate) struct LaneDial {
     pub ep: u64,
-    /// The client's address on the faster transport.
-    pub target: zcx_control::TransportAddress,
+    /// Where to dial.
+    pub lane: Lane,
     /// The accept frame's payload.
     pub accept: Vec<u8>,
+}
+
+/// A faster transport to a client than the link its connection request came on.
+#[derive(Clone, Debug)]
+pub(crate) struct Lane {
+    /// The member of the transport set to dial with.
+    pub member: usize,
+    /// The client's address on it.
+    pub target: zcx_control::TransportAddress,
+    /// The session id of the client's end, for a datagram transport (dpdk): derived from the
+    /// request's token by both sides ([`lane_session`]).
+    pub session: Option<u32>,
+}
+
+/// The session id the client's end of a DPDK lane has: the low 31 bits of the connection
+/// request's token (never 0), which both sides know from the handshake; DPDK acceptor ids are
+/// below 2^31. Two connecting endpoints of one client collide with odds of about one in 2^31;
+/// the colliding lane's HELLO is then refused and that endpoint times out.
+pub(crate) fn lane_session(token: u64) -> u32 {
+    ((token as u32) & 0x7fff_ffff).max(1)
 }
 
 /// A reply built while the transport is being polled, sent right after.
@@ -290,6 +311,8 @@ pub(crate) struct State {
     pub connecting: FastMap<u64, u64>,
     /// The member of the transport set that is shared memory, if this worker has it.
     pub shm_member: Option<usize>,
+    /// The member of the transport set that is DPDK, if this worker has it.
+    pub dpdk_member: Option<usize>,
     pub events: usize,
     pub rndv_thresh: usize,
     pub max_payload: usize,
@@ -363,6 +386,7 @@ impl State {
             rx_hint: (LinkId(u32::MAX), 0),
             connecting: FastMap::default(),
             shm_member: None,
+            dpdk_member: None,
             events: 0,
             max_payload,
             max_placed: caps.max_placed,

@@ -23,9 +23,10 @@
 //! is delivered (listener id 0, peer address unspecified: there is no socket address). The
 //! initiator reports `Connected` when the HELLO is acknowledged. Frames may be sent at once; a
 //! lost HELLO is retransmitted like any message, and a peer that never answers fails the link
-//! with `Timeout`. `address()` is `None` and `connect(ConnectTarget)` is `Unsupported` for now:
-//! the worker address's DPDK entry (`TransportAddress::Dpdk { mac, udp_port }`) has no session
-//! id, and changing its wire format is a control-plane decision.
+//! with `Timeout`. `address()` is `TransportAddress::Dpdk { mac, udp_port }` with the EtherType
+//! in the `udp_port` slot (the wire format is unchanged); the session id is agreed by the
+//! caller's control plane per link, and `connect(ConnectTarget::Session { address, session })`
+//! is `connect_peer` (a bare `ConnectTarget::Address` is `Unsupported`).
 //!
 //! **Fragmentation.** A frame up to [`DpdkConfig::max_frame`] is cut into messages of at most the
 //! session's `max_payload` (MTU − 40) bytes, each with a one-byte MORE/END header; in-order
@@ -48,9 +49,12 @@
 //! **Time** is `Instant`-based nanoseconds since the transport was made. The port must be
 //! dropped before EAL; see [`DpdkTransport::new`].
 
+pub mod eal;
 pub mod frame;
 pub mod message;
 pub mod port;
 pub mod transport;
+
+pub use eal::{dpdk_missing, open_with_process_eal};
 
 pub use transport::{DpdkConfig, DpdkError, DpdkPeer, DpdkStats, DpdkTransport, INITIATOR_BIT};

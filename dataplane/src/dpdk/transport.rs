@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use zcx_control::TransportAddress;
 
-use super::frame::{is_unicast, peek_dst_session, write_header, EthFrame, Mac, ETH_HEADER_LEN};
+use super::frame::{is_unicast, peek_dst_session, write_header, EthFrame, Mac, ETHERTYPE, ETH_HEADER_LEN};
 use super::message::{write_fragment, Message, BYE_MSG, HELLO_MSG};
 use super::port::{Port, PortConfig, PortError};
 use crate::fast_map::FastMap;
@@ -203,8 +203,11 @@ struct Inner {
 pub struct DpdkTransport {
     caps: Caps,
     inner: Inner,
-    /// Last field: dropped after everything that refers to its frames.
+    /// Dropped after everything that refers to its frames.
     port: Port,
+    /// The port's claim when opened by [`super::open_with_process_eal`]; released after the
+    /// port is closed.
+    pub(crate) claim: Option<super::eal::PortClaim>,
 }
 
 impl DpdkTransport {
@@ -261,7 +264,7 @@ impl DpdkTransport {
             session_config,
             config,
         };
-        Ok(DpdkTransport { caps, inner, port })
+        Ok(DpdkTransport { caps, inner, port, claim: None })
     }
 
     /// The port's MAC address, which peers connect to.
@@ -643,10 +646,13 @@ impl Transport for DpdkTransport {
         &self.caps
     }
 
-    /// `None`: the worker address's DPDK entry (MAC and UDP port) does not fit this raw-Ethernet
-    /// transport's session ids yet; links are opened with [`DpdkTransport::connect_peer`].
+    /// `TransportAddress::Dpdk { mac, udp_port }` with the port's MAC and, in the `udp_port`
+    /// slot, the EtherType this transport demultiplexes on ([`ETHERTYPE`]): raw Ethernet has no
+    /// UDP port, and the slot keeps the worker address's wire format unchanged (it must not be
+    /// 0). Session ids are not in the address: the caller's control plane agrees them per link
+    /// ([`ConnectTarget::Session`]).
     fn address(&self) -> Option<TransportAddress> {
-        None
+        Some(TransportAddress::Dpdk { mac: self.inner.mac, udp_port: ETHERTYPE })
     }
 
     fn listen(&mut self, _addr: SocketAddr) -> Result<(ListenerId, SocketAddr), TlError> {
@@ -655,9 +661,18 @@ impl Transport for DpdkTransport {
 
     fn close_listener(&mut self, _listener: ListenerId) {}
 
-    /// Only [`DpdkTransport::connect_peer`] opens links for now; see [`Transport::address`].
-    fn connect(&mut self, _target: ConnectTarget<'_>) -> Result<LinkId, TlError> {
-        Err(TlError::Unsupported)
+    /// [`ConnectTarget::Session`] with a DPDK address is [`DpdkTransport::connect_peer`] to that
+    /// MAC and session id; anything else is `Unsupported` (a bare address names no session).
+    fn connect(&mut self, target: ConnectTarget<'_>) -> Result<LinkId, TlError> {
+        match target {
+            ConnectTarget::Session { address: TransportAddress::Dpdk { mac, udp_port }, session } => {
+                if *udp_port != ETHERTYPE {
+                    return Err(TlError::Unreachable);
+                }
+                self.connect_peer(DpdkPeer { mac: *mac, session })
+            }
+            _ => Err(TlError::Unsupported),
+        }
     }
 
     fn link_addrs(&self, _link: LinkId) -> (Option<SocketAddr>, Option<SocketAddr>) {

@@ -1012,7 +1012,7 @@ impl Transport for UringTransport {
         match target {
             ConnectTarget::Sockaddr { remote, local } => self.connect_addr(remote, local),
             ConnectTarget::Address(TransportAddress::Uring { addr }) => self.connect_addr(*addr, None),
-            ConnectTarget::Address(_) => Err(TlError::Unsupported),
+            ConnectTarget::Address(_) | ConnectTarget::Session { .. } => Err(TlError::Unsupported),
         }
     }
 

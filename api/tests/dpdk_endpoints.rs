@@ -1,0 +1,393 @@
+//! Endpoints over DPDK between two processes: the test runs its own binary as a server and a
+//! client, each with its own EAL (`--file-prefix`, `--lcores`, a `net_memif` port; the memif
+//! socket in a temporary directory) brought up by `create_worker` from `ZCX_DPDK_*`. The client
+//! connects by sockaddr over loopback TCP with `ZCX_TLS=dpdk,tcp`; after the handshake both
+//! endpoints must be on the dpdk transport, and tag (small and 1 MiB), stream, AM (eager and
+//! rendezvous), put and get (1 MiB) and a fetch-and-add are checked byte for byte. Then the client
+//! exits without closing anything and the server's error handler must fire.
+//!
+//! Skips with `skipped: <reason>` when DPDK is not in the build or EAL cannot start here;
+//! `ZCX_REQUIRE_DPDK=1` turns a skip into a failure.
+#![cfg(feature = "dpdk")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use zcx::{
+    AmProto, AmSendParams, AtomicOp, AtomicSize, Context, Endpoint, EpParams, Features, ListenerParams,
+    MemMapParams, Prot, Request, RequestParams, Status, TagSendParams, Worker, WorkerParams,
+};
+
+const TEST: &str = "endpoints_over_dpdk_between_two_processes";
+const ROLE_ENV: &str = "ZCX_DPDK_EP_ROLE";
+const DIR_ENV: &str = "ZCX_DPDK_EP_DIR";
+/// Everything one child may take (it is not a speed test; 2 shared cores).
+const PATIENCE: Duration = Duration::from_secs(60);
+const MIB: usize = 1 << 20;
+
+/// Prints why the test cannot run here, or fails when `ZCX_REQUIRE_DPDK=1` says DPDK must work.
+fn skip(reason: &str) {
+    if std::env::var("ZCX_REQUIRE_DPDK").is_ok_and(|v| v == "1") {
+        panic!("ZCX_REQUIRE_DPDK=1 but the DPDK endpoint test cannot run: {reason}");
+    }
+    eprintln!("skipped: {reason}");
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(131) as u8).wrapping_add(seed).wrapping_add((i >> 11) as u8))
+        .collect()
+}
+
+#[test]
+fn endpoints_over_dpdk_between_two_processes() {
+    match std::env::var(ROLE_ENV).as_deref() {
+        Ok("server") => return server(),
+        Ok("client") => return client(),
+        Ok(other) => panic!("unknown {ROLE_ENV}={other}"),
+        Err(_) => {}
+    }
+    if let Some(why) = zcx_dataplane::dpdk::dpdk_missing() {
+        skip(&format!("zcx-dpdk-sys was built without DPDK: {why}"));
+        return;
+    }
+    parent();
+}
+
+fn allowed_cpus() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "0".to_owned())
+}
+
+/// The `ZCX_*` settings of a child in `role`.
+fn child_env(role: &str, dir: &Path) -> Vec<(&'static str, String)> {
+    let socket = dir.join("memif.sock");
+    let eal = format!(
+        "--no-huge -m 512 --no-pci --no-shconf --no-telemetry --log-level lib.eal:warning \
+         --file-prefix=zcx-ep-{role}-{pid} --lcores=0@({cpus}) \
+         --vdev=net_memif0,role={role},id=0,socket={socket},socket-abstract=no",
+        pid = std::process::id(),
+        cpus = allowed_cpus(),
+        socket = socket.display(),
+    );
+    vec![
+        ("ZCX_TLS", "dpdk,tcp".to_owned()),
+        ("ZCX_DPDK_EAL_ARGS", eal),
+        ("ZCX_DPDK_PORT", "net_memif0".to_owned()),
+        ("ZCX_DPDK_MBUFS", "4095".to_owned()),
+        ("ZCX_KEEPALIVE_INTERVAL", "250ms".to_owned()),
+        ("ZCX_HUGEPAGES", "no".to_owned()),
+    ]
+}
+
+fn parent() {
+    let dir = std::env::temp_dir().join(format!(
+        "zcx-dpdk-ep-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |role: &str| -> Child {
+        let out = std::fs::File::create(dir.join(format!("{role}.log"))).unwrap();
+        let mut command = Command::new(&exe);
+        command
+            .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+            .env(ROLE_ENV, role)
+            .env(DIR_ENV, &dir)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        for (key, value) in child_env(role, &dir) {
+            command.env(key, value);
+        }
+        command.spawn().unwrap()
+    };
+    let log = |role: &str| std::fs::read_to_string(dir.join(format!("{role}.log"))).unwrap_or_default();
+    let deadline = Instant::now() + PATIENCE * 2;
+    let mut server = spawn("server");
+    let port_file = dir.join("server.port");
+    while !port_file.exists() && Instant::now() < deadline && server.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client = port_file.exists().then(|| spawn("client"));
+    let mut wait = |child: &mut Child| loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            // Our own child, ended through its handle.
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let client_status = client.as_mut().map(&mut wait);
+    let server_status = wait(&mut server);
+    let (server_log, client_log) = (log("server"), log("client"));
+    for (role, text) in [("server", &server_log), ("client", &client_log)] {
+        for line in text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("skipped: ")) {
+            eprintln!("[{role}] {line}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // EAL is never cleaned up in a worker's process, so the children leave their (empty) EAL
+    // runtime directories behind: removed here, only if empty.
+    for role in ["server", "client"] {
+        let prefix = format!("zcx-ep-{role}-{}", std::process::id());
+        let runtime = std::env::var("XDG_RUNTIME_DIR").map(PathBuf::from).unwrap_or_else(|_| "/tmp".into());
+        for base in [PathBuf::from("/var/run/dpdk"), runtime.join("dpdk")] {
+            let _ = std::fs::remove_dir(base.join(&prefix));
+        }
+    }
+    for text in [&server_log, &client_log] {
+        if let Some(line) = text.lines().find(|l| l.starts_with("skipped: ")) {
+            skip(&format!("a DPDK process could not run: {}", &line["skipped: ".len()..]));
+            return;
+        }
+    }
+    assert!(client.is_some(), "the server never wrote its listening port");
+    assert!(client_status.flatten().is_some_and(|s| s.success()), "client failed: {client_status:?}");
+    assert!(server_status.is_some_and(|s| s.success()), "server failed or timed out: {server_status:?}");
+    assert!(client_log.contains("client: verified everything over dpdk"));
+    assert!(server_log.contains("server: verified everything over dpdk"));
+    assert!(server_log.contains("server: error handler ran"));
+}
+
+fn dir() -> PathBuf {
+    PathBuf::from(std::env::var(DIR_ENV).unwrap())
+}
+
+/// The context and worker of a child; `None` (after printing `skipped:`) when DPDK cannot start.
+fn start() -> Option<Worker> {
+    let features = Features::TAG | Features::RMA | Features::AM | Features::STREAM | Features::AMO64;
+    let config = zcx::Config::from_env().expect("config");
+    let ctx = Context::new(&zcx::ContextParams::new(features), &config).expect("context");
+    match ctx.create_worker(&WorkerParams::default()) {
+        Ok(worker) => Some(worker),
+        Err(Status::NoDevice) => {
+            println!("skipped: create_worker could not start the DPDK transport here (NO_DEVICE)");
+            None
+        }
+        Err(other) => panic!("create_worker: {other}"),
+    }
+}
+
+fn progress_until(worker: &Worker, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        worker.progress();
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    }
+}
+
+fn wait<B: Send + 'static>(worker: &Worker, request: Request<B>) -> zcx::Completion<B> {
+    let mut request = request;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        request = match request.try_take() {
+            Ok(result) => return result.expect("request failed"),
+            Err(r) => r,
+        };
+        worker.progress();
+        assert!(Instant::now() < deadline, "request timed out");
+    }
+}
+
+fn recv_tag(worker: &Worker, tag: u64, len: usize) -> Vec<u8> {
+    let done =
+        wait(worker, worker.tag_recv(vec![0u8; len], tag, u64::MAX, RequestParams::default()).unwrap());
+    let mut buf = done.buf;
+    buf.truncate(done.info.length);
+    buf
+}
+
+fn assert_on_dpdk(ep: &Endpoint, who: &str) {
+    let attr = ep.query().unwrap();
+    assert_eq!(attr.status, Status::Ok, "{who}: {attr:?}");
+    assert_eq!(attr.transports, ["dpdk"], "{who} endpoint is not on dpdk: {attr:?}");
+}
+
+type AmSeen = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
+
+fn server() {
+    let Some(worker) = start() else { return };
+    let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
+    let failed: Arc<Mutex<Option<Status>>> = Arc::default();
+    let (slot, fail_slot, w) = (Arc::clone(&accepted), Arc::clone(&failed), worker.clone());
+    let listener = worker
+        .listen(ListenerParams {
+            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+            conn_handler: Some(Box::new(move |request| {
+                let fail_slot = Arc::clone(&fail_slot);
+                let params = EpParams::conn_request(request)
+                    .with_err_handler(move |_, status| *fail_slot.lock().unwrap() = Some(status));
+                *slot.lock().unwrap() = Some(w.create_endpoint(params).unwrap());
+            })),
+            ..Default::default()
+        })
+        .unwrap();
+    // AMs: eager ones kept from the handler, rendezvous ones received into a buffer.
+    let seen: AmSeen = Arc::default();
+    let pending: Arc<Mutex<Vec<Request<Vec<u8>>>>> = Arc::default();
+    let (s, p) = (Arc::clone(&seen), Arc::clone(&pending));
+    worker.set_am_handler(
+        3,
+        Some(Box::new(move |msg: &mut zcx::AmMessage| {
+            let header = msg.header().to_vec();
+            if msg.is_rndv() {
+                let len = msg.data_len();
+                s.lock().unwrap().push((header, Vec::new()));
+                p.lock().unwrap().push(msg.recv_data(vec![0u8; len]).unwrap());
+            } else {
+                s.lock().unwrap().push((header, msg.data().unwrap().to_vec()));
+            }
+            Status::Ok
+        })),
+    );
+    let port_tmp = dir().join("server.port.tmp");
+    std::fs::write(&port_tmp, listener.sockaddr().to_string()).unwrap();
+    std::fs::rename(&port_tmp, dir().join("server.port")).unwrap();
+
+    progress_until(&worker, "the client's endpoint", || accepted.lock().unwrap().is_some());
+    let ep = accepted.lock().unwrap().take().unwrap();
+    // Tag, both sizes, echoed back.
+    let small = recv_tag(&worker, 1, 4096);
+    assert_eq!(small, pattern(100, 1));
+    let big = recv_tag(&worker, 2, 2 * MIB);
+    assert!(big == pattern(MIB, 2), "1 MiB tag message differs");
+    assert_on_dpdk(&ep, "server");
+    wait(&worker, ep.tag_send(small, 3, TagSendParams::default()).unwrap());
+    wait(&worker, ep.tag_send(big, 4, TagSendParams::default()).unwrap());
+    // Stream: 300 KB in, an answer out.
+    let got = wait(&worker, ep.stream_recv(vec![0u8; 300_000], true, RequestParams::default()).unwrap());
+    assert!(got.buf == pattern(300_000, 5), "stream bytes differ");
+    wait(&worker, ep.stream_send(b"stream ok".to_vec(), RequestParams::default()).unwrap());
+    // AM: one eager, one rendezvous.
+    progress_until(&worker, "two AMs", || seen.lock().unwrap().len() == 2);
+    let rndv = pending.lock().unwrap().pop().expect("the rendezvous AM");
+    let rndv = wait(&worker, rndv).buf;
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[0], (b"eager".to_vec(), pattern(1000, 6)));
+        assert_eq!(seen[1].0, b"rndv");
+    }
+    assert!(rndv == pattern(MIB, 7), "rendezvous AM data differs");
+    wait(&worker, ep.tag_send(b"am ok".to_vec(), 5, TagSendParams::default()).unwrap());
+    // RMA: a region for the client's put, get and atomics; its address and key go by tag.
+    let ctx = worker.context().clone();
+    let memh = ctx
+        .mem_map(
+            &MemMapParams::alloc(2 * MIB)
+                .prot(Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE),
+        )
+        .unwrap();
+    let word_off = MIB + 64;
+    // SAFETY: an 8-byte aligned word inside the mapping, not yet shared with anyone.
+    unsafe { (memh.address().add(word_off) as *mut u64).write(40) };
+    let mut key = (memh.address() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(&memh.rkey_pack().unwrap());
+    wait(&worker, ep.tag_send(key, 6, TagSendParams::default()).unwrap());
+    assert_eq!(recv_tag(&worker, 7, 64), b"rma done");
+    // SAFETY: the client is done with the region (it said so after its flush).
+    let there = unsafe { std::slice::from_raw_parts(memh.address(), MIB) };
+    assert!(there == pattern(MIB, 8).as_slice(), "put bytes differ");
+    // SAFETY: as above.
+    assert_eq!(unsafe { (memh.address().add(word_off) as *const u64).read() }, 42);
+    assert_on_dpdk(&ep, "server");
+    println!("server: verified everything over dpdk");
+    // In flight when the client goes: must end with the endpoint's error.
+    let mut in_flight = ep.stream_recv(vec![0u8; 16], true, RequestParams::default()).unwrap();
+    wait(&worker, ep.tag_send(b"exit now".to_vec(), 8, TagSendParams::default()).unwrap());
+    // The client exits without closing: the error handler must run.
+    progress_until(&worker, "the error handler", || failed.lock().unwrap().is_some());
+    let status = failed.lock().unwrap().unwrap();
+    assert!(
+        matches!(status, Status::EndpointTimeout | Status::ConnectionReset),
+        "error handler status {status:?}"
+    );
+    let deadline = Instant::now() + PATIENCE;
+    let result = loop {
+        in_flight = match in_flight.try_take() {
+            Ok(result) => break result,
+            Err(r) => r,
+        };
+        worker.progress();
+        assert!(Instant::now() < deadline, "the in-flight receive never completed");
+    };
+    assert_eq!(result.err(), Some(status), "the in-flight receive must end with the endpoint's error");
+    println!("server: error handler ran with {status:?}");
+    drop(ep);
+    drop(listener);
+}
+
+fn client() {
+    let Some(worker) = start() else { return };
+    let addr: std::net::SocketAddr =
+        std::fs::read_to_string(dir().join("server.port")).unwrap().trim().parse().unwrap();
+    let ep = worker.create_endpoint(EpParams::sockaddr(addr)).unwrap();
+    progress_until(&worker, "the connection", || ep.query().unwrap().status == Status::Ok);
+    assert_on_dpdk(&ep, "client");
+    // Tag: small and 1 MiB, then both back.
+    let s = ep.tag_send(pattern(100, 1), 1, TagSendParams::default()).unwrap();
+    let b = ep.tag_send(pattern(MIB, 2), 2, TagSendParams::default()).unwrap();
+    wait(&worker, s);
+    wait(&worker, b);
+    assert_eq!(recv_tag(&worker, 3, 4096), pattern(100, 1));
+    assert!(recv_tag(&worker, 4, 2 * MIB) == pattern(MIB, 2), "1 MiB tag echo differs");
+    // Stream.
+    wait(&worker, ep.stream_send(pattern(300_000, 5), RequestParams::default()).unwrap());
+    let got = wait(&worker, ep.stream_recv(vec![0u8; 9], true, RequestParams::default()).unwrap());
+    assert_eq!(got.buf, b"stream ok");
+    // AM.
+    wait(&worker, ep.am_send(3, b"eager", pattern(1000, 6), AmSendParams::default()).unwrap());
+    let rndv = AmSendParams { proto: AmProto::Rndv, ..Default::default() };
+    wait(&worker, ep.am_send(3, b"rndv", pattern(MIB, 7), rndv).unwrap());
+    assert_eq!(recv_tag(&worker, 5, 64), b"am ok");
+    // RMA.
+    let key = recv_tag(&worker, 6, 4096);
+    let base = u64::from_le_bytes(key[..8].try_into().unwrap());
+    let rkey = ep.rkey_unpack(&key[8..]).unwrap();
+    wait(&worker, ep.put(pattern(MIB, 8), base, &rkey, RequestParams::default()).unwrap());
+    let back = wait(&worker, ep.get(vec![0u8; MIB], base, &rkey, RequestParams::default()).unwrap());
+    assert!(back.buf == pattern(MIB, 8), "get bytes differ");
+    let word = base + MIB as u64 + 64;
+    let fetched = wait(
+        &worker,
+        ep.atomic(AtomicOp::Add, AtomicSize::U64, 2, 0, word, &rkey, RequestParams::default()).unwrap(),
+    );
+    assert_eq!(fetched.info.value, 40);
+    wait(&worker, ep.flush().unwrap());
+    wait(&worker, ep.tag_send(b"rma done".to_vec(), 7, TagSendParams::default()).unwrap());
+    assert_eq!(recv_tag(&worker, 8, 64), b"exit now");
+    assert_on_dpdk(&ep, "client");
+    println!("client: verified everything over dpdk");
+    // Gone without closing anything, as a crashed peer would be.
+    std::process::exit(0);
+}
+
+/// `ZCX_TLS` naming dpdk without a port to use is the worker's failure; allowing it (`all`)
+/// without one leaves the worker as it was, with no DPDK member and no EAL.
+#[test]
+fn dpdk_required_without_a_port_is_invalid_param() {
+    if std::env::var(ROLE_ENV).is_ok() {
+        return;
+    }
+    let context = |tls: &str| {
+        let config = zcx::Config::from_vars([("ZCX_TLS", tls), ("ZCX_HUGEPAGES", "no")]).unwrap();
+        Context::new(&zcx::ContextParams::new(Features::TAG), &config).unwrap()
+    };
+    let err = context("dpdk,tcp").create_worker(&WorkerParams::default()).unwrap_err();
+    assert_eq!(err, Status::InvalidParam);
+    let worker = context("all").create_worker(&WorkerParams::default()).unwrap();
+    let peer = zcx_control::WorkerAddressWire::decode(worker.address()).unwrap();
+    assert!(!peer.transports.iter().any(|t| matches!(t, zcx_control::TransportAddress::Dpdk { .. })));
+}
