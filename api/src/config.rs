@@ -25,6 +25,10 @@ struct Known {
 
 const PREFIX: &str = "ZCX_";
 
+/// `ZCX_` variables that are not configuration: `ZCX_REQUIRE_DPDK` makes a build or test without
+/// DPDK fail instead of skipping (read by the DPDK crates' build scripts and tests).
+const NOT_CONFIG: &[&str] = &["REQUIRE_DPDK"];
+
 const KNOWN: &[Known] = &[
     Known {
         name: "TLS",
@@ -116,6 +120,8 @@ impl Config {
             };
             if KNOWN.iter().any(|k| k.name == name) {
                 config.modify(name, value.as_ref())?;
+            } else if NOT_CONFIG.contains(&name) {
+                // The build's and tests' own switches, not the library's configuration.
             } else {
                 tracing::warn!(variable = key.as_ref(), "unknown zcx configuration variable ignored");
                 config.unknown.push(key.as_ref().to_owned());

@@ -95,7 +95,15 @@ struct Pair {
 
 impl Pair {
     fn new(client_errors: Option<&Errors>, server_errors: Option<&Errors>) -> Pair {
-        let ctx = context_with(None);
+        Pair::with_keepalive(client_errors, server_errors, None)
+    }
+
+    fn with_keepalive(
+        client_errors: Option<&Errors>,
+        server_errors: Option<&Errors>,
+        keepalive: Option<&str>,
+    ) -> Pair {
+        let ctx = context_with(keepalive);
         let client = worker(&ctx);
         let server = worker(&ctx);
         let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
@@ -510,6 +518,32 @@ fn a_stopped_peer_fails_with_endpoint_timeout_after_three_keepalives() {
     assert_eq!(errors.count(), 1);
     assert_ep_fails_with(&ep, Status::EndpointTimeout);
     // Cleanup (SIGCONT + SIGKILL) happens when `child` drops.
+}
+
+#[test]
+fn a_peer_progressed_only_now_and_then_is_not_taken_for_dead() {
+    // A worker with nothing to do skips most of its polls (see the worker's quiet watch); its
+    // keepalive timer must still run every few progress calls, however far apart they are.
+    let interval = Duration::from_millis(100);
+    let server_errors = Errors::default();
+    let pair = Pair::with_keepalive(None, Some(&server_errors), Some("100ms"));
+    let until = Instant::now() + interval * 10;
+    while Instant::now() < until {
+        // The client progresses every 5 ms, the server all the time: a quiet client's timers
+        // would otherwise run only every 256 calls, more than 1 s apart here.
+        let spin = Instant::now() + Duration::from_millis(5);
+        while Instant::now() < spin {
+            pair.server.progress();
+        }
+        pair.client.progress();
+    }
+    assert_eq!(
+        server_errors.count(),
+        0,
+        "a live but sparsely progressed peer failed: {:?}",
+        server_errors.calls()
+    );
+    drop(pair);
 }
 
 // ---------------------------------------------------------------------------------------------

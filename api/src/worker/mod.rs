@@ -399,9 +399,11 @@ impl WorkerShared {
     }
 
     pub(crate) fn progress(self: &Arc<Self>) -> usize {
-        if self.quiet.skip() {
-            return 0;
-        }
+        let periodic = match self.quiet.check() {
+            quiet::Check::Skip => return 0,
+            quiet::Check::Periodic => true,
+            quiet::Check::Poll => false,
+        };
         let (deferred, events) = {
             let mut guard = self.lock();
             let core = &mut *guard;
@@ -412,7 +414,9 @@ impl WorkerShared {
             }
             core.after_poll();
             core.st.progress_calls = core.st.progress_calls.wrapping_add(1);
-            if core.st.progress_calls % 16 == 1 {
+            // Timers every 16 calls: the periodic poll of a quiet worker comes after 16 skipped
+            // calls; a busy worker counts its full polls.
+            if periodic || core.st.progress_calls % 16 == 1 {
                 core.tick(Instant::now());
             }
             let events = core.st.events;

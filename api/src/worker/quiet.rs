@@ -18,6 +18,14 @@ use zcx_dataplane::doorbell::Doorbell;
 /// Skipped polls between two full ones while armed.
 const FULL_POLL_EVERY: u32 = 16;
 
+/// See [`QuietWatch::check`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    Skip,
+    Periodic,
+    Poll,
+}
+
 pub(crate) struct QuietWatch {
     armed: AtomicBool,
     /// Polls skipped since the last full one (one writer at a time in practice; a race only
@@ -35,26 +43,27 @@ impl QuietWatch {
         }
     }
 
-    /// True when this `progress` call may return at once: armed, no doorbell rang, and not yet
-    /// time for a full poll.
+    /// What this `progress` call does: return at once (armed, no doorbell rang, not yet time for
+    /// a full poll), a full poll that is the periodic one (the caller runs its timers then: with
+    /// most calls skipped, counting full polls alone would make them rare), or a full poll.
     #[inline]
-    pub fn skip(&self) -> bool {
+    pub fn check(&self) -> Check {
         if !self.armed.load(Ordering::Acquire) {
-            return false;
+            return Check::Poll;
         }
         let skipped = self.skipped.load(Ordering::Relaxed);
         if skipped >= FULL_POLL_EVERY {
             self.skipped.store(0, Ordering::Relaxed);
-            return false;
+            return Check::Periodic;
         }
         // A writer replacing the doorbells means a full poll is running: do one too.
-        let Ok(bells) = self.bells.try_read() else { return false };
+        let Ok(bells) = self.bells.try_read() else { return Check::Poll };
         if bells.iter().any(Doorbell::rang) {
-            return false;
+            return Check::Poll;
         }
         drop(bells);
         self.skipped.store(skipped + 1, Ordering::Relaxed);
-        true
+        Check::Skip
     }
 
     /// After a full poll that left everything quiet (call it without the worker's lock held).
