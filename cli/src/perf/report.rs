@@ -320,8 +320,10 @@ pub struct LatClock {
     batch_start: Stamp,
     prev: Stamp,
     batches: Vec<(u64, Duration)>,
-    /// Raw clock deltas of the iterations so far (capacity reserved up front, never grown).
+    /// Raw clock deltas of the iterations, filled in order up to `recorded`. Written in full
+    /// when the clock starts, so no iteration meets a first touch of a page (a fault).
     deltas: Vec<u64>,
+    recorded: usize,
     /// Iterations beyond `deltas`' capacity, recorded directly.
     hist: Histogram,
 }
@@ -339,7 +341,12 @@ impl LatClock {
     fn start_keeping(iters: u64, batch: u64, raw_max: u64) -> LatClock {
         let batch = batch.clamp(1, iters.max(1));
         let hist = Histogram::new();
-        let deltas = Vec::with_capacity(iters.min(raw_max) as usize);
+        let deltas = vec![0u64; iters.min(raw_max) as usize];
+        // `vec![0; n]` may map zero pages lazily: touch every one now, outside the timed loop.
+        let mut deltas = deltas;
+        for page in deltas.chunks_mut(512) {
+            page[0] = 1;
+        }
         tsc::init();
         let now = tsc::now();
         LatClock {
@@ -349,6 +356,7 @@ impl LatClock {
             prev: now,
             batches: Vec::with_capacity((iters / batch + 1) as usize),
             deltas,
+            recorded: 0,
             hist,
         }
     }
@@ -358,8 +366,9 @@ impl LatClock {
     pub fn tick(&mut self) {
         let now = tsc::now();
         let delta = now.ticks_since(self.prev);
-        if self.deltas.len() < self.deltas.capacity() {
-            self.deltas.push(delta);
+        if let Some(slot) = self.deltas.get_mut(self.recorded) {
+            *slot = delta;
+            self.recorded += 1;
         } else {
             self.hist.record(tsc::ticks_to_nanos(delta));
         }
@@ -377,7 +386,7 @@ impl LatClock {
         if self.in_batch > 0 {
             self.batches.push((self.in_batch, self.prev.since(self.batch_start)));
         }
-        for &delta in &self.deltas {
+        for &delta in &self.deltas[..self.recorded] {
             self.hist.record(tsc::ticks_to_nanos(delta));
         }
         (self.batches, self.hist)
