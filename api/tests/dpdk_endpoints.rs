@@ -56,27 +56,11 @@ fn endpoints_over_dpdk_between_two_processes() {
     parent();
 }
 
-fn allowed_cpus() -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "0".to_owned())
-}
-
 /// The `ZCX_*` settings of a child in `role`.
 fn child_env(role: &str, dir: &Path) -> Vec<(&'static str, String)> {
     let socket = dir.join("memif.sock");
-    let eal = format!(
-        "--no-huge -m 512 --no-pci --no-shconf --no-telemetry --log-level lib.eal:warning \
-         --file-prefix=zcx-ep-{role}-{pid} --lcores=0@({cpus}) \
-         --vdev=net_memif0,role={role},id=0,socket={socket},socket-abstract=no",
-        pid = std::process::id(),
-        cpus = allowed_cpus(),
-        socket = socket.display(),
-    );
+    let vdev = format!("--vdev=net_memif0,role={role},id=0,socket={},socket-abstract=no", socket.display());
+    let eal = zcx_dataplane::dpdk::vdev_eal_args(&format!("ep-{role}"), &[vdev]).join(" ");
     vec![
         ("ZCX_TLS", "dpdk,tcp".to_owned()),
         ("ZCX_DPDK_EAL_ARGS", eal),

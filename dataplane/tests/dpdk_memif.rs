@@ -172,16 +172,6 @@ mod child {
         Failed(LinkId, TlError),
     }
 
-    fn allowed_cpus() -> String {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "0".to_owned())
-    }
-
     fn config() -> DpdkConfig {
         let loss: u32 = std::env::var(LOSS_ENV).unwrap().parse().unwrap();
         DpdkConfig {
@@ -203,19 +193,9 @@ mod child {
     fn start(role: &str) -> Option<(sys::Eal, DpdkTransport)> {
         let dir = std::path::PathBuf::from(std::env::var(DIR_ENV).unwrap());
         let socket = dir.join("memif.sock");
-        let args = [
-            "--no-huge".to_owned(),
-            "-m".to_owned(),
-            "512".to_owned(),
-            "--no-pci".to_owned(),
-            "--no-shconf".to_owned(),
-            "--no-telemetry".to_owned(),
-            "--log-level".to_owned(),
-            "lib.eal:warning".to_owned(),
-            format!("--file-prefix=zcx-tl-{role}-{}", std::process::id()),
-            format!("--lcores=0@({})", allowed_cpus()),
-            format!("--vdev=net_memif0,role={role},id=0,socket={},socket-abstract=no", socket.display()),
-        ];
+        let vdev =
+            format!("--vdev=net_memif0,role={role},id=0,socket={},socket-abstract=no", socket.display());
+        let args = sys::vdev_eal_args(&format!("tl-{role}"), &[vdev]);
         let eal = match sys::Eal::init(&args) {
             Ok(eal) => eal,
             Err(e @ sys::EalError::Init { .. }) => {

@@ -104,6 +104,43 @@ pub use bindings::*;
 pub const DPDK_MISSING: Option<&str> =
     if cfg!(zcx_dpdk_missing) { Some(env!("ZCX_DPDK_MISSING")) } else { None };
 
+/// The CPUs this process may run on, in the kernel's list syntax (`0-1`), which is also EAL's
+/// `--lcores` group syntax.
+pub fn allowed_cpus() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "0".to_owned())
+}
+
+/// EAL arguments for virtual devices on a machine without reserved hugepages: 512 MiB of ordinary
+/// memory, no PCI scan, no shared config or telemetry socket, the file prefix `zcx-<name>-<pid>`,
+/// and lcore 0 allowed on every CPU this process may use rather than pinned to one (the cores may
+/// be shared); then `extra` (the `--vdev` of the port, say). `--in-memory` cannot be combined with
+/// `--no-huge`; `--no-shconf` is the part of it that applies.
+pub fn vdev_eal_args(name: &str, extra: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--no-huge",
+        "-m",
+        "512",
+        "--no-pci",
+        "--no-shconf",
+        "--no-telemetry",
+        "--log-level",
+        "lib.eal:warning",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(format!("--file-prefix=zcx-{name}-{}", std::process::id()));
+    args.push(format!("--lcores=0@({})", allowed_cpus()));
+    args.extend(extra.iter().cloned());
+    args
+}
+
 /// The calling thread's `rte_errno`: the error code of the last failed DPDK call on this thread.
 pub fn errno() -> i32 {
     // SAFETY: the shim only reads DPDK's thread-local errno of the calling thread.

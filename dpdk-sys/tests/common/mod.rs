@@ -11,40 +11,9 @@ pub fn skip(reason: &str) {
     eprintln!("skipped: {reason}");
 }
 
-/// The CPUs this process may run on, in the kernel's list syntax (`0-1`), which is also EAL's
-/// `--lcores` group syntax.
-pub fn allowed_cpus() -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "0".to_owned())
-}
-
-/// EAL arguments for this machine: no hugepages (512 MiB of ordinary memory), no PCI scan, no
-/// shared config or telemetry socket, a file prefix of its own, and lcore 0 allowed on every CPU
-/// this process may use instead of pinned to one (the cores are shared). `--in-memory` cannot be
-/// combined with `--no-huge`; `--no-shconf` is the part of it that applies.
+/// EAL arguments for a test process (see [`zcx_dpdk_sys::vdev_eal_args`]).
 pub fn eal_args(name: &str, extra: &[String]) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--no-huge",
-        "-m",
-        "512",
-        "--no-pci",
-        "--no-shconf",
-        "--no-telemetry",
-        "--log-level",
-        "lib.eal:warning",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.push(format!("--file-prefix=zcx-{name}-{}", std::process::id()));
-    args.push(format!("--lcores=0@({})", allowed_cpus()));
-    args.extend(extra.iter().cloned());
-    args
+    zcx_dpdk_sys::vdev_eal_args(name, extra)
 }
 
 /// Number of mbufs in a test pool: with `--no-huge -m 512` DPDK's default pool does not fit, and
