@@ -24,7 +24,7 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 # The DPDK transport is a feature of zcx-dataplane, and endpoints over it a feature of zcx (both off
 # by default, so a plain build needs no DPDK); the suite lints and tests them too.
-features=(--features zcx-dataplane/dpdk,zcx/dpdk)
+features=(--features zcx-dataplane/dpdk,zcx/dpdk,zcx-cli/dpdk)
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings

@@ -94,8 +94,44 @@ fn transport_section(out: &mut String, config: &Config) {
         "unusable: io_uring_setup failed".to_owned()
     };
     let _ = writeln!(out, "#   uring  compiled  {uring_state}");
-    let _ = writeln!(out, "#   dpdk   not compiled (cargo feature `dpdk`)");
+    dpdk_lines(out, config);
     let _ = writeln!(out, "#   verbs  not compiled (cargo feature `verbs`)");
+}
+
+/// The DPDK transport's state and, when EAL arguments are configured, the ports EAL finds.
+#[cfg(feature = "dpdk")]
+fn dpdk_lines(out: &mut String, config: &Config) {
+    if let Some(why) = zcx_dataplane::dpdk::dpdk_missing() {
+        let _ = writeln!(out, "#   dpdk   compiled without DPDK: {why}");
+        return;
+    }
+    let args = config.dpdk_eal_args();
+    if args.is_empty() {
+        let _ = writeln!(out, "#   dpdk   compiled  (set ZCX_DPDK_EAL_ARGS to start EAL and list its ports)");
+        return;
+    }
+    match zcx_dataplane::dpdk::ports_with_process_eal(&args) {
+        Err(why) => {
+            let _ = writeln!(out, "#   dpdk   compiled  EAL did not start: {why}");
+        }
+        Ok(ports) => {
+            let chosen = config.dpdk_port().map_or(String::new(), |p| format!(", ZCX_DPDK_PORT={p}"));
+            let _ = writeln!(out, "#   dpdk   compiled  {} port(s){chosen}", ports.len());
+            for port in ports {
+                let mac = port.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+                let _ = writeln!(
+                    out,
+                    "#            port {} {} driver {} mac {mac}",
+                    port.id, port.name, port.driver
+                );
+            }
+        }
+    }
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn dpdk_lines(out: &mut String, _config: &Config) {
+    let _ = writeln!(out, "#   dpdk   not compiled (cargo feature `dpdk`)");
 }
 
 /// shm is usable when this process can allocate memfd-backed memory and make a shareable key of it.

@@ -89,3 +89,67 @@ pub fn open_with_process_eal(eal_args: &[String], config: DpdkConfig) -> Result<
     transport.claim = Some(claim);
     Ok(transport)
 }
+
+/// A DPDK port as `zcx info` lists it (`ucx_info -d` lists devices the same way).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortInfo {
+    /// The ethdev port id.
+    pub id: u16,
+    /// The device name (`net_memif0`, `0000:00:03.0`).
+    pub name: String,
+    /// The driver's name (`net_memif`, `net_virtio`).
+    pub driver: String,
+    /// The port's MAC address.
+    pub mac: [u8; 6],
+}
+
+/// The ports EAL found, after initialising it with `eal_args` unless this process already did
+/// (as [`open_with_process_eal`] does).
+pub fn ports_with_process_eal(eal_args: &[String]) -> Result<Vec<PortInfo>, String> {
+    if let Some(why) = dpdk_missing() {
+        return Err(format!("DPDK is not available in this build: {why}"));
+    }
+    if let Err(why) = EAL.get_or_init(|| init(eal_args)) {
+        return Err(why.clone());
+    }
+    Ok(list_ports())
+}
+
+#[cfg(not(zcx_dpdk_missing))]
+fn list_ports() -> Vec<PortInfo> {
+    use std::ffi::CStr;
+    use zcx_dpdk_sys as sys;
+
+    let mut ports = Vec::new();
+    // SAFETY: EAL is initialised (the caller checked the process EAL). These calls only read the
+    // ethdev table; each writes into the zeroed buffer or struct it is given, which is large
+    // enough (RTE_ETH_NAME_MAX_LEN for a name) and valid when all zero (plain C data).
+    unsafe {
+        let mut id = sys::rte_eth_find_next(0);
+        while u32::from(id) < sys::RTE_MAX_ETHPORTS {
+            let mut name = [0 as std::ffi::c_char; sys::RTE_ETH_NAME_MAX_LEN as usize];
+            let name = if sys::rte_eth_dev_get_name_by_port(id, name.as_mut_ptr()) == 0 {
+                CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned()
+            } else {
+                String::new()
+            };
+            let mut info: sys::rte_eth_dev_info = std::mem::zeroed();
+            let driver = if sys::rte_eth_dev_info_get(id, &mut info) == 0 && !info.driver_name.is_null() {
+                CStr::from_ptr(info.driver_name).to_string_lossy().into_owned()
+            } else {
+                String::new()
+            };
+            let mut mac: sys::rte_ether_addr = std::mem::zeroed();
+            let mac = if sys::rte_eth_macaddr_get(id, &mut mac) == 0 { mac.addr_bytes } else { [0; 6] };
+            ports.push(PortInfo { id, name, driver, mac });
+            id = sys::rte_eth_find_next(id + 1);
+        }
+    }
+    ports
+}
+
+/// Without DPDK there are no ports (and nothing may call into it).
+#[cfg(zcx_dpdk_missing)]
+fn list_ports() -> Vec<PortInfo> {
+    Vec::new()
+}

@@ -55,7 +55,7 @@ pub mod message;
 pub mod port;
 pub mod transport;
 
-pub use eal::{dpdk_missing, open_with_process_eal};
+pub use eal::{dpdk_missing, open_with_process_eal, ports_with_process_eal, PortInfo};
 pub use zcx_dpdk_sys::vdev_eal_args;
 
 pub use transport::{DpdkConfig, DpdkError, DpdkPeer, DpdkStats, DpdkTransport, INITIATOR_BIT};
