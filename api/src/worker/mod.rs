@@ -414,8 +414,8 @@ impl WorkerShared {
             }
             core.after_poll();
             core.st.progress_calls = core.st.progress_calls.wrapping_add(1);
-            // Timers every 16 calls: the periodic poll of a quiet worker comes after 16 skipped
-            // calls; a busy worker counts its full polls.
+            // Timers: on every periodic poll of a quiet worker (every 5 calls), and every 16 full
+            // polls of a busy one.
             if periodic || core.st.progress_calls % 16 == 1 {
                 core.tick(Instant::now());
             }
