@@ -240,6 +240,7 @@ fn hex4(bytes: &[u8; 16]) -> String {
 impl Worker {
     /// `ucp_worker_progress`: does all pending work, runs callbacks, and returns the number of
     /// events processed (0 when there was nothing to do).
+    #[inline]
     pub fn progress(&self) -> usize {
         self.shared.progress()
     }
@@ -398,12 +399,20 @@ impl WorkerShared {
         CoreGuard { guard: Some(self.core.lock().unwrap_or_else(|p| p.into_inner())), quiet: &self.quiet }
     }
 
+    /// `progress`: the quiet watch's look inline (a busy-polling caller's usual call), the full
+    /// poll out of line.
+    #[inline]
     pub(crate) fn progress(self: &Arc<Self>) -> usize {
-        let periodic = match self.quiet.check() {
-            quiet::Check::Skip => return 0,
-            quiet::Check::Periodic => true,
-            quiet::Check::Poll => false,
-        };
+        match self.quiet.check() {
+            quiet::Check::Skip => 0,
+            quiet::Check::Periodic => self.full_progress(true),
+            quiet::Check::Poll => self.full_progress(false),
+        }
+    }
+
+    /// A full poll; `periodic`: the quiet watch's periodic one, which also runs the timers.
+    #[inline(never)]
+    fn full_progress(self: &Arc<Self>, periodic: bool) -> usize {
         let (deferred, events) = {
             let mut guard = self.lock();
             let core = &mut *guard;
