@@ -450,6 +450,63 @@ macro_rules! suite {
         }
 
         #[test]
+        fn implicit_puts_complete_with_a_flush_that_reports_refusals() {
+            let pair = Pair::new();
+            let ctx = pair.server.context().clone();
+            let len = 4 << 20;
+            let memh = ctx
+                .mem_map(
+                    &MemMapParams::alloc(len)
+                        .prot(Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE),
+                )
+                .unwrap();
+            let base = memh.address() as u64;
+            // SAFETY: the handle maps `len` bytes for the whole test.
+            let region = || unsafe { std::slice::from_raw_parts(memh.address(), len) }.to_vec();
+            let rkey = pair.client_ep.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap();
+            // No key is vouched for yet, so this goes to the target, which refuses it: the call
+            // succeeds, the next flush reports the refusal, and the flush after it is clean.
+            let before = region();
+            pair.client_ep.put_nbi(&[1u8; 16], base + len as u64 - 8, &rkey).unwrap();
+            assert_eq!(wait(&pair.both(), pair.client_ep.flush().unwrap()).unwrap_err(), Status::InvalidAddr);
+            assert!(region() == before, "a refused put wrote");
+            wait(&pair.both(), pair.client_ep.flush().unwrap()).unwrap();
+            // One buffer for every put, overwritten as soon as each call returned: eager, fragmented
+            // and (once the key is vouched for, over shared memory) direct puts.
+            let mut buf = vec![0u8; 3 << 20];
+            let puts = [(0usize, 8usize), (100, 5000), (8192, 3 << 20), (16, 8), (40, 0)];
+            for (i, &(off, n)) in puts.iter().enumerate() {
+                buf[..n].copy_from_slice(&pattern(n, i as u8));
+                pair.client_ep.put_nbi(&buf[..n], base + off as u64, &rkey).unwrap();
+                buf.fill(0xEE);
+            }
+            // Many to one word: the last one stays.
+            for round in 0..200u64 {
+                pair.client_ep.put_nbi(&round.to_le_bytes(), base + 24, &rkey).unwrap();
+            }
+            wait(&pair.both(), pair.client_ep.flush().unwrap()).unwrap();
+            let there = region();
+            for (i, &(off, n)) in puts.iter().enumerate() {
+                assert!(there[off..off + n] == pattern(n, i as u8)[..], "implicit put {i} differs");
+            }
+            assert_eq!(there[24..32], 199u64.to_le_bytes());
+            // Out of bounds once more: refused here at once (a vouched key over shared memory) or
+            // by the target, reported by the worker's flush then.
+            let before = region();
+            match pair.client_ep.put_nbi(&[2u8; 16], base + len as u64 - 8, &rkey) {
+                Err(status) => assert_eq!(status, Status::InvalidAddr),
+                Ok(()) => {
+                    assert_eq!(
+                        wait(&pair.both(), pair.client.flush().unwrap()).unwrap_err(),
+                        Status::InvalidAddr
+                    )
+                }
+            }
+            assert!(region() == before, "a refused put wrote");
+            wait(&pair.both(), pair.client.flush().unwrap()).unwrap();
+        }
+
+        #[test]
         fn a_closed_endpoint_stops_every_remote_access_with_its_keys() {
             let pair = Pair::new();
             progress_until(&pair.both(), "the client to connect", || {

@@ -17,10 +17,10 @@ use std::sync::{Arc, OnceLock};
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::Endpoint;
 use crate::mem::Prot;
-use crate::request::{OpInfo, ReqCell, Request, RequestParams};
+use crate::request::{OpInfo, OpSink, ReqCell, Request, RequestParams};
 use crate::rkey::RemoteKey;
 use crate::status::{fail_with, Result, Status};
-use crate::worker::state::{send_on_ep, BulkJob, Core, FragKind, OutKind, Phase, State};
+use crate::worker::state::{send_on_ep, BulkJob, Core, FragKind, NbiCopy, OutKind, Phase, State};
 
 /// Operand size of an atomic (`UCP_FEATURE_AMO32` / `AMO64`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,32 +209,92 @@ impl Endpoint {
         rkey: &EpRkey,
         params: RequestParams,
     ) -> Result<Request<B>> {
-        let shared = self.shared();
-        let mut guard = shared.lock();
+        let cell = ReqCell::new(self.shared(), buf, params.callback);
+        let sink: Arc<dyn OpSink> = cell.clone();
+        self.put_by_target(len, remote_addr, rkey, |_, _| (sink, ptr))?;
+        Ok(Request::pending(cell))
+    }
+
+    /// `ucp_put_nbi`: writes `bytes` at `remote_addr` in the region of `rkey` and returns once it
+    /// no longer needs them, so the caller may reuse the buffer at once. There is no request: the
+    /// put is complete, and the target's verdict known, when a later [`Endpoint::flush`] (or
+    /// [`crate::Worker::flush`]) completes, with the status of the first put it refused since the
+    /// previous flush. Errors found here (a key of another endpoint, an access outside a region
+    /// mapped here) are returned at once.
+    ///
+    /// Over shared memory with a vouched key this is one copy and no lock, as [`Endpoint::put`]
+    /// without its request: the call for message-rate loops. Otherwise small puts are copied into
+    /// the transport's queue and large ones into a buffer the put owns until acknowledged.
+    #[inline]
+    pub fn put_nbi(&self, bytes: &[u8], remote_addr: u64, rkey: &EpRkey) -> Result<()> {
+        self.check_rkey(rkey)?;
+        let len = bytes.len();
+        match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE) {
+            Some(Ok(dst)) => {
+                if len > 0 {
+                    // SAFETY: as in `put`: `dst..dst + len` lies in the peer's region mapped here
+                    // and kept mapped by the key; `bytes` is borrowed for the whole copy.
+                    unsafe { zcx_dataplane::copy::copy_bytes(bytes.as_ptr(), dst, len) };
+                }
+                Ok(())
+            }
+            Some(Err(status)) => Err(status),
+            None => self.put_nbi_by_target(bytes, remote_addr, rkey),
+        }
+    }
+
+    #[inline(never)]
+    fn put_nbi_by_target(&self, bytes: &[u8], remote_addr: u64, rkey: &EpRkey) -> Result<()> {
+        self.put_by_target(bytes.len(), remote_addr, rkey, |st, eager| {
+            let failure = st.eps.get(&self.id()).map(|ep| Arc::clone(&ep.nbi)).unwrap_or_default();
+            if eager {
+                // The eager frame copies the bytes before `put_by_target` returns.
+                (failure as Arc<dyn OpSink>, bytes.as_ptr())
+            } else {
+                let copy = Arc::new(NbiCopy { failure, bytes: bytes.into() });
+                let ptr = copy.bytes.as_ptr();
+                (copy as Arc<dyn OpSink>, ptr)
+            }
+        })
+    }
+
+    /// Sends a put of `len` bytes for the target to execute: one eager frame when it fits, else
+    /// fragments sent by the bulk runner. `sink` gives the operation's completion sink and where
+    /// its bytes are (told whether they go eagerly, copied at once, or as fragments read later:
+    /// they must then stay in place until the sink completes).
+    fn put_by_target(
+        &self,
+        len: usize,
+        remote_addr: u64,
+        rkey: &EpRkey,
+        sink: impl FnOnce(&State, bool) -> (Arc<dyn OpSink>, *const u8),
+    ) -> Result<()> {
+        let mut guard = self.shared().lock();
         let Core { tl, st } = &mut *guard;
         st.usable_ep(self.id())?;
-        let cell = ReqCell::new(shared, buf, params.callback);
-        if len <= st.max_payload && len < st.rndv_thresh {
-            let op = st.add_op(self.id(), cell.clone(), OutKind::RmaAck);
+        let eager = len <= st.max_payload && len < st.rndv_thresh;
+        let (sink, ptr) = sink(st, eager);
+        if eager {
+            let op = st.add_op(self.id(), sink, OutKind::RmaAck);
             Self::vouch_with(st, op, rkey);
-            // SAFETY: `SendBuf` guarantees the bytes did not move when the buffer moved into the cell.
+            // SAFETY: the sink's bytes stay in place for this call (the caller's contract).
             let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
             let frame = Op::Put { req: op, region: rkey.region, key: rkey.key, addr: remote_addr, ack: true };
             if let Err(status) = send_on_ep(tl, st, self.id(), &frame, Payload::Copy(bytes), None) {
                 st.ops.remove(&op);
                 return Err(status);
             }
-            return Ok(Request::pending(cell));
+            return Ok(());
         }
         let frag = FragKind::Put { region: rkey.region, key: rkey.key, addr: remote_addr };
-        let op = st.add_op(self.id(), cell.clone(), OutKind::Send { ptr, len, sent: 0, frag, acked: false });
+        let op = st.add_op(self.id(), sink, OutKind::Send { ptr, len, sent: 0, frag, acked: false });
         Self::vouch_with(st, op, rkey);
         if let Some(ep) = st.eps.get_mut(&self.id()) {
             ep.bulk.push_back(BulkJob::Send { op });
         }
         st.bulk_active.insert(self.id());
         crate::worker::rndv::run_bulk(&mut guard);
-        Ok(Request::pending(cell))
+        Ok(())
     }
 
     /// `ucp_get_nbx`: reads `buf.len()` bytes at `remote_addr` into `buf`.

@@ -48,6 +48,7 @@ fn new_state(st: &mut State, id: u64, link: LinkId, phase: Phase, setup: EpSetup
         handle: Weak::new(),
         close_op: None,
         direct_ok: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        nbi: Default::default(),
         conn_token: 0,
     }
 }

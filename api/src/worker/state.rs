@@ -142,9 +142,56 @@ pub(crate) struct EpState {
     /// Cleared when the endpoint fails or starts closing: remote keys unpacked on it stop their
     /// direct (lock-free) shared-memory accesses then (see `EpRkey`).
     pub direct_ok: Arc<std::sync::atomic::AtomicBool>,
+    /// Where the target's refusal of an implicit put (`put_nbi`) waits for the endpoint's next
+    /// flush, which reports it.
+    pub nbi: Arc<NbiFailure>,
     /// Client side while connecting: the random token the connection request carries (as its
     /// `client_ep_id`) and the answer must echo, so no other process can answer for the server.
     pub conn_token: u64,
+}
+
+/// The first failure of an endpoint's implicit puts since its last flush (0: none). Also the
+/// completion sink of its small implicit puts, which have no request of their own: the status is
+/// recorded when the acknowledgement arrives, under the worker's lock, so a flush completed later
+/// in the same poll already sees it.
+#[derive(Default)]
+pub(crate) struct NbiFailure(std::sync::atomic::AtomicI32);
+
+impl NbiFailure {
+    /// Takes the recorded failure, if any.
+    pub fn take(&self) -> Option<Status> {
+        match self.0.swap(0, std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            code => Some(Status::from_code(code).unwrap_or(Status::IoError)),
+        }
+    }
+}
+
+impl OpSink for NbiFailure {
+    fn complete(&self, _held: &State, status: Status, _info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
+        if status != Status::Ok {
+            let _ = self.0.compare_exchange(
+                0,
+                status.code(),
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        None
+    }
+}
+
+/// The sink of a large implicit put: owns the copy of the caller's bytes that its fragments are
+/// sent from, until the target acknowledged them.
+pub(crate) struct NbiCopy {
+    pub failure: Arc<NbiFailure>,
+    pub bytes: Box<[u8]>,
+}
+
+impl OpSink for NbiCopy {
+    fn complete(&self, held: &State, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
+        self.failure.complete(held, status, info)
+    }
 }
 
 /// An operation waiting for something from the peer or the transport.
@@ -469,7 +516,7 @@ impl State {
         self.complete_sink(&op.sink, status, info);
         let ep = op.ep;
         if let OutKind::Flush { parent: Some(parent), .. } = op.kind {
-            self.child_flush_done(parent);
+            self.child_flush_done(parent, status);
         }
         self.recheck_flushes(ep);
     }
@@ -482,9 +529,14 @@ impl State {
         }
     }
 
-    fn child_flush_done(&mut self, parent: u64) {
+    /// One endpoint's part of a worker flush ended with `status`: the first failure is the
+    /// worker flush's status.
+    fn child_flush_done(&mut self, parent: u64, status: Status) {
         let done = match self.ops.get_mut(&parent) {
-            Some(OutOp { kind: OutKind::FlushAll { remaining }, .. }) => {
+            Some(OutOp { kind: OutKind::FlushAll { remaining }, result, .. }) => {
+                if status != Status::Ok && result.is_none() {
+                    *result = Some((status, OpInfo::default()));
+                }
                 *remaining -= 1;
                 *remaining == 0
             }
@@ -516,8 +568,13 @@ impl State {
             .map(|(&id, _)| id)
             .filter(|&id| !self.has_older_ops(ep, id))
             .collect();
+        if ready.is_empty() {
+            return;
+        }
+        // Implicit puts older than the flush are all done: their failure, if any, is its status.
+        let status = self.eps.get(&ep).and_then(|e| e.nbi.take()).unwrap_or(Status::Ok);
         for id in ready {
-            self.finish_op(id, Status::Ok, OpInfo::default());
+            self.finish_op(id, status, OpInfo::default());
         }
     }
 

@@ -147,6 +147,10 @@ struct Test<'a> {
     progress: Progress,
 }
 
+/// The largest put that `put_bw` makes implicit; larger ones are zero-copy sends from registered
+/// buffers, which an implicit put would copy.
+const IMPLICIT_PUT_MAX: usize = 16 << 10;
+
 impl Test<'_> {
     fn run(&self) -> Result<Report, String> {
         Ok(match self.spec.kind {
@@ -380,31 +384,91 @@ impl Test<'_> {
         Ok(latency)
     }
 
+    /// Puts of up to [`IMPLICIT_PUT_MAX`] bytes are implicit (`put_nbi`, one buffer reused at
+    /// once, as `ucx_perftest` reuses its one buffer), with a flush every few windows for flow
+    /// control; larger ones go through requests, sent from a window of registered buffers
+    /// without a copy.
     fn put_bw(&self) -> Result<Bandwidth, String> {
         let s = self.s;
         let spec = self.spec;
         let (rkey, base) = s.exchange_rkeys(&s.remote_region(8)?)?;
-        let mut bufs = pool(s, spec.mem, spec.window as usize, spec.size, spec.validate, 0xA5)?;
-        let bw = self.streamed(|first, count| {
-            self.windowed(
-                &mut bufs,
-                first,
-                count,
-                |buf, n| {
-                    // Validated puts go to one of `window` slots of the server's region, so the
-                    // last window of messages can be checked there; otherwise all to its start.
-                    let slot =
-                        if spec.validate { (n % u64::from(spec.window)) * spec.size as u64 } else { 0 };
-                    s.ep.put(buf, base + slot, &rkey, RequestParams::default())
+        // Validated puts go to one of `window` slots of the server's region, so the last window
+        // of messages can be checked there; otherwise all to its start.
+        let slot = |n: u64| if spec.validate { (n % u64::from(spec.window)) * spec.size as u64 } else { 0 };
+        let bw = if spec.size <= IMPLICIT_PUT_MAX {
+            let mut buf = pool(s, spec.mem, 1, spec.size, spec.validate, 0xA5)?.pop().expect("one buffer");
+            self.streamed(|first, count| {
+                self.implicit_puts(&mut buf, first, count, |buf, n| {
+                    s.ep.put_nbi(buf, base + slot(n), &rkey)
                         .map_err(|st| format!("put failed: {}", detailed(st)))
-                },
-                |_, _| Ok(()),
-            )?;
-            let flush = s.ep.flush().map_err(|st| format!("flush failed: {}", detailed(st)))?;
-            s.wait(flush, "the flush").map(drop)
-        })?;
+                })
+            })?
+        } else {
+            let mut bufs = pool(s, spec.mem, spec.window as usize, spec.size, spec.validate, 0xA5)?;
+            self.streamed(|first, count| {
+                self.windowed(
+                    &mut bufs,
+                    first,
+                    count,
+                    |buf, n| {
+                        s.ep.put(buf, base + slot(n), &rkey, RequestParams::default())
+                            .map_err(|st| format!("put failed: {}", detailed(st)))
+                    },
+                    |_, _| Ok(()),
+                )?;
+                let flush = s.ep.flush().map_err(|st| format!("flush failed: {}", detailed(st)))?;
+                s.wait(flush, "the flush").map(drop)
+            })?
+        };
         self.end_one_sided()?;
         Ok(bw)
+    }
+
+    /// Issues messages `first..first + count` from `buf`, each filled (when validating) just
+    /// before `issue` and free again when it returns; then a flush, whose status is theirs.
+    /// Every [`Test::flush_period`] messages a flush starts, and the oldest is waited for when
+    /// more than two run: that bounds what the transport holds (copies queued for a socket),
+    /// while the next messages go out during the flushes' round trips.
+    fn implicit_puts(
+        &self,
+        buf: &mut PerfBuf,
+        first: u64,
+        count: u64,
+        mut issue: impl FnMut(&[u8], u64) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let s = self.s;
+        let period = self.flush_period();
+        let mut flushes: VecDeque<Request<()>> = VecDeque::with_capacity(3);
+        let mut until_flush = period;
+        for n in first..first + count {
+            self.fill(buf, n);
+            issue(buf.bytes(), n)?;
+            // Per operation, for the keepalives (see `windowed`); a quiet worker's call is a few
+            // loads.
+            s.worker.progress();
+            until_flush -= 1;
+            if until_flush == 0 {
+                until_flush = period;
+                flushes.push_back(s.ep.flush().map_err(|st| format!("flush failed: {}", detailed(st)))?);
+                if flushes.len() > 2 {
+                    s.wait(flushes.pop_front().expect("a flush"), "a flush of the puts")?;
+                }
+                self.progress.update(n);
+            }
+        }
+        flushes.push_back(s.ep.flush().map_err(|st| format!("flush failed: {}", detailed(st)))?);
+        for flush in flushes {
+            s.wait(flush, "a flush of the puts")?;
+        }
+        Ok(())
+    }
+
+    /// Implicit operations between two flushes: a window's worth of 64 KiB, at least a window of
+    /// messages and at most 4096 (a flush is a round trip: rarely, for small messages).
+    fn flush_period(&self) -> u64 {
+        let window = u64::from(self.spec.window).max(1);
+        let per_window = ((64 << 10) / self.spec.size.max(1) as u64).clamp(1, 4096);
+        (window * per_window).min(4096).max(window)
     }
 
     /// Gets read the server's region, which holds message 0's pattern for the whole test.
