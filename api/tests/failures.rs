@@ -546,6 +546,32 @@ fn a_peer_progressed_only_now_and_then_is_not_taken_for_dead() {
     drop(pair);
 }
 
+#[test]
+fn a_peer_that_spends_long_between_progress_calls_is_not_taken_for_dead() {
+    // Calls 30 ms apart against a 100 ms keepalive (300 ms of silence fails an endpoint). The
+    // timers run by time, not every n calls: over TCP the client is never quiet, and its timers
+    // used to run every 16th call, 480 ms apart here, so it neither pinged nor stamped what it
+    // had received in time. A quiet client (shared memory) runs them every fifth call.
+    let interval = Duration::from_millis(100);
+    let client_errors = Errors::default();
+    let server_errors = Errors::default();
+    let pair = Pair::with_keepalive(Some(&client_errors), Some(&server_errors), Some("100ms"));
+    progress_until(&[&pair.client, &pair.server], "the client to connect", Duration::from_secs(10), || {
+        pair.client_ep.query().unwrap().status == Status::Ok
+    });
+    let until = Instant::now() + interval * 15;
+    while Instant::now() < until {
+        let spin = Instant::now() + Duration::from_millis(30);
+        while Instant::now() < spin {
+            pair.server.progress();
+        }
+        pair.client.progress();
+    }
+    assert_eq!(client_errors.count(), 0, "the client failed its live peer: {:?}", client_errors.calls());
+    assert_eq!(server_errors.count(), 0, "the server failed its live peer: {:?}", server_errors.calls());
+    drop(pair);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. Concurrent closes, and force close of outstanding requests.
 

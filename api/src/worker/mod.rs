@@ -422,10 +422,14 @@ impl WorkerShared {
                 tl.poll(&mut |event| dispatch::on_event(st, event));
             }
             core.after_poll();
-            core.st.progress_calls = core.st.progress_calls.wrapping_add(1);
-            // Timers: on every periodic poll of a quiet worker (every 5 calls), and every 16 full
-            // polls of a busy one.
-            if periodic || core.st.progress_calls % 16 == 1 {
+            // Timers: on every periodic poll of a quiet worker, and on a busy worker's full poll
+            // once the coarse clock moved. By time, not by a count of calls: a caller that spends
+            // a second between calls (a validating debug benchmark on a loaded machine) must
+            // still send its keepalives and stamp what it received, or a silence that is its own
+            // looks like the peer's.
+            let coarse = quiet::coarse_now();
+            if periodic || coarse != core.st.last_tick_coarse {
+                core.st.last_tick_coarse = coarse;
                 core.tick(Instant::now());
             }
             let events = core.st.events;

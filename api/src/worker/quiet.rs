@@ -27,7 +27,7 @@ const FULL_POLL_EVERY: u32 = 4;
 /// `CLOCK_MONOTONIC_COARSE` in nanoseconds: the time of the last timer tick, read from the vDSO
 /// without touching the clock source (a third of the cost of a precise read on this machine's VM).
 #[inline]
-fn coarse_now() -> i64 {
+pub(crate) fn coarse_now() -> i64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };

@@ -348,8 +348,8 @@ pub(crate) struct State {
     /// The link and endpoint of the last frame received: most frames come on the link of the one
     /// before. Only a hint: a hit is checked against the endpoint's current link.
     pub rx_hint: (LinkId, u64),
-    /// Progress calls so far (keepalive deadlines are checked every 16th).
-    pub progress_calls: u32,
+    /// The coarse clock at the last run of the timers (see `WorkerShared::full_progress`).
+    pub last_tick_coarse: i64,
     /// Set when an endpoint starts a flush close; cleared once none is closing.
     pub closes_pending: bool,
     /// The transports' doorbell generation the worker's quiet watch was last given.
@@ -429,7 +429,7 @@ impl State {
             rkey_checks: FastMap::default(),
             closes_pending: false,
             doorbell_generation: u64::MAX,
-            progress_calls: 0,
+            last_tick_coarse: 0,
             rx_hint: (LinkId(u32::MAX), 0),
             connecting: FastMap::default(),
             shm_member: None,
