@@ -28,6 +28,8 @@ use zcx::{
 const TEST: &str = "endpoints_over_dpdk_between_two_processes";
 const ROLE_ENV: &str = "ZCX_DPDK_EP_ROLE";
 const DIR_ENV: &str = "ZCX_DPDK_EP_DIR";
+/// The children's `ZCX_KEEPALIVE_INTERVAL` instead of 250 ms, for slow (emulated) machines.
+const KEEPALIVE_ENV: &str = "ZCX_DPDK_EP_KEEPALIVE_INTERVAL";
 /// Everything one child may take (it is not a speed test; 2 shared cores).
 const PATIENCE: Duration = Duration::from_secs(60);
 const MIB: usize = 1 << 20;
@@ -86,7 +88,7 @@ fn child_env(role: &str, dir: &Path) -> Vec<(&'static str, String)> {
         ("ZCX_DPDK_EAL_ARGS", eal),
         ("ZCX_DPDK_PORT", port),
         ("ZCX_DPDK_MBUFS", "4095".to_owned()),
-        ("ZCX_KEEPALIVE_INTERVAL", "250ms".to_owned()),
+        ("ZCX_KEEPALIVE_INTERVAL", std::env::var(KEEPALIVE_ENV).unwrap_or_else(|_| "250ms".to_owned())),
         ("ZCX_HUGEPAGES", "no".to_owned()),
     ]
 }
