@@ -43,6 +43,11 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 zcxrun /zcx-run || die
 modules=/lib/modules/$(uname -r)
 mkdir -p "$modules"
 mount --bind "$vm_modules_dir" "$modules" || die "cannot bind the kernel's modules from $vm_modules_dir"
+# The kernel loads some modules on demand (vfio's IOMMU backend, protocol families) through
+# /proc/sys/kernel/modprobe, which names /sbin/modprobe: kmod's, not installed here. Busybox's
+# modprobe, reached by a link so that it sees its name in argv[0], takes its place.
+ln -s "$(command -v busybox)" /run/modprobe
+echo /run/modprobe > /proc/sys/kernel/modprobe
 load() {
     local m
     for m in "$@"; do
@@ -67,7 +72,7 @@ done
 case $vm_driver in
     kernel) [ "$vm_nics" -eq 0 ] || load virtio_net ;;
     uio) load uio_pci_generic ;;
-    vfio) load vfio-pci ;;
+    vfio) load vfio-pci vfio_iommu_type1 ;;
     *) die "unknown driver $vm_driver" ;;
 esac
 if [ "$vm_driver" != kernel ]; then
