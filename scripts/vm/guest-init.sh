@@ -16,7 +16,9 @@ finish() {
     echo "ZCX-VM-EXIT $1"
     sync
     echo o > /proc/sysrq-trigger
-    sleep 60
+    # Wait for the power-off with a builtin on the console (nothing types there): an external
+    # `sleep` may no longer load once the 9p root is going away.
+    read -r -t 60 _ || true
 }
 step() { echo "[zcx-vm] $*"; }
 die() {
