@@ -6,6 +6,11 @@
 //! rendezvous), put and get (1 MiB) and a fetch-and-add are checked byte for byte. Then the client
 //! exits without closing anything and the server's error handler must fire.
 //!
+//! The port of each child can be given instead: `ZCX_DPDK_EP_SERVER_EAL` and
+//! `ZCX_DPDK_EP_SERVER_PORT` (EAL arguments, whitespace-separated, and the ethdev name), and the
+//! same with `CLIENT`. The VM harness runs the test that way on two PCI virtio-net NICs wired
+//! together (`scripts/vm/dpdk-test.sh`).
+//!
 //! Skips with `skipped: <reason>` when DPDK is not in the build or EAL cannot start here;
 //! `ZCX_REQUIRE_DPDK=1` turns a skip into a failure.
 #![cfg(feature = "dpdk")]
@@ -23,6 +28,8 @@ use zcx::{
 const TEST: &str = "endpoints_over_dpdk_between_two_processes";
 const ROLE_ENV: &str = "ZCX_DPDK_EP_ROLE";
 const DIR_ENV: &str = "ZCX_DPDK_EP_DIR";
+/// The children's `ZCX_KEEPALIVE_INTERVAL` instead of 250 ms, for slow (emulated) machines.
+const KEEPALIVE_ENV: &str = "ZCX_DPDK_EP_KEEPALIVE_INTERVAL";
 /// Everything one child may take (it is not a speed test; 2 shared cores).
 const PATIENCE: Duration = Duration::from_secs(60);
 const MIB: usize = 1 << 20;
@@ -56,17 +63,32 @@ fn endpoints_over_dpdk_between_two_processes() {
     parent();
 }
 
-/// The `ZCX_*` settings of a child in `role`.
+/// The `ZCX_*` settings of a child in `role`: its end of a `net_memif` pair, or the EAL arguments
+/// and port given for the role (both or neither).
 fn child_env(role: &str, dir: &Path) -> Vec<(&'static str, String)> {
-    let socket = dir.join("memif.sock");
-    let vdev = format!("--vdev=net_memif0,role={role},id=0,socket={},socket-abstract=no", socket.display());
-    let eal = zcx_dataplane::dpdk::vdev_eal_args(&format!("ep-{role}"), &[vdev]).join(" ");
+    let given = |what: &str| {
+        let name = format!("ZCX_DPDK_EP_{}_{what}", role.to_uppercase());
+        std::env::var(&name).ok().map(|value| (name, value))
+    };
+    let (eal, port) = match (given("EAL"), given("PORT")) {
+        (Some((_, eal)), Some((_, port))) => (eal, port),
+        (None, None) => {
+            let socket = dir.join("memif.sock");
+            let vdev =
+                format!("--vdev=net_memif0,role={role},id=0,socket={},socket-abstract=no", socket.display());
+            let eal = zcx_dataplane::dpdk::vdev_eal_args(&format!("ep-{role}"), &[vdev]).join(" ");
+            (eal, "net_memif0".to_owned())
+        }
+        (Some((name, _)), None) | (None, Some((name, _))) => {
+            panic!("{name} is set but not its EAL/PORT counterpart: give both or neither")
+        }
+    };
     vec![
         ("ZCX_TLS", "dpdk,tcp".to_owned()),
         ("ZCX_DPDK_EAL_ARGS", eal),
-        ("ZCX_DPDK_PORT", "net_memif0".to_owned()),
+        ("ZCX_DPDK_PORT", port),
         ("ZCX_DPDK_MBUFS", "4095".to_owned()),
-        ("ZCX_KEEPALIVE_INTERVAL", "250ms".to_owned()),
+        ("ZCX_KEEPALIVE_INTERVAL", std::env::var(KEEPALIVE_ENV).unwrap_or_else(|_| "250ms".to_owned())),
         ("ZCX_HUGEPAGES", "no".to_owned()),
     ]
 }
