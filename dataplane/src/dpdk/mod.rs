@@ -50,6 +50,7 @@
 //! dropped before EAL; see [`DpdkTransport::new`].
 
 pub mod eal;
+pub mod extmem;
 pub mod frame;
 pub mod message;
 pub mod port;
