@@ -336,6 +336,11 @@ fn server(scenario: &str) {
     wait(&worker, ep.tag_send(b"bye".to_vec(), 14, TagSendParams::default()).unwrap());
     // An eager send completes once copied; the flush waits until the client acknowledged it.
     wait(&worker, ep.flush().unwrap());
+    let drops = zcx_dataplane::dpdk::injected_drops();
+    println!("server: {scenario}: {drops} received frames dropped by the loss injection");
+    if scenario != "zcopy" {
+        assert!(drops > 0, "the loss injection dropped nothing");
+    }
     println!("server: verified {scenario}");
     // Exits without tearing down (EAL is never cleaned up in a worker's process anyway).
     std::process::exit(0);
@@ -417,6 +422,13 @@ fn client(scenario: &str) {
     assert!(after.dma_not_needed + after.dma_mapped >= 1, "no device was offered the memory");
     assert_on_dpdk(&ep, "client");
     drop((a, b, c, d));
+    let drops = zcx_dataplane::dpdk::injected_drops();
+    println!("client: {scenario}: {drops} received frames dropped by the loss injection");
+    if scenario == "zcopy" {
+        assert_eq!(drops, 0);
+    } else {
+        assert!(drops > 0, "the loss injection dropped nothing");
+    }
     println!("client: verified {scenario}");
     std::process::exit(0);
 }

@@ -24,6 +24,16 @@ use crate::transport::{
 /// peer names for its acceptor ([`DpdkPeer::session`]) have it clear, so the two never collide.
 pub const INITIATOR_BIT: u32 = 1 << 31;
 
+/// Frames the loss injection dropped in this process, over every transport.
+static INJECTED_DROPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Frames the loss injection ([`DpdkConfig::drop_per_million`], `ZCX_DPDK_DROP_PPM`) dropped in
+/// this process so far, over every DPDK transport: how a test above the transport sees that
+/// its traffic really crossed a lossy link.
+pub fn injected_drops() -> u64 {
+    INJECTED_DROPS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The largest link id handed out (a transport set keeps 4 of the 32 bits).
 const MAX_LINKS: usize = 1 << 28;
 
@@ -570,6 +580,7 @@ impl Inner {
     fn on_frame(&mut self, now: u64, bytes: &[u8], sink: &mut dyn FnMut(TlEvent<'_>), events: &mut usize) {
         if self.config.drop_per_million > 0 && self.rng.next_below_million() < self.config.drop_per_million {
             self.stats.injected_drops += 1;
+            INJECTED_DROPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return;
         }
         let Ok(frame) = EthFrame::parse(bytes) else {
