@@ -85,9 +85,9 @@ const KNOWN: &[Known] = &[
     },
     Known {
         name: "DPDK_ZCOPY_THRESH",
-        default: "16K",
+        default: "256K",
         doc: "DPDK sends at least this long from registered memory leave zero-copy (external-buffer mbufs); \
-              a size like 16K, or inf to always copy",
+              a size like 256K, or inf to always copy",
     },
     Known {
         name: "DPDK_DROP_PPM",
@@ -263,7 +263,7 @@ impl Config {
     pub fn dpdk_zcopy_thresh(&self) -> usize {
         match self.get("DPDK_ZCOPY_THRESH") {
             Some("inf") => usize::MAX,
-            other => other.and_then(parse_size).unwrap_or(16 << 10),
+            other => other.and_then(parse_size).unwrap_or(256 << 10),
         }
     }
 
