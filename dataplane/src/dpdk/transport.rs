@@ -66,7 +66,7 @@ pub struct DpdkConfig {
     /// Seed of the loss injection's pseudo-random generator.
     pub drop_seed: u64,
     /// Zero-copy payloads ([`Payload::Zcopy`]) at least this long that lie in memory registered
-    /// with DPDK ([`extmem`](super::extmem)) leave from that memory, as external-buffer mbufs
+    /// with DPDK ([`extmem`]) leave from that memory, as external-buffer mbufs
     /// chained after a header mbuf; shorter ones, and any when the port cannot send chained
     /// mbufs, are copied. `usize::MAX` turns zero-copy off. This is also [`Caps::zcopy_threshold`].
     pub zcopy_threshold: usize,
