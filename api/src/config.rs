@@ -84,6 +84,17 @@ const KNOWN: &[Known] = &[
         doc: "Unacknowledged DPDK datagrams in flight per endpoint (the reliability protocol's window)",
     },
     Known {
+        name: "DPDK_ZCOPY_THRESH",
+        default: "256K",
+        doc: "DPDK sends at least this long from registered memory leave zero-copy (external-buffer mbufs); \
+              a size like 256K, or inf to always copy",
+    },
+    Known {
+        name: "DPDK_DROP_PPM",
+        default: "0",
+        doc: "Test only: the DPDK transport drops this many received frames per million (loss injection)",
+    },
+    Known {
         name: "LOG_LEVEL",
         default: "warn",
         doc: "Log level of the zcx binaries (error, warn, info, debug, trace)",
@@ -248,6 +259,19 @@ impl Config {
         self.get("DPDK_MBUFS").and_then(|v| v.parse().ok()).unwrap_or(8191)
     }
 
+    /// `ZCX_DPDK_ZCOPY_THRESH`: `usize::MAX` for `inf`.
+    pub fn dpdk_zcopy_thresh(&self) -> usize {
+        match self.get("DPDK_ZCOPY_THRESH") {
+            Some("inf") => usize::MAX,
+            other => other.and_then(parse_size).unwrap_or(256 << 10),
+        }
+    }
+
+    /// `ZCX_DPDK_DROP_PPM` (loss injection for tests).
+    pub fn dpdk_drop_ppm(&self) -> u32 {
+        self.get("DPDK_DROP_PPM").and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+
     /// `ZCX_DPDK_WINDOW`.
     pub fn dpdk_window(&self) -> u32 {
         self.get("DPDK_WINDOW").and_then(|v| v.parse().ok()).unwrap_or(32)
@@ -328,6 +352,8 @@ fn validate(name: &str, value: &str) -> Result<()> {
         "DPDK_MTU" => parse_size(value).is_some_and(|mtu| (64..=2034).contains(&mtu)),
         "DPDK_MBUFS" => value.parse::<u32>().is_ok_and(|n| (64..=1 << 20).contains(&n)),
         "DPDK_WINDOW" => value.parse::<u32>().is_ok_and(|n| (1..=4096).contains(&n)),
+        "DPDK_ZCOPY_THRESH" => value == "inf" || parse_size(value).is_some_and(|n| n > 0),
+        "DPDK_DROP_PPM" => value.parse::<u32>().is_ok_and(|n| n <= 1_000_000),
         "DPDK_PORT" => !value.contains('\0'),
         "DPDK_EAL_ARGS" => !value.contains('\0'),
         _ => true,
@@ -410,6 +436,15 @@ mod tests {
         assert!(!excluded.transport_enabled("dpdk") && !excluded.transport_required("dpdk"));
         assert_eq!(Config::from_vars([("ZCX_DPDK_MTU", "9000")]).unwrap_err(), Status::InvalidParam);
         assert_eq!(Config::from_vars([("ZCX_DPDK_WINDOW", "0")]).unwrap_err(), Status::InvalidParam);
+        assert_eq!(Config::from_vars([("ZCX_DPDK_DROP_PPM", "1000001")]).unwrap_err(), Status::InvalidParam);
+        assert_eq!(Config::from_vars([("ZCX_DPDK_ZCOPY_THRESH", "0")]).unwrap_err(), Status::InvalidParam);
+        let zc =
+            Config::from_vars([("ZCX_DPDK_ZCOPY_THRESH", "inf"), ("ZCX_DPDK_DROP_PPM", "10000")]).unwrap();
+        assert_eq!((zc.dpdk_zcopy_thresh(), zc.dpdk_drop_ppm()), (usize::MAX, 10_000));
+        assert_eq!(
+            Config::from_vars([("ZCX_DPDK_ZCOPY_THRESH", "1M")]).unwrap().dpdk_zcopy_thresh(),
+            1 << 20
+        );
     }
 
     #[test]

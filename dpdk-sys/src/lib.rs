@@ -141,6 +141,12 @@ pub fn vdev_eal_args(name: &str, extra: &[String]) -> Vec<String> {
     args
 }
 
+/// Whether EAL is initialised and running in this process (by an [`Eal`] guard, wherever it is
+/// kept): DPDK may then be called.
+pub fn eal_is_live() -> bool {
+    EAL_STATE.load(Ordering::Acquire) == EAL_LIVE
+}
+
 /// The calling thread's `rte_errno`: the error code of the last failed DPDK call on this thread.
 pub fn errno() -> i32 {
     // SAFETY: the shim only reads DPDK's thread-local errno of the calling thread.

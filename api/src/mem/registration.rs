@@ -48,8 +48,9 @@ impl Drop for Allocation {
     }
 }
 
-/// A range registered with the transports (today: with the shared-memory locator only; the io_uring,
-/// DPDK and verbs keys join here).
+/// A range registered with the transports: with the shared-memory locator, and with DPDK as
+/// external memory when this process runs EAL (feature `dpdk`); the io_uring and verbs keys join
+/// here.
 pub(crate) struct Registration {
     ctx: Arc<ContextInner>,
     pub id: u64,
@@ -59,6 +60,11 @@ pub(crate) struct Registration {
     pub backing: Option<Arc<Allocation>>,
     /// Pages pinned with `mlock` for this registration (caller memory with `LOCK`).
     locked: bool,
+    /// The DPDK external-memory registration covering the range, so DPDK transports send from
+    /// it without copying; `None` when EAL is not running, or the range is not page aligned.
+    #[cfg(feature = "dpdk")]
+    #[allow(dead_code)] // held, never read: its Drop unregisters once no frame uses it
+    dpdk: Option<Arc<zcx_dataplane::dpdk::extmem::ExtRegion>>,
 }
 
 impl Registration {
@@ -70,8 +76,18 @@ impl Registration {
         backing: Option<Arc<Allocation>>,
         locked: bool,
     ) -> Arc<Registration> {
-        let registration =
-            Arc::new(Registration { ctx: Arc::clone(ctx), id: ctx.next_id(), start, end, backing, locked });
+        #[cfg(feature = "dpdk")]
+        let dpdk = register_with_dpdk(start, end, backing.as_ref());
+        let registration = Arc::new(Registration {
+            ctx: Arc::clone(ctx),
+            id: ctx.next_id(),
+            start,
+            end,
+            backing,
+            locked,
+            #[cfg(feature = "dpdk")]
+            dpdk,
+        });
         ctx.rcache.insert(start, end, prot.bits(), &registration);
         tracing::trace!(id = registration.id, start, end, "registered");
         registration
@@ -91,6 +107,50 @@ impl Drop for Registration {
         }
         self.ctx.rcache.remove_dead(self.start);
         tracing::trace!(id = self.id, "deregistered");
+    }
+}
+
+/// Registers the memory of `[start, end)` with DPDK as external memory, when this process runs
+/// EAL: the whole allocation behind it (so every handle into it shares one DPDK entry, which
+/// keeps the allocation mapped while DPDK knows it), or caller memory that is page aligned.
+/// Failures only mean sends from it are copied, so they are logged, not returned.
+#[cfg(feature = "dpdk")]
+fn register_with_dpdk(
+    start: usize,
+    end: usize,
+    backing: Option<&Arc<Allocation>>,
+) -> Option<Arc<zcx_dataplane::dpdk::extmem::ExtRegion>> {
+    use zcx_dataplane::dpdk::extmem::{ExtMemError, ExtRegion};
+    if start == end {
+        return None;
+    }
+    let result = match backing {
+        Some(allocation) => {
+            let mapping = allocation.mapping();
+            let keep = Arc::clone(allocation) as Arc<dyn Send + Sync>;
+            // SAFETY: the allocation's mapping is mapped while `keep` (held by the region) lives.
+            unsafe {
+                ExtRegion::register(
+                    mapping.addr(),
+                    mapping.mapped_len(),
+                    mapping.page_size().bytes(),
+                    Some(keep),
+                )
+            }
+        }
+        // SAFETY: caller memory stays mapped while its handles live (the contract of
+        // `MemMapParams::address`); the region lives as long as this registration, or, after
+        // it, as long as a send from the memory is in flight, which the caller's operation
+        // outlives.
+        None => unsafe { ExtRegion::register(start, end - start, zcx_hugepages::base_page_size(), None) },
+    };
+    match result {
+        Ok(region) => Some(region),
+        Err(ExtMemError::Unavailable) => None,
+        Err(why) => {
+            tracing::debug!(start, end, %why, "not registered with DPDK; sends from it are copied");
+            None
+        }
     }
 }
 

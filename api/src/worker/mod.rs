@@ -125,9 +125,9 @@ impl Context {
         let uring = UringTransport::new(&uring_config)
             .map_err(|e| fail_with(status_of(e), format!("io_uring transport unavailable: {e}")))?;
         members.push(Box::new(uring));
-        // Zero-copy from this size on, by the members that can do it: the DPDK member copies
-        // every payload (its threshold is usize::MAX), which must not turn zero-copy off for the
-        // others. Bulk sends compare with their own link's threshold too (`rndv`).
+        // Zero-copy from this size on, by the members that can do it; the DPDK member (added
+        // below) has its own (`ZCX_DPDK_ZCOPY_THRESH`, usize::MAX on a port without chained
+        // mbufs), which must not change it for the others. Bulk sends use their link's (`rndv`).
         let zcopy_threshold = members.iter().map(|m| m.caps().zcopy_threshold).max().unwrap_or(usize::MAX);
         // DPDK last: endpoints move to it after their handshake on TCP (see `dispatch`).
         #[cfg(feature = "dpdk")]
@@ -216,6 +216,8 @@ fn dpdk_member(config: &crate::Config) -> Result<Option<Box<dyn Transport>>> {
             dead_after_rtos,
             ..base
         },
+        zcopy_threshold: config.dpdk_zcopy_thresh(),
+        drop_per_million: config.dpdk_drop_ppm(),
         ..DpdkConfig::default()
     };
     match open_with_process_eal(&config.dpdk_eal_args(), dpdk_config) {

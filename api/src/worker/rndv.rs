@@ -107,8 +107,9 @@ fn run_ep_bulk(core: &mut Core, ep: u64) {
 
 fn send_fragments(core: &mut Core, link: LinkId, op_id: u64) -> Step {
     let Core { tl, st } = core;
-    // A link whose transport copies anyway (dpdk) gets copies; the others the worker's threshold.
-    let zcopy_threshold = st.zcopy_threshold.max(tl.link_caps(link).zcopy_threshold);
+    // The link's transport's own threshold (dpdk's is ZCX_DPDK_ZCOPY_THRESH, and it sends
+    // zero-copy only from memory registered with DPDK, copying the rest).
+    let zcopy_threshold = tl.link_caps(link).zcopy_threshold;
     loop {
         let Some(op) = st.ops.get_mut(&op_id) else { return Step::Next };
         let OutKind::Send { ptr, len, sent, frag, .. } = &mut op.kind else { return Step::Next };

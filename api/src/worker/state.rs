@@ -365,7 +365,6 @@ pub(crate) struct State {
     pub max_payload: usize,
     /// Largest payload of a placed fragment; 0 when the transport cannot place.
     pub max_placed: usize,
-    pub zcopy_threshold: usize,
     pub keepalive: Duration,
     pub next_tick: Instant,
     /// Reused byte buffers (AM and unexpected eager copies), so the steady state does not allocate.
@@ -408,7 +407,7 @@ impl State {
         address: zcx_control::WorkerAddressWire,
         caps: &zcx_dataplane::Caps,
     ) -> State {
-        let (max_frame, zcopy_threshold) = (caps.max_frame, caps.zcopy_threshold);
+        let max_frame = caps.max_frame;
         let config = &ctx.config;
         let max_payload = max_payload(max_frame);
         State {
@@ -437,7 +436,6 @@ impl State {
             events: 0,
             max_payload,
             max_placed: caps.max_placed,
-            zcopy_threshold,
             next_tick: Instant::now(),
             pool: Arc::new(Mutex::new(Vec::new())),
             scratch: Vec::new(),

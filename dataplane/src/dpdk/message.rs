@@ -90,6 +90,15 @@ impl<'a> Message<'a> {
     }
 }
 
+/// The kind byte of a fragment: END when it completes its frame, else MORE.
+pub fn fragment_kind(last: bool) -> u8 {
+    if last {
+        END
+    } else {
+        MORE
+    }
+}
+
 /// Writes the next fragment of a frame into `out` (which holds at most one message): `left`
 /// bytes of the frame remain, the first of them at `offset` of the concatenation `a ++ b`.
 /// Returns the message length and how many frame bytes it carries; the fragment is the frame's

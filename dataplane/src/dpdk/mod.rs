@@ -5,7 +5,8 @@
 //! - [`frame`]: the Ethernet framing (EtherType 0x88B5, MACs, then one reliability datagram),
 //! - [`message`]: the transport's one-byte message header (HELLO, fragment, last fragment, BYE)
 //!   and the fragmentation of frames into MTU-sized messages,
-//! - [`transport`]: [`DpdkTransport`], the [`Transport`](crate::Transport) implementation.
+//! - [`transport`]: [`DpdkTransport`], the [`Transport`](crate::Transport) implementation,
+//! - [`extmem`]: zcx memory registered with DPDK as external memory, for zero-copy sends.
 //!
 //! # Design
 //!
@@ -35,21 +36,44 @@
 //! [`DpdkConfig::max_backlog`]; `NoResource` beyond it).
 //!
 //! **Caps.** Reliable and ordered (the protocol's doing), RMA and atomics emulated (`rma` and
-//! `amo` false), no placement (`max_placed` 0, so `send_placed` is `send`), no zero-copy
-//! (`zcopy_threshold` `usize::MAX`; a `Zcopy` payload is copied and `send` answers `Done`).
+//! `amo` false), no placement (`max_placed` 0, so `send_placed` is `send`), and zero-copy from
+//! [`DpdkConfig::zcopy_threshold`] on (`Caps::zcopy_threshold`; `usize::MAX` on a port whose
+//! driver cannot transmit chained mbufs, `RTE_ETH_TX_OFFLOAD_MULTI_SEGS`).
+//!
+//! **Zero-copy transmit.** Memory the api maps is registered with DPDK as external memory
+//! ([`extmem`]: `rte_extmem_register`, and `rte_dev_dma_map` for the port's device on first
+//! use). A [`Payload::Zcopy`](crate::Payload) at least the threshold long that lies in such a
+//! region is not copied: each fragment is one message whose inline part (the fragment kind and
+//! any frame-header bytes) sits in the session's ring and whose payload part the session only
+//! describes ([`External`](crate::proto::reliable::External): address, length, CRC, the frame's
+//! slot); every (re)transmission builds a header mbuf (Ethernet and reliability headers, inline
+//! bytes) chained to an external-buffer mbuf pointing at the caller's bytes
+//! (`rte_pktmbuf_attach_extbuf`). The frame's slot holds the external buffers' shared info,
+//! whose count is one (the slot's own) plus one per mbuf the driver has not freed yet, and a
+//! reference to the region. `send` answers `InFlight`; `SendDone` follows once the peer
+//! acknowledged the frame's last fragment (go-back-N may need the bytes until then) and the count
+//! is back to one (no mbuf points at them), or, on a failed or force-closed link, once the count
+//! is back to one (a failed link's lingering session forgets its messages, so nothing is resent).
+//! Only then is the region released: unmapping a handle while a send from it is in flight
+//! defers DPDK's unregistration until the send completed. Anything else (below the threshold,
+//! memory not registered, a device that could not map it) is copied as before, counted in
+//! [`DpdkStats::zcopy_fallbacks`]. Received payloads land in the pool's mbufs and are copied out
+//! of them (a frame of one fragment is lent straight from the mbuf).
 //!
 //! **Failure.** A session declared dead (no progress for `dead_after_rtos` retransmission
 //! timeouts, [`DpdkConfig::dead_peer_timeout_ns`]) fails its link with `TlError::Timeout`
 //! (`UCS_ERR_ENDPOINT_TIMEOUT`); a BYE from the peer (its graceful close) with
 //! `ConnectionReset`. Liveness is only judged while data is outstanding, as in the protocol.
 //!
-//! **Loss injection.** [`DpdkConfig::drop_per_million`] drops that share of received frames,
-//! chosen by a seeded generator, before anything parses them.
+//! **Loss injection** (tests only). [`DpdkConfig::drop_per_million`] (`ZCX_DPDK_DROP_PPM` for
+//! the api's workers) drops that share of received frames, chosen by a seeded generator, before
+//! anything parses them; [`injected_drops`] counts them for the whole process.
 //!
 //! **Time** is `Instant`-based nanoseconds since the transport was made. The port must be
 //! dropped before EAL; see [`DpdkTransport::new`].
 
 pub mod eal;
+pub mod extmem;
 pub mod frame;
 pub mod message;
 pub mod port;
@@ -58,4 +82,7 @@ pub mod transport;
 pub use eal::{dpdk_missing, open_with_process_eal, ports_with_process_eal, PortInfo};
 pub use zcx_dpdk_sys::vdev_eal_args;
 
-pub use transport::{DpdkConfig, DpdkError, DpdkPeer, DpdkStats, DpdkTransport, INITIATOR_BIT};
+pub use transport::{
+    injected_drops, DpdkConfig, DpdkError, DpdkPeer, DpdkStats, DpdkTransport, DEFAULT_ZCOPY_THRESHOLD,
+    INITIATOR_BIT,
+};

@@ -59,10 +59,10 @@ impl fmt::Display for PortError {
 impl std::error::Error for PortError {}
 
 #[cfg(not(zcx_dpdk_missing))]
-pub use with_dpdk::Port;
+pub use with_dpdk::{ExtSegment, Port};
 
 #[cfg(zcx_dpdk_missing)]
-pub use without_dpdk::Port;
+pub use without_dpdk::{ExtSegment, Port};
 
 #[cfg(not(zcx_dpdk_missing))]
 mod with_dpdk {
@@ -98,6 +98,33 @@ mod with_dpdk {
         spare: *mut sys::rte_mbuf,
         /// Received frames that were not a single segment (not expected with the pool's mbufs).
         multi_segment: u64,
+        /// An allocated mbuf for an external segment a split fill did not use.
+        spare_ext: *mut sys::rte_mbuf,
+        /// The driver sends chained (multi-segment) mbufs: `RTE_ETH_TX_OFFLOAD_MULTI_SEGS`.
+        multi_seg_tx: bool,
+        /// The port's `rte_device`, for DMA mappings of external memory.
+        device: *mut sys::rte_device,
+        /// Stopped and closed ([`Port::stop`]); only the pool is left to free.
+        stopped: bool,
+    }
+
+    /// `RTE_ETH_TX_OFFLOAD_MULTI_SEGS` (a macro bindgen does not see): the driver transmits
+    /// chained mbufs.
+    const TX_OFFLOAD_MULTI_SEGS: u64 = 1 << 15;
+
+    /// One external segment of a frame: bytes sent from where they are, chained after the
+    /// frame's first mbuf by [`Port::transmit_split`].
+    #[derive(Clone, Copy, Debug)]
+    pub struct ExtSegment {
+        /// The first byte.
+        pub addr: *mut u8,
+        /// Its IO address.
+        pub iova: u64,
+        /// Length in bytes.
+        pub len: u16,
+        /// The shared info whose reference count counts the mbufs attached to the memory (plus
+        /// one held by the owner, so DPDK never calls its free callback).
+        pub shinfo: *mut sys::rte_mbuf_ext_shared_info,
     }
 
     // SAFETY: the port owns its pool and every mbuf it points to; queue 0 and the mbufs are only
@@ -162,6 +189,10 @@ mod with_dpdk {
                 tx_len: 0,
                 spare: null_mut(),
                 multi_segment: 0,
+                spare_ext: null_mut(),
+                multi_seg_tx: false,
+                device: null_mut(),
+                stopped: false,
             };
             // SAFETY: EAL is initialised and `id` is a valid port.
             unsafe { port.configure(config.ring_desc) }?;
@@ -174,7 +205,16 @@ mod with_dpdk {
             let id = self.id;
             // SAFETY: an all-zero rte_eth_conf is DPDK's default configuration (no multi-queue
             // mode, no offloads).
-            let conf: sys::rte_eth_conf = unsafe { std::mem::zeroed() };
+            let mut conf: sys::rte_eth_conf = unsafe { std::mem::zeroed() };
+            // SAFETY: all-zero is a valid rte_eth_dev_info (plain C data), filled by DPDK.
+            let mut info: sys::rte_eth_dev_info = unsafe { std::mem::zeroed() };
+            // SAFETY: valid port id; info is writable.
+            check(unsafe { sys::rte_eth_dev_info_get(id, &mut info) }, "rte_eth_dev_info_get")?;
+            self.device = info.device;
+            self.multi_seg_tx = info.tx_offload_capa & TX_OFFLOAD_MULTI_SEGS != 0;
+            if self.multi_seg_tx {
+                conf.txmode.offloads |= TX_OFFLOAD_MULTI_SEGS;
+            }
             // SAFETY: valid port id; conf outlives the call.
             check(unsafe { sys::rte_eth_dev_configure(id, 1, 1, &conf) }, "rte_eth_dev_configure")?;
             let (mut nb_rx, mut nb_tx) = (desc, desc);
@@ -313,23 +353,108 @@ mod with_dpdk {
         pub fn queued(&self) -> usize {
             self.tx_len
         }
+
+        /// The ethdev port id.
+        pub fn id(&self) -> u16 {
+            self.id
+        }
+
+        /// Whether the driver transmits chained mbufs (`RTE_ETH_TX_OFFLOAD_MULTI_SEGS`), which
+        /// sending from external buffers needs.
+        pub fn multi_seg_tx(&self) -> bool {
+            self.multi_seg_tx
+        }
+
+        /// The port's `rte_device` (never removed from the process by zcx).
+        pub fn device(&self) -> *mut sys::rte_device {
+            self.device
+        }
+
+        /// [`Port::transmit`] for frames whose tail may stay in external memory: `fill` writes the
+        /// first bytes and may return an [`ExtSegment`] to chain after them, attached as an
+        /// external buffer (no copy). Both mbufs are allocated before `fill` runs, so a frame
+        /// `fill` built is always queued.
+        ///
+        /// # Safety
+        /// A returned segment's memory stays readable and unchanged, and its shared info valid,
+        /// until the segment's reference (added here) is dropped again by DPDK freeing the mbuf,
+        /// which the owner observes as the shared info's count falling back.
+        pub unsafe fn transmit_split(
+            &mut self,
+            fill: impl FnOnce(&mut [u8]) -> Option<(usize, Option<ExtSegment>)>,
+        ) -> Option<usize> {
+            if self.spare_ext.is_null() {
+                // SAFETY: the pool is live.
+                self.spare_ext = unsafe { sys::zcx_rte_pktmbuf_alloc(self.pool.as_ptr()) };
+                if self.spare_ext.is_null() {
+                    return None;
+                }
+            }
+            let mut segment = None;
+            let len = self.transmit(|buf| {
+                let (len, ext) = fill(buf)?;
+                segment = ext;
+                Some(len)
+            })?;
+            if let Some(ext) = segment {
+                let head = self.tx[self.tx_len - 1];
+                let m = std::mem::replace(&mut self.spare_ext, null_mut());
+                // SAFETY: `shinfo` is valid (contract) and only touched atomically here and by
+                // DPDK; the count is above zero (the owner's reference), so DPDK's non-atomic
+                // fast path for a count of 1 is only taken by the owner, on this thread.
+                unsafe {
+                    std::sync::atomic::AtomicU16::from_ptr(&raw mut (*ext.shinfo).refcnt)
+                        .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                }
+                // SAFETY: m is a fresh direct mbuf owned here with refcnt 1; the segment's memory
+                // and shared info outlive it (contract). `head` is the frame just queued, owned
+                // here until the next flush; chaining m makes it freed with the frame.
+                unsafe {
+                    sys::zcx_rte_pktmbuf_attach_extbuf(m, ext.addr.cast(), ext.iova, ext.len, ext.shinfo);
+                    (*m).data_len = ext.len;
+                    (*m).pkt_len = u32::from(ext.len);
+                    (*head).next = m;
+                    (*head).nb_segs = 2;
+                    (*head).pkt_len += u32::from(ext.len);
+                }
+                return Some(len + usize::from(ext.len));
+            }
+            Some(len)
+        }
     }
 
-    impl Drop for Port {
-        fn drop(&mut self) {
+    impl Port {
+        /// Frees the frames not yet handed to the driver, then stops and closes the port, which
+        /// makes the driver free every mbuf it still holds. Nothing may be sent or received
+        /// after; the pool is freed on drop. Idempotent.
+        pub fn stop(&mut self) {
+            if self.stopped {
+                return;
+            }
+            self.stopped = true;
             // SAFETY: these mbufs are owned here and never used again.
             unsafe {
                 for &m in &self.tx[..self.tx_len] {
                     sys::zcx_rte_pktmbuf_free(m);
                 }
                 sys::zcx_rte_pktmbuf_free(self.spare);
+                sys::zcx_rte_pktmbuf_free(self.spare_ext);
             }
+            self.tx_len = 0;
+            self.spare = null_mut();
+            self.spare_ext = null_mut();
             // SAFETY: the port was configured by `open` (stop and close of a port that failed to
             // start only return errors); nothing polls it any more, and its id is not used after.
             unsafe {
                 sys::rte_eth_dev_stop(self.id);
                 sys::rte_eth_dev_close(self.id);
             }
+        }
+    }
+
+    impl Drop for Port {
+        fn drop(&mut self) {
+            self.stop();
             // SAFETY: the port using the pool is closed and every mbuf held here was freed; the
             // pool is not used after this.
             unsafe { sys::rte_mempool_free(self.pool.as_ptr()) };
@@ -394,5 +519,49 @@ mod without_dpdk {
         pub fn queued(&self) -> usize {
             match *self {}
         }
+
+        /// Never called: no port exists.
+        pub fn stop(&mut self) {
+            match *self {}
+        }
+
+        /// Never called: no port exists.
+        pub fn id(&self) -> u16 {
+            match *self {}
+        }
+
+        /// Never called: no port exists.
+        pub fn multi_seg_tx(&self) -> bool {
+            match *self {}
+        }
+
+        /// Never called: no port exists.
+        pub fn device(&self) -> *mut zcx_dpdk_sys::rte_device {
+            match *self {}
+        }
+
+        /// Never called: no port exists.
+        ///
+        /// # Safety
+        /// None needed; kept `unsafe` to match the DPDK build.
+        pub unsafe fn transmit_split(
+            &mut self,
+            _fill: impl FnOnce(&mut [u8]) -> Option<(usize, Option<ExtSegment>)>,
+        ) -> Option<usize> {
+            match *self {}
+        }
+    }
+
+    /// An external segment; no port exists to send one in this build.
+    #[derive(Clone, Copy, Debug)]
+    pub struct ExtSegment {
+        /// The first byte.
+        pub addr: *mut u8,
+        /// Its IO address.
+        pub iova: u64,
+        /// Length in bytes.
+        pub len: u16,
+        /// The shared info counting the mbufs attached to the memory.
+        pub shinfo: *mut zcx_dpdk_sys::rte_mbuf_ext_shared_info,
     }
 }

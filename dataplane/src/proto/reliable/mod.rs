@@ -19,5 +19,5 @@ pub mod wire;
 
 pub use config::{Config, ConfigError};
 pub use demux::Demux;
-pub use session::{Delivery, PeerDead, SendError, Session};
+pub use session::{Delivery, External, PeerDead, SendError, Session};
 pub use stats::{DropReason, DropStats, Stats};

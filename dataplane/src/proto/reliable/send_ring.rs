@@ -6,10 +6,28 @@
 //! once, `capacity × max_payload` bytes, so queuing, (re)transmitting and acknowledging never
 //! allocate.
 
+/// The part of a message that stays in the caller's memory instead of being copied into the
+/// ring: the session only carries this description and hands it back with every (re)transmission
+/// of the message, for the caller to send the bytes from where they are (a DPDK external-buffer
+/// mbuf). The session never reads or writes the memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct External {
+    /// Where the bytes are, as an opaque number for the session (the caller's address).
+    pub addr: usize,
+    /// How many bytes.
+    pub len: u32,
+    /// CRC-32 (IEEE) of the bytes, for the datagram checksum.
+    pub crc: u32,
+    /// The caller's cookie, returned with the message (which buffer record it belongs to).
+    pub cookie: u32,
+}
+
 /// Fixed-size slots holding the messages with sequence numbers `head..tail`.
 pub(crate) struct SendRing {
     bytes: Box<[u8]>,
     lens: Box<[usize]>,
+    /// The external tail of each slot's message, if it has one (see [`External`]).
+    external: Box<[Option<External>]>,
     slot_size: usize,
     /// Oldest held message: the peer has acknowledged everything before it.
     head: u64,
@@ -35,6 +53,7 @@ impl SendRing {
         SendRing {
             bytes: vec![0; capacity * slot_size].into_boxed_slice(),
             lens: vec![0; capacity].into_boxed_slice(),
+            external: vec![None; capacity].into_boxed_slice(),
             slot_size,
             head: 0,
             tail: 0,
@@ -65,26 +84,36 @@ impl SendRing {
     /// Copies `payload` into the next slot and returns its sequence number, or `None` when every
     /// slot is taken or the payload is longer than a slot.
     pub(crate) fn push(&mut self, payload: &[u8]) -> Option<u64> {
-        if self.len() == self.capacity() || payload.len() > self.slot_size {
+        self.push_split(payload, None)
+    }
+
+    /// Copies `inline` into the next slot and records `external` as the rest of the message (not
+    /// copied: only its description is kept); `None` when every slot is taken or the whole
+    /// message is longer than a slot.
+    pub(crate) fn push_split(&mut self, inline: &[u8], external: Option<External>) -> Option<u64> {
+        let total = inline.len().saturating_add(external.map_or(0, |e| e.len as usize));
+        if self.len() == self.capacity() || total > self.slot_size {
             return None;
         }
         let seq = self.tail;
         let slot = self.slot(seq);
         let start = slot * self.slot_size;
-        self.bytes[start..start + payload.len()].copy_from_slice(payload);
-        self.lens[slot] = payload.len();
+        self.bytes[start..start + inline.len()].copy_from_slice(inline);
+        self.lens[slot] = inline.len();
+        self.external[slot] = external;
         self.tail += 1;
         Some(seq)
     }
 
-    /// The message with sequence number `seq`, if the ring holds it.
-    pub(crate) fn get(&self, seq: u64) -> Option<&[u8]> {
+    /// The message with sequence number `seq`, if the ring holds it: its inline bytes and its
+    /// external tail.
+    pub(crate) fn get(&self, seq: u64) -> Option<(&[u8], Option<External>)> {
         if seq < self.head || seq >= self.tail {
             return None;
         }
         let slot = self.slot(seq);
         let start = slot * self.slot_size;
-        Some(&self.bytes[start..start + self.lens[slot]])
+        Some((&self.bytes[start..start + self.lens[slot]], self.external[slot]))
     }
 
     /// Frees every message with a sequence number below `seq` (clamped to what is held).
@@ -109,7 +138,7 @@ mod tests {
         assert_eq!(ring.push(b"bb"), Some(1));
         assert_eq!(ring.push(b"cccc"), Some(2));
         assert_eq!(ring.push(b"d"), None, "full");
-        assert_eq!(ring.get(1), Some(&b"bb"[..]));
+        assert_eq!(ring.get(1), Some((&b"bb"[..], None)));
         assert_eq!(ring.get(3), None);
 
         ring.release_before(2);
@@ -117,9 +146,9 @@ mod tests {
         assert_eq!(ring.get(1), None);
         assert_eq!(ring.push(b"ee"), Some(3));
         assert_eq!(ring.push(b""), Some(4));
-        assert_eq!(ring.get(2), Some(&b"cccc"[..]));
-        assert_eq!(ring.get(3), Some(&b"ee"[..]));
-        assert_eq!(ring.get(4), Some(&b""[..]));
+        assert_eq!(ring.get(2), Some((&b"cccc"[..], None)));
+        assert_eq!(ring.get(3), Some((&b"ee"[..], None)));
+        assert_eq!(ring.get(4), Some((&b""[..], None)));
     }
 
     #[test]
@@ -131,6 +160,11 @@ mod tests {
         assert_eq!((ring.head(), ring.tail(), ring.len()), (1, 1, 0));
         ring.release_before(0);
         assert_eq!(ring.head(), 1, "never moves back");
-        assert_eq!(format!("{ring:?}"), "SendRing { capacity: 2, slot_size: 4, head: 1, tail: 1 }");
+        let ext = External { addr: 0x1000, len: 3, crc: 1, cookie: 2 };
+        assert_eq!(ring.push_split(b"12", Some(ext)), None, "2 + 3 bytes exceed a slot");
+        assert_eq!(ring.push_split(b"1", Some(ext)), Some(1));
+        assert_eq!(ring.get(1), Some((&b"1"[..], Some(ext))));
+        ring.release_before(2);
+        assert_eq!(format!("{ring:?}"), "SendRing { capacity: 2, slot_size: 4, head: 2, tail: 2 }");
     }
 }

@@ -39,6 +39,7 @@
 use std::fmt;
 
 use super::config::{Config, ConfigError};
+pub use super::send_ring::External;
 use super::send_ring::SendRing;
 use super::stats::{DropReason, Stats};
 use super::wire::{Header, Kind, Packet};
@@ -200,6 +201,43 @@ impl Session {
         }
     }
 
+    /// Queues a message made of `inline` (copied into the send ring) followed by `external`
+    /// bytes that stay where they are: the session keeps only their description, and
+    /// [`Session::poll_transmit_split`] returns it with every (re)transmission of the message.
+    /// The caller must keep those bytes readable and unchanged until [`Session::acked`] passes
+    /// the message's sequence number ([`Session::next_seq`] before this call), or until
+    /// [`Session::abandon_sends`].
+    pub fn send_split(&mut self, inline: &[u8], external: External) -> Result<(), SendError> {
+        if self.dead {
+            return Err(SendError::Dead);
+        }
+        let len = inline.len().saturating_add(external.len as usize);
+        if len > self.config.max_payload {
+            return Err(SendError::TooLarge { len, max: self.config.max_payload });
+        }
+        match self.ring.push_split(inline, Some(external)) {
+            Some(_) => Ok(()),
+            None => Err(SendError::Backpressure),
+        }
+    }
+
+    /// The sequence number the next queued message gets.
+    pub fn next_seq(&self) -> u64 {
+        self.ring.tail()
+    }
+
+    /// Forgets every queued and unacknowledged message: nothing of them is sent again, and the
+    /// memory of their external parts is no longer referred to. For a link that failed or was
+    /// closed while the session lingers to acknowledge the peer.
+    pub fn abandon_sends(&mut self) {
+        let tail = self.ring.tail();
+        self.ring.release_before(tail);
+        self.snd_nxt = tail;
+        self.snd_max = self.snd_max.max(tail);
+        self.rto_deadline = None;
+        self.timeouts = 0;
+    }
+
     /// Messages the peer has acknowledged so far (all of them, once it equals the number sent).
     pub fn acked(&self) -> u64 {
         self.ring.head()
@@ -317,19 +355,44 @@ impl Session {
     /// DATA comes first (new messages, or old ones again after a timeout) as credits allow,
     /// each carrying the current ack; then a standalone ACK if one is due. `buf` must hold
     /// [`Config::datagram_len`] bytes; a DATA packet that does not fit is not sent (and nothing
-    /// after it).
+    /// after it). A session with messages queued by [`Session::send_split`] must be drained
+    /// with [`Session::poll_transmit_split`]: this stops (returns `None`) at such a message.
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+        if self.next_is_split() {
+            return None;
+        }
+        self.poll_transmit_split(now, buf).map(|(len, _)| len)
+    }
+
+    /// Whether the next DATA to transmit has an external part.
+    fn next_is_split(&self) -> bool {
+        self.snd_nxt < self.transmit_limit()
+            && self.ring.get(self.snd_nxt).is_some_and(|(_, external)| external.is_some())
+    }
+
+    fn transmit_limit(&self) -> u64 {
+        let window_end = self.ring.head().saturating_add(u64::from(self.config.window));
+        self.ring.tail().min(window_end).min(self.send_edge)
+    }
+
+    /// [`Session::poll_transmit`] for sessions that queue messages with external parts: writes
+    /// the next datagram's header and inline bytes into `buf` and returns their length with the
+    /// message's [`External`] part, which the caller sends right after those bytes, in the same
+    /// datagram (the checksum written already covers it).
+    pub fn poll_transmit_split(&mut self, now: u64, buf: &mut [u8]) -> Option<(usize, Option<External>)> {
         if self.dead {
             return None;
         }
-        let window_end = self.ring.head().saturating_add(u64::from(self.config.window));
-        let limit = self.ring.tail().min(window_end).min(self.send_edge);
-        if self.snd_nxt < limit {
+        if self.snd_nxt < self.transmit_limit() {
             let seq = self.snd_nxt;
             let header = self.header(Kind::Data, seq);
             // Present: head <= snd_nxt < tail.
-            let payload = self.ring.get(seq)?;
-            let len = match header.emit(payload, buf) {
+            let (inline, external) = self.ring.get(seq)?;
+            let emitted = match external {
+                Some(e) => header.emit_split(inline, e.len as usize, e.crc, buf),
+                None => header.emit(inline, buf),
+            };
+            let len = match emitted {
                 Ok(len) => len,
                 Err(err) => {
                     tracing::debug!(%err, session = self.local, "cannot emit a DATA packet");
@@ -347,14 +410,14 @@ impl Session {
                 self.rto_deadline = Some(now.saturating_add(self.current_rto()));
             }
             self.ack_sent();
-            return Some(len);
+            return Some((len, external));
         }
         let ack_due = self.ack_now || self.ack_deadline.is_some_and(|due| due <= now);
         if ack_due {
             let len = self.header(Kind::Ack, 0).emit(&[], buf).ok()?;
             self.stats.acks_sent += 1;
             self.ack_sent();
-            return Some(len);
+            return Some((len, None));
         }
         None
     }
@@ -633,5 +696,78 @@ mod tests {
         let mut small = [0u8; HEADER_LEN + 10];
         assert_eq!(a.poll_transmit(0, &mut small), None, "does not fit: not sent");
         assert_eq!(a.stats().data_sent, 0);
+    }
+    /// Every datagram `session` has to send now, external parts appended from `memory`
+    /// (addresses are offsets into it).
+    fn drain_split(session: &mut Session, now: u64, memory: &[u8]) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 128];
+        while let Some((len, external)) = session.poll_transmit_split(now, &mut buf) {
+            let mut datagram = buf[..len].to_vec();
+            if let Some(e) = external {
+                datagram.extend_from_slice(&memory[e.addr..e.addr + e.len as usize]);
+            }
+            out.push(datagram);
+        }
+        out
+    }
+
+    fn external(memory: &[u8], addr: usize, len: usize, cookie: u32) -> External {
+        External { addr, len: len as u32, crc: crc32fast::hash(&memory[addr..addr + len]), cookie }
+    }
+
+    #[test]
+    fn split_messages_carry_their_external_part_and_are_retransmitted_from_it() {
+        let (mut a, mut b) = pair();
+        let memory: Vec<u8> = (0..200u8).collect();
+        assert_eq!(a.next_seq(), 0);
+        a.send(b"plain").unwrap();
+        a.send_split(b"\x03", external(&memory, 10, 60, 7)).unwrap();
+        a.send_split(b"", external(&memory, 100, 64, 7)).unwrap();
+        assert_eq!(a.next_seq(), 3);
+        assert_eq!(
+            a.send_split(b"xx", external(&memory, 0, 63, 7)),
+            Err(SendError::TooLarge { len: 65, max: 64 })
+        );
+        let mut buf = [0u8; 128];
+        assert!(a.poll_transmit(0, &mut buf).is_some(), "the plain message");
+        assert_eq!(a.poll_transmit(0, &mut buf), None, "stops at a split message");
+        let wire = drain_split(&mut a, 0, &memory);
+        assert_eq!(wire.len(), 2);
+        let mut first = b"\x03".to_vec();
+        first.extend_from_slice(&memory[10..70]);
+        // Everything is lost: go-back-N resends all three, the split ones from memory again.
+        a.handle_timeout(1_000).unwrap();
+        let again = drain_split(&mut a, 1_000, &memory);
+        assert_eq!(again.len(), 3);
+        assert_eq!(&again[1..], &wire[..]);
+        assert_eq!(b.on_datagram(1, &again[0]), Ok(Delivery::Message(&b"plain"[..])));
+        assert_eq!(b.on_datagram(2, &again[1]), Ok(Delivery::Message(&first[..])));
+        assert_eq!(b.on_datagram(3, &again[2]), Ok(Delivery::Message(&memory[100..164])));
+        assert_eq!(a.stats().retransmissions, 3);
+        let acks = drain(&mut b, 3);
+        a.on_datagram(4, &acks[0]).unwrap();
+        assert_eq!((a.acked(), a.unacked()), (3, 0));
+    }
+
+    #[test]
+    fn abandoned_sends_are_never_sent_again() {
+        let (mut a, mut b) = pair();
+        let memory = [5u8; 64];
+        a.send_split(b"", external(&memory, 0, 64, 1)).unwrap();
+        a.send_split(b"", external(&memory, 0, 64, 1)).unwrap();
+        let wire = drain_split(&mut a, 0, &memory);
+        assert_eq!(wire.len(), 2);
+        a.abandon_sends();
+        assert_eq!((a.unacked(), a.poll_timeout()), (0, None));
+        assert!(drain_split(&mut a, 5_000, &memory).is_empty());
+        // The peer's ack of what was in flight is still taken.
+        b.on_datagram(1, &wire[0]).unwrap();
+        b.on_datagram(1, &wire[1]).unwrap();
+        let acks = drain(&mut b, 1);
+        assert_eq!(a.on_datagram(2, &acks[0]), Ok(Delivery::Ack));
+        a.send(b"after").unwrap();
+        let next = drain(&mut a, 3);
+        assert_eq!(kind(&next[0]), (Kind::Data, 2, 0));
     }
 }

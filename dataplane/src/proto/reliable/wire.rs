@@ -167,19 +167,37 @@ impl Header {
     /// Refuses (and writes nothing) what the parser would refuse: an ACK with a payload or a
     /// non-zero seq, a zero credit, a payload longer than [`MAX_PAYLOAD_LEN`].
     pub fn emit(&self, payload: &[u8], buf: &mut [u8]) -> Result<usize, EmitError> {
-        if payload.len() > MAX_PAYLOAD_LEN {
+        self.emit_split(payload, 0, 0, buf)
+    }
+
+    /// Writes this header and `inline` into the front of `buf` for a datagram whose payload is
+    /// `inline` followed by `external_len` more bytes that the caller sends from elsewhere
+    /// (chained after these bytes, not copied here), `external_crc` being the CRC-32 (IEEE) of
+    /// those bytes alone. Returns the bytes written, `HEADER_LEN + inline.len()`; the datagram
+    /// on the wire is `external_len` longer. With `external_len` 0 this is [`Header::emit`].
+    ///
+    /// Refuses what [`Header::emit`] refuses, counting the whole payload.
+    pub fn emit_split(
+        &self,
+        inline: &[u8],
+        external_len: usize,
+        external_crc: u32,
+        buf: &mut [u8],
+    ) -> Result<usize, EmitError> {
+        let payload_len = inline.len().saturating_add(external_len);
+        if payload_len > MAX_PAYLOAD_LEN {
             return Err(EmitError::PayloadTooLong);
         }
         if self.kind == Kind::Ack && self.seq != 0 {
             return Err(EmitError::BadField("seq"));
         }
-        if self.kind == Kind::Ack && !payload.is_empty() {
+        if self.kind == Kind::Ack && payload_len != 0 {
             return Err(EmitError::BadField("payload len"));
         }
         if self.credit == 0 {
             return Err(EmitError::BadField("credit"));
         }
-        let needed = HEADER_LEN + payload.len();
+        let needed = HEADER_LEN + inline.len();
         let Some(out) = buf.get_mut(..needed) else {
             return Err(EmitError::BufferTooSmall { needed });
         };
@@ -193,10 +211,17 @@ impl Header {
         head[field::ACK..field::ACK + 8].copy_from_slice(&self.ack.to_le_bytes());
         head[field::CREDIT..field::CREDIT + 4].copy_from_slice(&self.credit.to_le_bytes());
         // Fits: checked against MAX_PAYLOAD_LEN above.
-        head[field::LEN..field::LEN + 2].copy_from_slice(&(payload.len() as u16).to_le_bytes());
+        head[field::LEN..field::LEN + 2].copy_from_slice(&(payload_len as u16).to_le_bytes());
         head[field::RESERVED..field::RESERVED + 2].fill(0);
-        body.copy_from_slice(payload);
-        let sum = checksum(&head[..field::CHECKSUM], body);
+        body.copy_from_slice(inline);
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&head[..field::CHECKSUM]);
+        hasher.update(body);
+        if external_len > 0 {
+            // Lossless: at most MAX_PAYLOAD_LEN.
+            hasher.combine(&crc32fast::Hasher::new_with_initial_len(external_crc, external_len as u64));
+        }
+        let sum = hasher.finalize();
         head[field::CHECKSUM..].copy_from_slice(&sum.to_le_bytes());
         Ok(needed)
     }
@@ -446,5 +471,24 @@ mod tests {
         assert_eq!(Error::UnknownKind(9).to_string(), "unknown datagram kind 0x09");
         assert_eq!(Error::BadField("credit").to_string(), "bad value of datagram field `credit`");
         assert_eq!(EmitError::BufferTooSmall { needed: 41 }.to_string(), "datagram needs a 41-byte buffer");
+    }
+    #[test]
+    fn split_emit_matches_a_contiguous_emit() {
+        let header = Header { kind: Kind::Data, src_session: 7, dst_session: 9, seq: 3, ack: 2, credit: 4 };
+        let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        let mut whole = [0u8; 1100];
+        let n = header.emit(&payload, &mut whole).unwrap();
+        for cut in [0, 1, 17, 999, 1000] {
+            let (inline, external) = payload.split_at(cut);
+            let mut split = [0u8; 1100];
+            let m = header.emit_split(inline, external.len(), crc32fast::hash(external), &mut split).unwrap();
+            assert_eq!(m, HEADER_LEN + cut);
+            split[m..m + external.len()].copy_from_slice(external);
+            assert_eq!(&split[..n], &whole[..n], "cut at {cut}");
+            assert!(Packet::new_checked(&split[..n]).is_ok());
+        }
+        let ack = Header { kind: Kind::Ack, seq: 0, ..header };
+        assert_eq!(ack.emit_split(&[], 1, 0, &mut whole), Err(EmitError::BadField("payload len")));
+        assert_eq!(header.emit_split(&[1], MAX_PAYLOAD_LEN, 0, &mut whole), Err(EmitError::PayloadTooLong));
     }
 }

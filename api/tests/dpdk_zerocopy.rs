@@ -1,0 +1,434 @@
+//! Zero-copy sends over DPDK between two processes, and the whole endpoint API under injected
+//! loss. The test runs its own binary as a memif server and a memif client (each with its own
+//! EAL, brought up by `create_worker` from `ZCX_DPDK_*`; the client connects by sockaddr with
+//! `ZCX_TLS=dpdk,tcp`), once per scenario:
+//!
+//! - `zcopy`: tag sends, puts and a rendezvous AM of 1 MiB and of odd sizes, from `mem_map`'d
+//!   memory (registered with DPDK as external memory when it was mapped), checked byte for byte,
+//!   with the process's zero-copy counters showing the frames left from that memory; and a
+//!   handle unmapped while a zero-copy send from it is in flight: the send still delivers every
+//!   byte, and DPDK forgets the region only after the send completed.
+//! - `loss_1pct`, `loss_10pct`: the same traffic plus a get and small eager messages, with
+//!   `ZCX_DPDK_DROP_PPM` dropping 1 % or 10 % of the frames each side receives; everything must
+//!   still arrive exactly once (no extra tag message or AM afterwards), byte for byte.
+//!
+//! Skips with `skipped: <reason>` when DPDK is not in the build or EAL cannot start here;
+//! `ZCX_REQUIRE_DPDK=1` turns a skip into a failure.
+#![cfg(feature = "dpdk")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use zcx::{
+    AmProto, AmSendParams, Context, Endpoint, EpParams, Features, ListenerParams, MemHandle, MemMapParams,
+    Prot, Request, RequestParams, Status, TagSendParams, Worker, WorkerParams,
+};
+use zcx_dataplane::dpdk::extmem;
+
+const ROLE_ENV: &str = "ZCX_DPDK_ZC_ROLE";
+const DIR_ENV: &str = "ZCX_DPDK_ZC_DIR";
+const SCENARIO_ENV: &str = "ZCX_DPDK_ZC_SCENARIO";
+/// Everything one child may take (not a speed test; 2 shared cores, 10 % loss).
+const PATIENCE: Duration = Duration::from_secs(120);
+const MIB: usize = 1 << 20;
+/// Odd sizes: not a multiple of the fragment size, the page size or 8.
+const ODD: usize = MIB + 4097 + 3;
+const ODD_PUT: usize = 333_333;
+
+/// One pair of processes at a time: each holds an EAL with 512 MiB, on two shared cores.
+static ONE_PAIR: Mutex<()> = Mutex::new(());
+
+fn skip(reason: &str) {
+    if std::env::var("ZCX_REQUIRE_DPDK").is_ok_and(|v| v == "1") {
+        panic!("ZCX_REQUIRE_DPDK=1 but the DPDK zero-copy test cannot run: {reason}");
+    }
+    eprintln!("skipped: {reason}");
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(131) as u8).wrapping_add(seed).wrapping_add((i >> 11) as u8))
+        .collect()
+}
+
+#[test]
+fn zero_copy_sends_from_mapped_memory_over_memif() {
+    run("zcopy", 0);
+}
+
+#[test]
+fn endpoints_deliver_everything_once_under_1pct_loss() {
+    run("loss_1pct", 10_000);
+}
+
+#[test]
+fn endpoints_deliver_everything_once_under_10pct_loss() {
+    run("loss_10pct", 100_000);
+}
+
+/// Runs `scenario` as a server and a client process, or, in a child, plays its role.
+fn run(scenario: &str, drop_ppm: u32) {
+    match (std::env::var(ROLE_ENV).as_deref(), std::env::var(SCENARIO_ENV)) {
+        (Ok(_), Ok(s)) if s != scenario => return,
+        (Ok("server"), Ok(_)) => return server(scenario),
+        (Ok("client"), Ok(_)) => return client(scenario),
+        (Ok(other), _) => panic!("unknown {ROLE_ENV}={other}"),
+        (Err(_), _) => {}
+    }
+    if let Some(why) = zcx_dataplane::dpdk::dpdk_missing() {
+        skip(&format!("zcx-dpdk-sys was built without DPDK: {why}"));
+        return;
+    }
+    let _one = ONE_PAIR.lock().unwrap_or_else(|p| p.into_inner());
+    parent(scenario, drop_ppm);
+}
+
+fn test_name(scenario: &str) -> &'static str {
+    match scenario {
+        "zcopy" => "zero_copy_sends_from_mapped_memory_over_memif",
+        "loss_1pct" => "endpoints_deliver_everything_once_under_1pct_loss",
+        _ => "endpoints_deliver_everything_once_under_10pct_loss",
+    }
+}
+
+fn child_env(role: &str, scenario: &str, dir: &Path, drop_ppm: u32) -> Vec<(&'static str, String)> {
+    let socket = dir.join("memif.sock");
+    let vdev = format!("--vdev=net_memif0,role={role},id=0,socket={},socket-abstract=no", socket.display());
+    let eal = zcx_dataplane::dpdk::vdev_eal_args(&format!("zc-{scenario}-{role}"), &[vdev]).join(" ");
+    vec![
+        ("ZCX_TLS", "dpdk,tcp".to_owned()),
+        ("ZCX_DPDK_EAL_ARGS", eal),
+        ("ZCX_DPDK_PORT", "net_memif0".to_owned()),
+        ("ZCX_DPDK_MBUFS", "4095".to_owned()),
+        ("ZCX_DPDK_DROP_PPM", drop_ppm.to_string()),
+        ("ZCX_KEEPALIVE_INTERVAL", "1s".to_owned()),
+        ("ZCX_HUGEPAGES", "no".to_owned()),
+    ]
+}
+
+fn parent(scenario: &str, drop_ppm: u32) {
+    let dir = std::env::temp_dir().join(format!(
+        "zcx-dpdk-zc-{scenario}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |role: &str| -> Child {
+        let out = std::fs::File::create(dir.join(format!("{role}.log"))).unwrap();
+        let mut command = Command::new(&exe);
+        command
+            .args([test_name(scenario), "--exact", "--nocapture", "--test-threads=1"])
+            .env(ROLE_ENV, role)
+            .env(SCENARIO_ENV, scenario)
+            .env(DIR_ENV, &dir)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        for (key, value) in child_env(role, scenario, &dir, drop_ppm) {
+            command.env(key, value);
+        }
+        command.spawn().unwrap()
+    };
+    let log = |role: &str| std::fs::read_to_string(dir.join(format!("{role}.log"))).unwrap_or_default();
+    let deadline = Instant::now() + PATIENCE * 2;
+    let mut server = spawn("server");
+    let port_file = dir.join("server.port");
+    while !port_file.exists() && Instant::now() < deadline && server.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client = port_file.exists().then(|| spawn("client"));
+    let mut wait = |child: &mut Child| loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            // Our own child, ended through its handle.
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let client_status = client.as_mut().map(&mut wait);
+    let server_status = wait(&mut server);
+    let (server_log, client_log) = (log("server"), log("client"));
+    for (role, text) in [("server", &server_log), ("client", &client_log)] {
+        for line in text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("skipped: ")) {
+            eprintln!("[{scenario} {role}] {line}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    for role in ["server", "client"] {
+        let prefix = format!("zcx-zc-{scenario}-{role}-{}", std::process::id());
+        let runtime = std::env::var("XDG_RUNTIME_DIR").map(PathBuf::from).unwrap_or_else(|_| "/tmp".into());
+        for base in [PathBuf::from("/var/run/dpdk"), runtime.join("dpdk")] {
+            let _ = std::fs::remove_dir(base.join(&prefix));
+        }
+    }
+    for text in [&server_log, &client_log] {
+        if let Some(line) = text.lines().find(|l| l.starts_with("skipped: ")) {
+            skip(&format!("a DPDK process could not run: {}", &line["skipped: ".len()..]));
+            return;
+        }
+    }
+    assert!(client.is_some(), "the server never wrote its listening port");
+    assert!(client_status.flatten().is_some_and(|s| s.success()), "client failed: {client_status:?}");
+    assert!(server_status.is_some_and(|s| s.success()), "server failed or timed out: {server_status:?}");
+    assert!(client_log.contains("client: verified"), "client did not finish");
+    assert!(server_log.contains("server: verified"), "server did not finish");
+}
+
+fn dir() -> PathBuf {
+    PathBuf::from(std::env::var(DIR_ENV).unwrap())
+}
+
+fn start() -> Option<Worker> {
+    let features = Features::TAG | Features::RMA | Features::AM | Features::AMO64;
+    let config = zcx::Config::from_env().expect("config");
+    let ctx = Context::new(&zcx::ContextParams::new(features), &config).expect("context");
+    match ctx.create_worker(&WorkerParams::default()) {
+        Ok(worker) => Some(worker),
+        Err(Status::NoDevice) => {
+            println!("skipped: create_worker could not start the DPDK transport here (NO_DEVICE)");
+            None
+        }
+        Err(other) => panic!("create_worker: {other}"),
+    }
+}
+
+fn progress_until(worker: &Worker, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        worker.progress();
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    }
+}
+
+fn wait<B: Send + 'static>(worker: &Worker, request: Request<B>) -> zcx::Completion<B> {
+    let mut request = request;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        request = match request.try_take() {
+            Ok(result) => return result.expect("request failed"),
+            Err(r) => r,
+        };
+        worker.progress();
+        assert!(Instant::now() < deadline, "request timed out");
+    }
+}
+
+fn recv_tag(worker: &Worker, tag: u64, len: usize) -> Vec<u8> {
+    let done =
+        wait(worker, worker.tag_recv(vec![0u8; len], tag, u64::MAX, RequestParams::default()).unwrap());
+    let mut buf = done.buf;
+    buf.truncate(done.info.length);
+    buf
+}
+
+fn assert_on_dpdk(ep: &Endpoint, who: &str) {
+    let attr = ep.query().unwrap();
+    assert_eq!(attr.status, Status::Ok, "{who}: {attr:?}");
+    assert_eq!(attr.transports, ["dpdk"], "{who} endpoint is not on dpdk: {attr:?}");
+}
+
+/// A region of `len` bytes mapped read-write (remotely too), filled with `fill` from offset 0.
+fn mapped(worker: &Worker, len: usize, fill: &[u8]) -> MemHandle {
+    let memh = worker
+        .context()
+        .mem_map(
+            &MemMapParams::alloc(len)
+                .prot(Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE),
+        )
+        .unwrap();
+    // SAFETY: the mapping is `len` bytes long, owned here and not shared with anyone yet.
+    unsafe { std::ptr::copy_nonoverlapping(fill.as_ptr(), memh.address(), fill.len()) };
+    memh
+}
+
+/// Makes sure nothing more arrives: progress a while, then no unexpected tag message may wait.
+fn assert_nothing_more(worker: &Worker, who: &str) {
+    let until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < until {
+        worker.progress();
+    }
+    assert!(worker.tag_probe(0, 0).is_none(), "{who}: an extra (duplicate?) tag message arrived");
+}
+
+type AmSeen = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
+
+fn server(scenario: &str) {
+    let Some(worker) = start() else { return };
+    let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
+    let (slot, w) = (Arc::clone(&accepted), worker.clone());
+    let listener = worker
+        .listen(ListenerParams {
+            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+            conn_handler: Some(Box::new(move |request| {
+                *slot.lock().unwrap() = Some(w.create_endpoint(EpParams::conn_request(request)).unwrap());
+            })),
+            ..Default::default()
+        })
+        .unwrap();
+    let seen: AmSeen = Arc::default();
+    let pending: Arc<Mutex<Vec<Request<Vec<u8>>>>> = Arc::default();
+    let (s, p) = (Arc::clone(&seen), Arc::clone(&pending));
+    worker.set_am_handler(
+        3,
+        Some(Box::new(move |msg: &mut zcx::AmMessage| {
+            let header = msg.header().to_vec();
+            if msg.is_rndv() {
+                let len = msg.data_len();
+                s.lock().unwrap().push((header, Vec::new()));
+                p.lock().unwrap().push(msg.recv_data(vec![0u8; len]).unwrap());
+            } else {
+                s.lock().unwrap().push((header, msg.data().unwrap().to_vec()));
+            }
+            Status::Ok
+        })),
+    );
+    let port_tmp = dir().join("server.port.tmp");
+    std::fs::write(&port_tmp, listener.sockaddr().to_string()).unwrap();
+    std::fs::rename(&port_tmp, dir().join("server.port")).unwrap();
+    progress_until(&worker, "the client's endpoint", || accepted.lock().unwrap().is_some());
+    let ep = accepted.lock().unwrap().take().unwrap();
+
+    // The target of the client's puts and gets; its address and key go by tag.
+    let region = mapped(&worker, 4 * MIB, &pattern(MIB, 20));
+    let mut key = (region.address() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(&region.rkey_pack().unwrap());
+    wait(&worker, ep.tag_send(key, 6, TagSendParams::default()).unwrap());
+
+    assert_eq!(recv_tag(&worker, 1, 2 * MIB), pattern(MIB, 1), "1 MiB tag message differs");
+    assert_eq!(recv_tag(&worker, 2, 2 * MIB), pattern(ODD, 2), "odd-sized tag message differs");
+    assert_eq!(recv_tag(&worker, 10, 2 * MIB), pattern(MIB + 1, 10), "the send unmapped in flight differs");
+    assert_eq!(recv_tag(&worker, 11, 4096), pattern(100, 11), "small tag message differs");
+    assert_on_dpdk(&ep, "server");
+
+    progress_until(&worker, "two AMs", || seen.lock().unwrap().len() == 2);
+    let rndv = pending.lock().unwrap().pop().expect("the rendezvous AM");
+    let rndv = wait(&worker, rndv).buf;
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[0], (b"eager".to_vec(), pattern(1000, 6)));
+        assert_eq!(seen[1].0, b"rndv");
+    }
+    assert!(rndv == pattern(MIB + 777, 7), "rendezvous AM data differs");
+
+    assert_eq!(recv_tag(&worker, 7, 64), b"rma done");
+    // SAFETY: the client is done with the region (it flushed before saying so).
+    let there = unsafe { std::slice::from_raw_parts(region.address(), 4 * MIB) };
+    assert!(there[MIB..2 * MIB] == pattern(MIB, 8)[..], "1 MiB put differs");
+    assert!(there[2 * MIB + 5..2 * MIB + 5 + ODD_PUT] == pattern(ODD_PUT, 9)[..], "odd put differs");
+    assert!(there[..MIB] == pattern(MIB, 20)[..], "bytes nobody wrote changed");
+
+    // A 1 MiB answer from this side's mapped memory (zero-copy here too), then the end.
+    let answer = mapped(&worker, MIB, &pattern(MIB, 12));
+    wait(&worker, ep.tag_send(answer.slice(0, MIB).unwrap(), 12, TagSendParams::default()).unwrap());
+    assert_eq!(recv_tag(&worker, 13, 64), b"client verified");
+    assert_nothing_more(&worker, "server");
+    assert_eq!(seen.lock().unwrap().len(), 2, "an extra (duplicate?) AM arrived");
+    let counters = extmem::counters();
+    println!("server: {scenario}: zero-copy counters {counters:?}");
+    assert!(counters.zcopy_frames >= 1, "the server's 1 MiB answer did not leave zero-copy");
+    wait(&worker, ep.tag_send(b"bye".to_vec(), 14, TagSendParams::default()).unwrap());
+    // An eager send completes once copied; the flush waits until the client acknowledged it.
+    wait(&worker, ep.flush().unwrap());
+    let drops = zcx_dataplane::dpdk::injected_drops();
+    println!("server: {scenario}: {drops} received frames dropped by the loss injection");
+    if scenario != "zcopy" {
+        assert!(drops > 0, "the loss injection dropped nothing");
+    }
+    println!("server: verified {scenario}");
+    // Exits without tearing down (EAL is never cleaned up in a worker's process anyway).
+    std::process::exit(0);
+}
+
+fn client(scenario: &str) {
+    let Some(worker) = start() else { return };
+    let addr: std::net::SocketAddr =
+        std::fs::read_to_string(dir().join("server.port")).unwrap().trim().parse().unwrap();
+    let ep = worker.create_endpoint(EpParams::sockaddr(addr)).unwrap();
+    progress_until(&worker, "the connection", || ep.query().unwrap().status == Status::Ok);
+    assert_on_dpdk(&ep, "client");
+    let before = extmem::counters();
+
+    // Everything sent below comes from mapped memory, registered with DPDK when mapped.
+    let mut src = pattern(MIB, 1);
+    src.resize(2 * MIB, 0);
+    src[MIB..MIB + 1000].copy_from_slice(&pattern(1000, 6));
+    let a = mapped(&worker, 2 * MIB, &src);
+    let b = mapped(&worker, 2 * MIB, &pattern(ODD, 2));
+    let c = mapped(&worker, 2 * MIB, &pattern(MIB + 777, 7));
+    let d = mapped(&worker, 2 * MIB, &[pattern(MIB, 8), pattern(ODD_PUT, 9)].concat());
+    let registered = extmem::counters().registered - before.registered;
+    assert!(registered >= 4, "mapped regions were not registered with DPDK: {:?}", extmem::counters());
+
+    let key = recv_tag(&worker, 6, 4096);
+    let base = u64::from_le_bytes(key[..8].try_into().unwrap());
+    let rkey = ep.rkey_unpack(&key[8..]).unwrap();
+
+    let t1 = ep.tag_send(a.slice(0, MIB).unwrap(), 1, TagSendParams::default()).unwrap();
+    let t2 = ep.tag_send(b.slice(0, ODD).unwrap(), 2, TagSendParams::default()).unwrap();
+    wait(&worker, t1);
+    wait(&worker, t2);
+
+    // Unmapped while the zero-copy send is in flight: the send keeps the registration (and the
+    // memory) until it completed; only then does DPDK forget the region.
+    let e = mapped(&worker, 2 * MIB, &pattern(MIB + 1, 10));
+    let in_flight = ep.tag_send(e.slice(0, MIB + 1).unwrap(), 10, TagSendParams::default()).unwrap();
+    worker.progress();
+    let unregistered = extmem::counters().unregistered;
+    e.unmap().unwrap();
+    assert_eq!(extmem::counters().unregistered, unregistered, "unregistered under an in-flight send");
+    let done = wait(&worker, in_flight);
+    drop(done);
+    assert_eq!(
+        extmem::counters().unregistered,
+        unregistered + 1,
+        "the region was not unregistered once its last send completed"
+    );
+
+    wait(&worker, ep.tag_send(pattern(100, 11), 11, TagSendParams::default()).unwrap());
+    wait(&worker, ep.am_send(3, b"eager", a.slice(MIB, 1000).unwrap(), AmSendParams::default()).unwrap());
+    let rndv = AmSendParams { proto: AmProto::Rndv, ..Default::default() };
+    wait(&worker, ep.am_send(3, b"rndv", c.slice(0, MIB + 777).unwrap(), rndv).unwrap());
+
+    let p1 = ep.put(d.slice(0, MIB).unwrap(), base + MIB as u64, &rkey, RequestParams::default()).unwrap();
+    let p2 = ep
+        .put(d.slice(MIB, ODD_PUT).unwrap(), base + 2 * MIB as u64 + 5, &rkey, RequestParams::default())
+        .unwrap();
+    wait(&worker, p1);
+    wait(&worker, p2);
+    let back = wait(&worker, ep.get(vec![0u8; MIB], base, &rkey, RequestParams::default()).unwrap());
+    assert!(back.buf == pattern(MIB, 20), "get bytes differ");
+    wait(&worker, ep.flush().unwrap());
+    wait(&worker, ep.tag_send(b"rma done".to_vec(), 7, TagSendParams::default()).unwrap());
+
+    assert!(recv_tag(&worker, 12, 2 * MIB) == pattern(MIB, 12), "the server's 1 MiB answer differs");
+    wait(&worker, ep.tag_send(b"client verified".to_vec(), 13, TagSendParams::default()).unwrap());
+    assert_eq!(recv_tag(&worker, 14, 64), b"bye");
+    assert_nothing_more(&worker, "client");
+
+    let after = extmem::counters();
+    let frames = after.zcopy_frames - before.zcopy_frames;
+    println!("client: {scenario}: zero-copy counters {after:?}");
+    // Tag 1 MiB and odd, the one unmapped in flight, the rendezvous AM, both puts: every one
+    // leaves in at least one zero-copy frame (more when a send is cut into several).
+    assert!(frames >= 6, "only {frames} frames left zero-copy: {after:?}");
+    assert!(after.zcopy_bytes - before.zcopy_bytes >= (3 * MIB + ODD + 777 + 1 + ODD_PUT) as u64);
+    assert!(after.dma_not_needed + after.dma_mapped >= 1, "no device was offered the memory");
+    assert_on_dpdk(&ep, "client");
+    drop((a, b, c, d));
+    let drops = zcx_dataplane::dpdk::injected_drops();
+    println!("client: {scenario}: {drops} received frames dropped by the loss injection");
+    if scenario == "zcopy" {
+        assert_eq!(drops, 0);
+    } else {
+        assert!(drops > 0, "the loss injection dropped nothing");
+    }
+    println!("client: verified {scenario}");
+    std::process::exit(0);
+}
