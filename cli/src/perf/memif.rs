@@ -79,7 +79,8 @@ impl Drop for MemifPair {
         let _ = std::fs::remove_dir_all(&self.dir);
         // EAL is never cleaned up in a zcx process; with --no-shconf its runtime directory is
         // empty, and it is removed here only if it is.
-        let runtime = std::env::var_os("XDG_RUNTIME_DIR").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+        let runtime =
+            std::env::var_os("XDG_RUNTIME_DIR").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
         for prefix in &self.prefixes {
             for base in [PathBuf::from("/var/run/dpdk"), runtime.join("dpdk")] {
                 let _ = std::fs::remove_dir(base.join(prefix));
