@@ -11,7 +11,7 @@
 #
 # `zcx perf --tls dpdk` sets up the memif pair itself (each side its own EAL, file prefix and
 # lcore on its CPU; see cli/src/perf/memif.rs) and checks that the endpoint runs on dpdk. zcx is
-# built with the `dpdk` feature (Debian's dpdk-dev 22.11, installed when missing and root).
+# built with the `dpdk` feature (Debian's libdpdk-dev 22.11, installed when missing and root).
 #
 # Besides the table it writes a CSV of the medians (source ucx-tcp, zcx-tcp, zcx-dpdk) and draws
 # it with `zcx plot`. A side that failed to run shows FAILED and makes the script exit 1.
@@ -49,9 +49,9 @@ SIDES="ucx-tcp zcx-tcp zcx-dpdk"
 check_tests $TESTS
 
 zcx_require_cargo
-zcx_apt_install ucx-utils dpdk-dev pkg-config
+zcx_apt_install ucx-utils libdpdk-dev dpdk pkg-config
 command -v ucx_perftest >/dev/null 2>&1 || { zcx_log "ucx_perftest not found (install ucx-utils as root)"; exit 1; }
-pkg-config --exists libdpdk 2>/dev/null || { zcx_log "DPDK not found (install dpdk-dev as root)"; exit 1; }
+pkg-config --exists libdpdk 2>/dev/null || { zcx_log "DPDK not found (install libdpdk-dev as root)"; exit 1; }
 # The memif pair runs EAL with --no-huge and --no-shconf: no hugepages, nothing left in /dev/hugepages.
 [ -n "${ZCX_DPDK_EAL_ARGS:-}" ] && zcx_log "ZCX_DPDK_EAL_ARGS is set: zcx perf uses it instead of its memif pair"
 

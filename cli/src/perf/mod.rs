@@ -126,7 +126,7 @@ fn dpdk_usable(args: &PerfArgs) -> Result<(), PerfError> {
         let _ = args;
         Err(PerfError::Usage(
             "--tls dpdk: this zcx was built without DPDK support; build it with \
-             `cargo build --release --bin zcx --features zcx-cli/dpdk` (needs Debian's dpdk-dev 22.11)"
+             `cargo build --release --bin zcx --features zcx-cli/dpdk` (needs Debian's libdpdk-dev 22.11)"
                 .into(),
         ))
     }
