@@ -66,11 +66,12 @@ impl MemifPair {
     }
 
     fn env(&self, eal: &str) -> Vec<(&'static str, String)> {
-        let mut env = vec![("ZCX_TLS", self.tls.clone()), ("ZCX_DPDK_EAL_ARGS", eal.to_owned())];
-        if std::env::var_os("ZCX_DPDK_PORT").is_none() {
-            env.push(("ZCX_DPDK_PORT", PORT.to_owned()));
-        }
-        env
+        // The port is the one the EAL arguments create, whatever ZCX_DPDK_PORT said.
+        vec![
+            ("ZCX_TLS", self.tls.clone()),
+            ("ZCX_DPDK_EAL_ARGS", eal.to_owned()),
+            ("ZCX_DPDK_PORT", PORT.to_owned()),
+        ]
     }
 }
 

@@ -119,7 +119,7 @@ fn names_dpdk(tls: &str) -> bool {
 }
 
 /// Whether `--tls dpdk` can run: the `dpdk` feature with DPDK linked, and EAL arguments from the
-/// user unless the default mode sets up its own `net_memif` pair (see [`memif`]).
+/// user unless the default mode sets up its own `net_memif` pair (see `memif.rs`).
 fn dpdk_usable(args: &PerfArgs) -> Result<(), PerfError> {
     #[cfg(not(feature = "dpdk"))]
     {
