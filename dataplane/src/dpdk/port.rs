@@ -135,8 +135,6 @@ mod with_dpdk {
 
             let pool_name = CString::new(format!("zcx_tl{}_{}", id, POOLS.fetch_add(1, Ordering::Relaxed)))
                 .expect("no NUL in a formatted number");
-            // SAFETY: EAL is initialised (caller's contract); pool_name is a valid C string that
-            // DPDK copies.
             // A per-lcore cache: without one every alloc and free goes through the pool's ring,
             // which hands mbufs out in FIFO order, so a large pool cycles through all of its
             // memory (16 MiB for the default 8191) and every frame touches cold cache lines. The
@@ -144,6 +142,8 @@ mod with_dpdk {
             // the cache; at most 1.5 × `cache` mbufs wait in the cache of the lcore that freed
             // them (threads that are not EAL lcores bypass it).
             let cache = (config.pool_mbufs / 8).min(POOL_CACHE);
+            // SAFETY: EAL is initialised (caller's contract); pool_name is a valid C string that
+            // DPDK copies.
             let pool = unsafe {
                 sys::rte_pktmbuf_pool_create(
                     pool_name.as_ptr(),
