@@ -32,7 +32,8 @@
 #
 # Environment (defaults keep the whole run within a few minutes on a 2-core machine):
 #   TRANSPORT=tcp     tcp: UCX_TLS=tcp vs zcx over io_uring TCP (ZCX_TLS=uring);
-#                     posix: UCX_TLS=posix (shared memory) vs ZCX_TLS=shm
+#                     posix: UCX_TLS=posix (shared memory) vs ZCX_TLS=shm;
+#                     dpdk: runs scripts/compare-dpdk.sh (zcx over DPDK memif vs zcx and UCX over TCP)
 #   ZCX_SIDE_TLS      override what zcx perf gets as --tls (default from TRANSPORT)
 #   ROUNDS=3          rounds per test
 #   LAT_ITERS         iterations of the latency tests: 100000 over posix (20 ms of messages: fewer
@@ -52,6 +53,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/setup.sh
+. scripts/lib/perf.sh
 
 TRANSPORT=${TRANSPORT:-tcp}
 ROUNDS=${ROUNDS:-3}
@@ -77,34 +79,12 @@ PLOT=${PLOT-target/compare-ucx.svg}
 case $TRANSPORT in
     tcp) UCX_SIDE_TLS=tcp; ZCX_SIDE_TLS=${ZCX_SIDE_TLS:-uring} ;;
     posix) UCX_SIDE_TLS=posix; ZCX_SIDE_TLS=${ZCX_SIDE_TLS:-shm} ;;
-    *) echo "TRANSPORT must be tcp or posix (got $TRANSPORT)" >&2; exit 2 ;;
+    # Three sides (zcx over DPDK, zcx over TCP, UCX over TCP): its own script, same helpers.
+    dpdk) exec scripts/compare-dpdk.sh ;;
+    *) echo "TRANSPORT must be tcp, posix or dpdk (got $TRANSPORT)" >&2; exit 2 ;;
 esac
 
-# spec TEST: sets ucx_test, sizes, iters, warmup, metric for TEST; fails for a test with no
-# ucx_perftest counterpart.
-spec() {
-    metric=latency_us iters=$LAT_ITERS warmup=$LAT_WARMUP sizes=$LAT_SIZES
-    case $1 in
-        tag_lat | tag_sync_lat | stream_lat) ucx_test=$1 ;;
-        put_lat) ucx_test=ucp_put_lat ;;
-        get_lat) ucx_test=ucp_get ;;
-        atomic_add_lat) ucx_test=ucp_add ;;
-        fadd_lat) ucx_test=ucp_fadd ;;
-        cswap_lat) ucx_test=ucp_cswap ;;
-        am_lat) ucx_test=ucp_am_lat ;;
-        tag_bw | stream_bw) ucx_test=$1 ;;
-        put_bw) ucx_test=ucp_put_bw ;;
-        get_bw) ucx_test=ucp_get ;;
-        am_bw) ucx_test=ucp_am_bw ;;
-        *) return 1 ;;
-    esac
-    case $1 in
-        *_bw) metric=bandwidth_MBps iters=$BW_ITERS warmup=$BW_WARMUP sizes=$BW_SIZES ;;
-    esac
-}
-for test in $TESTS; do
-    spec "$test" || { echo "no ucx_perftest counterpart for $test (known: tag_lat tag_sync_lat tag_bw put_lat put_bw get_lat get_bw atomic_add_lat fadd_lat cswap_lat am_lat am_bw stream_lat stream_bw)" >&2; exit 2; }
-done
+check_tests $TESTS
 
 zcx_require_cargo
 zcx_apt_install ucx-utils
@@ -114,103 +94,7 @@ echo "== building zcx (release)" >&2
 cargo build --release --quiet --bin zcx
 ZCX=$PWD/target/release/zcx
 
-work=$(mktemp -d)
-# Only the processes this script started, by PID.
-started=()
-cleanup() {
-    local pid
-    for pid in "${started[@]}"; do
-        kill -0 "$pid" 2>/dev/null && kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${started[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# run_bg OUT CMD...: starts CMD in the background with its output in OUT; sets $last_pid.
-run_bg() {
-    local out=$1
-    shift
-    "$@" >"$out" 2>&1 &
-    last_pid=$!
-    started+=("$last_pid")
-}
-
-# wait_listen PORT PID: waits until something listens on PORT (and PID still runs).
-wait_listen() {
-    local port=$1 pid=$2 i
-    for i in $(seq 1 100); do
-        kill -0 "$pid" 2>/dev/null || return 1
-        ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && return 0
-        sleep 0.05
-    done
-    return 1
-}
-
-port=$UCX_PORT_BASE
-
-# ucx_run TEST SIZE ITERS WARMUP: sets $ucx_line to the final line of ucx_perftest -f (numbers only).
-# (Not run in a subshell: the PIDs it starts and the port counter must stay in this shell.)
-ucx_run() {
-    local test=$1 size=$2 iters=$3 warmup=$4 server client spid cpid
-    port=$((port + 1))
-    server=$work/ucx-server.$port
-    client=$work/ucx-client.$port
-    run_bg "$server" env UCX_TLS="$UCX_SIDE_TLS" taskset -c "$SERVER_CPU" ucx_perftest -p "$port"
-    spid=$last_pid
-    if ! wait_listen "$port" "$spid"; then
-        zcx_log "ucx_perftest server on port $port did not start:"
-        cat "$server" >&2
-        return 1
-    fi
-    run_bg "$client" env UCX_TLS="$UCX_SIDE_TLS" timeout "$RUN_TIMEOUT" taskset -c "$CLIENT_CPU" \
-        ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" -w "$warmup" -f
-    cpid=$last_pid
-    if ! wait "$cpid"; then
-        zcx_log "ucx_perftest $test failed:"
-        tail -5 "$client" >&2
-        kill "$spid" 2>/dev/null || true
-        wait "$spid" 2>/dev/null || true
-        return 1
-    fi
-    # The server exits after its client; give it a moment, then stop it.
-    for _ in $(seq 1 100); do kill -0 "$spid" 2>/dev/null || break; sleep 0.05; done
-    kill "$spid" 2>/dev/null || true
-    wait "$spid" 2>/dev/null || true
-    # The final summary: the last line that is only numbers (iterations first).
-    ucx_line=$(awk '$1 ~ /^[0-9]+$/ && NF >= 8 { line = $0 } END { if (line == "") exit 1; print line }' "$client") || {
-        zcx_log "no summary line from ucx_perftest $test:"
-        cat "$client" >&2
-        return 1
-    }
-}
-
-# zcx_run TEST SIZE ITERS WARMUP: sets $zcx_line to zcx perf's result line of TEST.
-zcx_run() {
-    local test=$1 size=$2 iters=$3 warmup=$4 out pid
-    out=$work/zcx.$test.$RANDOM
-    run_bg "$out" timeout "$RUN_TIMEOUT" "$ZCX" perf -t "$test" -s "$size" -n "$iters" -w "$warmup" \
-        --client-cpu "$CLIENT_CPU" --server-cpu "$SERVER_CPU" --tls "$ZCX_SIDE_TLS"
-    pid=$last_pid
-    if ! wait "$pid"; then
-        zcx_log "zcx perf $test failed:"
-        tail -5 "$out" >&2
-        return 1
-    fi
-    zcx_line=$(grep "^$test " "$out") || {
-        zcx_log "no $test line from zcx perf:"
-        cat "$out" >&2
-        return 1
-    }
-}
-
-# field KEY LINE: the value of KEY=value in LINE.
-field() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
-
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; m = int((NR + 1) / 2); print (NR % 2) ? v[m] : (v[m] + v[m + 1]) / 2 }'; }
+perf_start
 
 echo "== ucx_perftest (UCX_TLS=$UCX_SIDE_TLS) vs zcx perf (--tls $ZCX_SIDE_TLS): $ROUNDS rounds, interleaved; server CPU $SERVER_CPU, client CPU $CLIENT_CPU" >&2
 declare -A result_ucx result_zcx result_ratio
@@ -227,34 +111,24 @@ for test in $TESTS; do
         : >"$ratio_values"
         for round in $(seq 1 "$ROUNDS"); do
             uv=FAILED zv=FAILED
-            if ucx_run "$ucx_test" "$size" "$iters" "$warmup"; then
-                if [ "$metric" = bandwidth_MBps ]; then
-                    # ucx_perftest's MB/s is MiB/s (column 6: overall); zcx's is 1e6 B/s.
-                    uv=$(awk '{ printf "%.2f", $6 * 1.048576 }' <<<"$ucx_line")
-                else
-                    # Column 4: overall average latency (one-way for ping-pongs), like zcx's avg_us.
-                    uv=$(awk '{ print $4 }' <<<"$ucx_line")
-                fi
+            if ucx_run "$UCX_SIDE_TLS" "$ucx_test" "$size" "$iters" "$warmup"; then
+                uv=$(ucx_value "$metric")
                 echo "$uv" >>"$ucx_values"
             fi
-            if zcx_run "$test" "$size" "$iters" "$warmup"; then
-                if [ "$metric" = bandwidth_MBps ]; then
-                    zv=$(field bandwidth_MBps "$zcx_line")
-                else
-                    zv=$(field avg_us "$zcx_line")
-                fi
+            if zcx_run "$ZCX_SIDE_TLS" "$test" "$size" "$iters" "$warmup"; then
+                zv=$(zcx_value "$metric")
                 echo "$zv" >>"$zcx_values"
             fi
             # The pair of one round ran back to back, in the same mode of the machine: its ratio
             # is the comparison; the median of the rounds' ratios is what the table reports.
             if [ "$uv" != FAILED ] && [ "$zv" != FAILED ]; then
-                awk -v z="$zv" -v u="$uv" 'BEGIN { if (u + 0 > 0 && z + 0 > 0) printf "%.4f\n", z / u }' >>"$ratio_values"
+                ratio "$zv" "$uv" >>"$ratio_values"
             fi
             printf '   %-14s %8s round %d/%d: UCX %10s  zcx %10s\n' "$test" "$size" "$round" "$ROUNDS" "$uv" "$zv" >&2
     done
-    # A side that failed in any round failed the pair: its median would hide it.
-    if [ "$(wc -l <"$ucx_values")" -eq "$ROUNDS" ]; then result_ucx[$key]=$(median <"$ucx_values"); else result_ucx[$key]=FAILED; failed=1; fi
-    if [ "$(wc -l <"$zcx_values")" -eq "$ROUNDS" ]; then result_zcx[$key]=$(median <"$zcx_values"); else result_zcx[$key]=FAILED; failed=1; fi
+    result_ucx[$key]=$(median_of "$ucx_values" "$ROUNDS")
+    result_zcx[$key]=$(median_of "$zcx_values" "$ROUNDS")
+    if [ "${result_ucx[$key]}" = FAILED ] || [ "${result_zcx[$key]}" = FAILED ]; then failed=1; fi
     result_ratio[$key]=$(median <"$ratio_values" || echo n/a)
     done
 done
@@ -270,26 +144,18 @@ for test in $TESTS; do
     for size in $sizes; do
         u=${result_ucx[$test:$size]}
         z=${result_zcx[$test:$size]}
-        ratio=$(awk -v r="${result_ratio[$test:$size]}" 'BEGIN { if (r + 0 > 0) printf "%.2f", r; else print "n/a" }')
+        ratio=$(ratio_label "${result_ratio[$test:$size]}")
         printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s\n' "$test" "$ucx_test" "$size" "$TRANSPORT" "$metric" "$u" "$z" "$ratio"
         if [ -n "$CSV" ]; then
-            for side in ucx zcx; do
-                v=$u
-                [ $side = zcx ] && v=$z
-                [ "$v" = FAILED ] && continue
-                if [ "$metric" = latency_us ]; then
-                    echo "$side,$test,$size,$TRANSPORT,$v," >>"$CSV"
-                else
-                    echo "$side,$test,$size,$TRANSPORT,,$v" >>"$CSV"
-                fi
-            done
+            csv_row "$CSV" ucx "$test" "$size" "$TRANSPORT" "$metric" "$u"
+            csv_row "$CSV" zcx "$test" "$size" "$TRANSPORT" "$metric" "$z"
         fi
     done
 done
 echo "# UCX, zcx: medians of $ROUNDS rounds; zcx/UCX: median of the rounds' own ratios (each round's pair ran"
 echo "# back to back, so the machine's slow and fast modes cancel within a round)."
 echo "# latency: whole-run average, one-way for ping-pongs (ratio > 1: zcx slower);"
-echo "# bandwidth: MB = 1e6 B (ratio > 1: zcx faster). UCX $(ucx_info -v 2>/dev/null | sed -n 's/^# Version *//p' | head -1) with UCX_TLS=$UCX_SIDE_TLS; zcx with ZCX_TLS=$ZCX_SIDE_TLS."
+echo "# bandwidth: MB = 1e6 B (ratio > 1: zcx faster). UCX $(ucx_version) with UCX_TLS=$UCX_SIDE_TLS; zcx with ZCX_TLS=$ZCX_SIDE_TLS."
 if [ -n "$CSV" ]; then
     echo "# medians written to $CSV"
     if [ -n "$PLOT" ]; then

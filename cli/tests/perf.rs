@@ -345,3 +345,12 @@ fn separate_server_and_client_run_the_new_tests() {
     let status = server.0.wait().expect("the server exits after its client");
     assert!(status.success(), "server: {status}");
 }
+
+#[cfg(not(feature = "dpdk"))]
+#[test]
+fn tls_dpdk_without_the_dpdk_feature_says_how_to_get_it() {
+    let out = zcx(&["perf", "--tls", "dpdk", "-t", "tag_lat", "-n", "10"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("built without DPDK support") && stderr.contains("zcx-cli/dpdk"), "{stderr}");
+}

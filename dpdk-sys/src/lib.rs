@@ -122,6 +122,13 @@ pub fn allowed_cpus() -> String {
 /// be shared); then `extra` (the `--vdev` of the port, say). `--in-memory` cannot be combined with
 /// `--no-huge`; `--no-shconf` is the part of it that applies.
 pub fn vdev_eal_args(name: &str, extra: &[String]) -> Vec<String> {
+    vdev_eal_args_on(name, &allowed_cpus(), extra)
+}
+
+/// [`vdev_eal_args`] with lcore 0 on `cpus` (EAL's `--lcores` group syntax: `1`, `0-1`, `0,2`)
+/// instead of on every allowed CPU: a process that pins its polling thread to one CPU passes that
+/// CPU, since EAL sets the affinity of the thread that initialises it to its main lcore's CPUs.
+pub fn vdev_eal_args_on(name: &str, cpus: &str, extra: &[String]) -> Vec<String> {
     let mut args: Vec<String> = [
         "--no-huge",
         "-m",
@@ -136,7 +143,7 @@ pub fn vdev_eal_args(name: &str, extra: &[String]) -> Vec<String> {
     .map(|s| s.to_string())
     .collect();
     args.push(format!("--file-prefix=zcx-{name}-{}", std::process::id()));
-    args.push(format!("--lcores=0@({})", allowed_cpus()));
+    args.push(format!("--lcores=0@({cpus})"));
     args.extend(extra.iter().cloned());
     args
 }

@@ -183,7 +183,6 @@ impl Context {
 #[cfg(feature = "dpdk")]
 fn dpdk_member(config: &crate::Config) -> Result<Option<Box<dyn Transport>>> {
     use zcx_dataplane::dpdk::{open_with_process_eal, DpdkConfig};
-    use zcx_dataplane::proto::reliable;
 
     if !config.transport_enabled("dpdk") {
         return Ok(None);
@@ -198,24 +197,11 @@ fn dpdk_member(config: &crate::Config) -> Result<Option<Box<dyn Transport>>> {
         }
         return Ok(None);
     };
-    // A peer is declared dead after about three keepalive intervals without an acknowledgement,
-    // the same patience the keepalive gives a silent peer.
-    let base = reliable::Config::default();
-    let patience =
-        u64::try_from(config.keepalive_interval().as_nanos()).unwrap_or(u64::MAX).saturating_mul(3);
-    let dead_after_rtos =
-        u32::try_from(patience / base.max_rto_ns).unwrap_or(u32::MAX).max(base.dead_after_rtos);
-    let window = config.dpdk_window();
     let dpdk_config = DpdkConfig {
         port_name: port.to_owned(),
         mtu: config.dpdk_mtu(),
         pool_mbufs: config.dpdk_mbufs(),
-        reliable: reliable::Config {
-            window,
-            send_queue: base.send_queue.max(window.saturating_mul(2)),
-            dead_after_rtos,
-            ..base
-        },
+        reliable: dpdk_session_config(config),
         zcopy_threshold: config.dpdk_zcopy_thresh(),
         drop_per_million: config.dpdk_drop_ppm(),
         ..DpdkConfig::default()
@@ -232,6 +218,27 @@ fn dpdk_member(config: &crate::Config) -> Result<Option<Box<dyn Transport>>> {
             tracing::warn!(%why, "DPDK transport unavailable; endpoints use the other transports");
             Ok(None)
         }
+    }
+}
+
+/// The reliability settings of a worker's DPDK links: `ZCX_DPDK_WINDOW` datagrams in flight
+/// (the credit each end grants its peer is the same, or the peer's default grant would cap a
+/// larger window), and a peer declared dead after about three keepalive intervals without an
+/// acknowledgement, the same patience the keepalive gives a silent peer.
+#[cfg(feature = "dpdk")]
+fn dpdk_session_config(config: &crate::Config) -> zcx_dataplane::proto::reliable::Config {
+    let base = zcx_dataplane::proto::reliable::Config::default();
+    let patience =
+        u64::try_from(config.keepalive_interval().as_nanos()).unwrap_or(u64::MAX).saturating_mul(3);
+    let dead_after_rtos =
+        u32::try_from(patience / base.max_rto_ns).unwrap_or(u32::MAX).max(base.dead_after_rtos);
+    let window = config.dpdk_window();
+    zcx_dataplane::proto::reliable::Config {
+        window,
+        send_queue: base.send_queue.max(window.saturating_mul(2)),
+        receive_credit: window,
+        dead_after_rtos,
+        ..base
     }
 }
 
@@ -662,5 +669,24 @@ impl Core {
             lifecycle::fail_ep(&mut self.st, id, status, true);
         }
         self.after_poll();
+    }
+}
+
+#[cfg(all(test, feature = "dpdk"))]
+mod tests {
+    use super::dpdk_session_config;
+
+    /// `ZCX_DPDK_WINDOW` is what may be in flight: each end grants its peer that much credit, so
+    /// a window above the reliability protocol's default credit (32) is not capped by it.
+    #[test]
+    fn the_dpdk_window_is_not_capped_by_the_default_credit() {
+        for window in [1u32, 32, 512, 4096] {
+            let config = crate::Config::from_vars([("ZCX_DPDK_WINDOW", window.to_string())]).unwrap();
+            let session = dpdk_session_config(&config);
+            assert_eq!(session.window, window);
+            assert!(session.receive_credit >= window, "{session:?}");
+            assert!(session.send_queue >= session.window, "{session:?}");
+            session.validate().unwrap();
+        }
     }
 }

@@ -72,9 +72,13 @@ pub fn run(
         worker.create_endpoint(params).map_err(|s| format!("cannot connect to {addr}: {}", detailed(s)))?;
     let session = Session { ctx, worker, ep, peer_failed, timeout: Duration::from_secs(args.timeout) };
     let mut reports = Vec::with_capacity(specs.len());
-    for spec in specs {
+    for (i, spec) in specs.iter().enumerate() {
         session.send_ctrl(TAG_CTRL, spec.encode().as_bytes()).map_err(|e| format!("{addr}: {e}"))?;
         session.expect_ctrl("ready")?;
+        if i == 0 {
+            // The server answered on the endpoint's final lane: say which transport it is on.
+            check_transport(&session, out)?;
+        }
         let t =
             Test { s: &session, spec: *spec, batch: args.batch, progress: Progress::new(out.progress, spec) };
         let report = t.run().map_err(|e| {
@@ -95,6 +99,25 @@ pub fn run(
     // The server may hang up first; a reset while closing is fine.
     let _ = session.wait(close, "the endpoint to close");
     Ok(reports)
+}
+
+/// Prints the transport the endpoint runs on (text output), and fails when `--tls` asked for DPDK
+/// alone (besides the TCP that carries connection setup) and the endpoint is on something else.
+fn check_transport(session: &Session, out: &Output) -> Result<(), String> {
+    let attr = session.ep.query().map_err(|s| format!("cannot query the endpoint: {}", detailed(s)))?;
+    let on = attr.transports.join(",");
+    if out.format == Format::Text {
+        println!("# endpoint transports={on}");
+    }
+    let data: Vec<&str> =
+        out.tls.split(',').map(str::trim).filter(|t| !matches!(*t, "tcp" | "uring" | "")).collect();
+    if data == ["dpdk"] && attr.transports != ["dpdk"] {
+        return Err(format!(
+            "--tls {} asked for DPDK but the endpoint runs on {on} (is ZCX_DPDK_PORT set on both sides?)",
+            out.tls
+        ));
+    }
+    Ok(())
 }
 
 /// The progress line on stderr: redrawn at most every 200 ms, erased when the test ends.

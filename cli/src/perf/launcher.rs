@@ -73,6 +73,10 @@ pub fn run(args: &PerfArgs, specs: &[TestSpec], out: &client::Output) -> Result<
     if args.no_pin {
         command.arg("--no-pin");
     }
+    #[cfg(feature = "dpdk")]
+    let memif = memif_pair(args, &mut command)?;
+    #[cfg(not(feature = "dpdk"))]
+    let memif: Option<()> = None;
     let mut child = command.spawn().map_err(|e| format!("cannot start the server process: {e}"))?;
     let stdout = child.stdout.take().expect("stdout is piped");
     let mut server = ServerChild { child, exited: false };
@@ -96,13 +100,14 @@ pub fn run(args: &PerfArgs, specs: &[TestSpec], out: &client::Output) -> Result<
     super::print_header(
         out,
         &format!(
-            "server=127.0.0.1:{port} pid={} server_cpu={} client_cpu={} window={} batch={} tls={}",
+            "server=127.0.0.1:{port} pid={} server_cpu={} client_cpu={} window={} batch={} tls={}{}",
             server.child.id(),
             cpu_label(args, args.server_cpu),
             cpu_label(args, args.client_cpu),
             args.window,
             args.batch,
-            out.tls
+            out.tls,
+            if memif.is_some() { " dpdk=memif-pair" } else { "" }
         ),
     );
     let reports = match client::run(args, addr, specs, out) {
@@ -116,6 +121,27 @@ pub fn run(args: &PerfArgs, specs: &[TestSpec], out: &client::Output) -> Result<
     };
     server.wait_exit(Duration::from_secs(10))?;
     Ok(reports)
+}
+
+/// With `--tls` naming dpdk and no `ZCX_DPDK_EAL_ARGS`: a `net_memif` pair between the server
+/// child (its variables set on `command`) and this process (set in its environment, read when the
+/// client's context is made); `None` when the user drives EAL or DPDK is not asked for.
+#[cfg(feature = "dpdk")]
+fn memif_pair(args: &PerfArgs, command: &mut Command) -> Result<Option<super::memif::MemifPair>, String> {
+    let Some(tls) = args.tls.as_deref().filter(|tls| super::names_dpdk(tls)) else { return Ok(None) };
+    if std::env::var_os("ZCX_DPDK_EAL_ARGS").is_some() {
+        return Ok(None);
+    }
+    let cpu = |cpu: usize| (!args.no_pin).then_some(cpu);
+    let pair = super::memif::MemifPair::new(tls, cpu(args.server_cpu), cpu(args.client_cpu))?;
+    for (key, value) in pair.server_env() {
+        command.env(key, value);
+    }
+    // Read by this process's context, made by the client after the server listens.
+    for (key, value) in pair.client_env() {
+        std::env::set_var(key, value);
+    }
+    Ok(Some(pair))
 }
 
 fn cpu_label(args: &PerfArgs, cpu: usize) -> String {

@@ -19,6 +19,8 @@ mod buf;
 mod client;
 mod hist;
 mod launcher;
+#[cfg(feature = "dpdk")]
+mod memif;
 mod pattern;
 mod plot;
 mod report;
@@ -54,6 +56,9 @@ pub fn run(args: &PerfArgs) -> Result<(), PerfError> {
     if let Some(tls) = &args.tls {
         if tls.trim().is_empty() {
             return Err(PerfError::Usage("--tls needs a transport list, e.g. --tls uring".into()));
+        }
+        if names_dpdk(tls) {
+            dpdk_usable(args)?;
         }
         // Read by both sides' contexts: this process's, and the server child's, which inherits it.
         std::env::set_var("ZCX_TLS", tls);
@@ -106,6 +111,42 @@ pub fn run(args: &PerfArgs) -> Result<(), PerfError> {
         }
     }
     Ok(())
+}
+
+/// Whether the transport list `tls` names DPDK.
+fn names_dpdk(tls: &str) -> bool {
+    tls.split(',').any(|t| t.trim() == "dpdk")
+}
+
+/// Whether `--tls dpdk` can run: the `dpdk` feature with DPDK linked, and EAL arguments from the
+/// user unless the default mode sets up its own `net_memif` pair (see `memif.rs`).
+fn dpdk_usable(args: &PerfArgs) -> Result<(), PerfError> {
+    #[cfg(not(feature = "dpdk"))]
+    {
+        let _ = args;
+        Err(PerfError::Usage(
+            "--tls dpdk: this zcx was built without DPDK support; build it with \
+             `cargo build --release --bin zcx --features zcx-cli/dpdk` (needs Debian's libdpdk-dev 22.11)"
+                .into(),
+        ))
+    }
+    #[cfg(feature = "dpdk")]
+    {
+        if let Some(why) = zcx_dataplane::dpdk::dpdk_missing() {
+            return Err(PerfError::Usage(format!(
+                "--tls dpdk: this zcx was built with the dpdk feature but without DPDK ({why})"
+            )));
+        }
+        let own_side = args.server || args.client.is_some();
+        if own_side && std::env::var_os("ZCX_DPDK_EAL_ARGS").is_none() {
+            return Err(PerfError::Usage(
+                "--tls dpdk with --server or --client needs ZCX_DPDK_EAL_ARGS and ZCX_DPDK_PORT on each \
+                 side (without --server/--client, zcx perf connects its two sides by a net_memif pair itself)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The header: `# zcx perf <version> <what>` and the legend for `key=value` output, the CSV

@@ -80,7 +80,7 @@ pub mod port;
 pub mod transport;
 
 pub use eal::{dpdk_missing, open_with_process_eal, ports_with_process_eal, PortInfo};
-pub use zcx_dpdk_sys::vdev_eal_args;
+pub use zcx_dpdk_sys::{allowed_cpus, vdev_eal_args, vdev_eal_args_on};
 
 pub use transport::{
     injected_drops, DpdkConfig, DpdkError, DpdkPeer, DpdkStats, DpdkTransport, DEFAULT_ZCOPY_THRESHOLD,
