@@ -1377,3 +1377,297 @@ impl Transport for DpdkTransport {
         !self.inner.place_ends.is_empty() || self.inner.links.iter().any(Option::is_some)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The receive path of placed frames, sans-IO: an [`Inner`] without a port takes Ethernet
+    //! frames built by a peer [`Session`], as `poll` would hand them over.
+
+    use super::super::message::fragment_kind;
+    use super::*;
+    use crate::transport::PlaceTarget;
+
+    const US: Mac = [2, 0, 0, 0, 0, 1];
+    const PEER: Mac = [2, 0, 0, 0, 0, 2];
+    /// The session id the peer names for our end (an acceptor's), and its own.
+    const OURS: u32 = 7;
+    const THEIRS: u32 = INITIATOR_BIT | 3;
+
+    /// What the tests saw, owned.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Seen {
+        Accepted(LinkId),
+        Frame(Vec<u8>),
+        Placed(Vec<u8>, usize),
+        PlaceDone(u64, Result<(), TlError>),
+        Failed(TlError),
+    }
+
+    fn inner() -> Inner {
+        let config = DpdkConfig { max_frame: 64 << 10, ..DpdkConfig::default() };
+        let session_config = config.session_config();
+        Inner {
+            mac: US,
+            epoch: Instant::now(),
+            demux: Demux::new(),
+            links: Vec::new(),
+            free_links: Vec::new(),
+            by_session: FastMap::default(),
+            lingering: Vec::new(),
+            next_initiator_id: 0,
+            rng: Rng(1),
+            scratch: vec![0; session_config.max_payload],
+            stats: DpdkStats::default(),
+            zc: ZcTable::default(),
+            zcopy_threshold: usize::MAX,
+            port_id: 0,
+            device: 0,
+            place_ends: Vec::new(),
+            session_config,
+            config,
+        }
+    }
+
+    /// The peer: a session towards `OURS`, which sends messages and takes our acks.
+    struct Peer {
+        session: Session,
+    }
+
+    impl Peer {
+        fn new(inner: &Inner) -> Peer {
+            let mut session = Session::new(inner.session_config.clone(), THEIRS, OURS).unwrap();
+            session.send(&HELLO_MSG).unwrap();
+            Peer { session }
+        }
+
+        /// Moves everything the peer has to send into `inner` (and our acks back) until both
+        /// are quiet; for every `Placed`, `dest` says where the payload goes.
+        fn pump(
+            &mut self,
+            inner: &mut Inner,
+            dest: &mut dyn FnMut(usize) -> Option<PlaceTarget>,
+        ) -> Vec<Seen> {
+            let mut seen = Vec::new();
+            let now = inner.now();
+            let mut buf = vec![0u8; ETH_HEADER_LEN + inner.config.mtu];
+            for _ in 0..10_000 {
+                let mut moved = false;
+                while let Some(len) = self.session.poll_transmit(now, &mut buf[ETH_HEADER_LEN..]) {
+                    write_header(&mut buf, &US, &PEER);
+                    let mut events = 0;
+                    inner.on_frame(
+                        now,
+                        &buf[..ETH_HEADER_LEN + len],
+                        &mut |event| match event {
+                            TlEvent::Accepted { link, .. } => seen.push(Seen::Accepted(link)),
+                            TlEvent::Frame { bytes, .. } => seen.push(Seen::Frame(bytes.to_vec())),
+                            TlEvent::Placed { header, len, dest: slot, .. } => {
+                                seen.push(Seen::Placed(header.to_vec(), len));
+                                if let Some(target) = dest(len) {
+                                    slot.set(target);
+                                }
+                            }
+                            TlEvent::PlaceDone { token, result, .. } => {
+                                seen.push(Seen::PlaceDone(token, result))
+                            }
+                            TlEvent::LinkFailed { error, .. } => seen.push(Seen::Failed(error)),
+                            other => panic!("unexpected {other:?}"),
+                        },
+                        &mut events,
+                    );
+                    moved = true;
+                }
+                if let Some(ours) = inner.demux.get_mut(OURS) {
+                    while let Some(len) = ours.poll_transmit(now, &mut buf) {
+                        let _ = self.session.on_datagram(now, &buf[..len]);
+                        moved = true;
+                    }
+                }
+                if !moved {
+                    return seen;
+                }
+            }
+            panic!("the exchange never settled");
+        }
+
+        /// Queues the messages of a placed frame as a truthful sender cuts it.
+        fn send_placed(&mut self, header: &[u8], payload: &[u8]) {
+            let mut head = placed_prefix(header.len(), payload.len()).unwrap().to_vec();
+            head.extend_from_slice(header);
+            self.send_cut(&head, payload, true);
+        }
+
+        fn send_cut(&mut self, head: &[u8], payload: &[u8], placed: bool) {
+            let mut out = vec![0u8; self.session.config().max_payload];
+            let (mut offset, total) = (0, head.len() + payload.len());
+            loop {
+                let (len, n) = write_fragment(&mut out, head, payload, offset, total - offset);
+                if placed && offset == 0 {
+                    mark_placed(&mut out);
+                }
+                self.session.send(&out[..len]).unwrap();
+                offset += n;
+                if offset == total {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The kind byte of a placed frame's first message.
+    fn placed_kind() -> u8 {
+        first_or_fragment_kind(true, false)
+    }
+
+    fn payload(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 31 + 7) as u8).collect()
+    }
+
+    /// `len` bytes of `buf` from `GUARD` on, for a `PlaceTarget`.
+    const GUARD: usize = 64;
+
+    fn target(buf: &mut [u8], token: u64) -> PlaceTarget {
+        // SAFETY: the tests keep `buf` alive and untouched until the placement ends, and give it
+        // `GUARD` bytes of room on either side of any announced length.
+        unsafe { PlaceTarget::new(buf.as_mut_ptr().add(GUARD), token) }
+    }
+
+    #[test]
+    fn placed_payloads_land_once_in_their_destination() {
+        let mut inner = inner();
+        let mut peer = Peer::new(&inner);
+        assert_eq!(peer.pump(&mut inner, &mut |_| None), vec![Seen::Accepted(LinkId(0))]);
+
+        let data = payload(10_000);
+        let mut buf = vec![0xEEu8; GUARD + data.len() + GUARD];
+        peer.send_placed(b"hdr", &data);
+        peer.send_cut(&[], b"an ordinary frame after it", false);
+        let raw = buf.as_mut_ptr();
+        let seen = peer.pump(&mut inner, &mut |len| {
+            assert_eq!(len, 10_000);
+            // SAFETY: as `target`.
+            Some(unsafe { PlaceTarget::new(raw.add(GUARD), 42) })
+        });
+        assert_eq!(
+            seen,
+            vec![
+                Seen::Placed(b"hdr".to_vec(), 10_000),
+                Seen::PlaceDone(42, Ok(())),
+                Seen::Frame(b"an ordinary frame after it".to_vec()),
+            ]
+        );
+        assert!(buf[GUARD..GUARD + data.len()] == data[..]);
+        assert!(buf[..GUARD].iter().chain(&buf[GUARD + data.len()..]).all(|&b| b == 0xEE));
+        let stats = inner.stats;
+        assert_eq!((stats.placed_frames, stats.placed_bytes, stats.placed_violations), (1, 10_000, 0));
+        assert!(inner.links[0].as_ref().unwrap().reassembly.capacity() == 0, "the payload was reassembled");
+
+        // Left without a destination the payload is dropped: no PlaceDone, nothing counted.
+        peer.send_placed(b"h2", &payload(3000));
+        peer.send_placed(b"small", &[1, 2, 3]);
+        let seen = peer.pump(&mut inner, &mut |_| None);
+        assert_eq!(seen, vec![Seen::Placed(b"h2".to_vec(), 3000), Seen::Placed(b"small".to_vec(), 3)]);
+        assert_eq!(inner.stats.placed_frames, 1);
+    }
+
+    #[test]
+    fn a_peer_lying_about_lengths_fails_the_link_and_writes_nothing_outside() {
+        let mut inner = inner();
+        let mut peer = Peer::new(&inner);
+        peer.pump(&mut inner, &mut |_| None);
+        // Announces 100 bytes, then sends 2000 of them.
+        let mut head = placed_prefix(1, 100).unwrap().to_vec();
+        head.push(b'h');
+        let mut first = vec![placed_kind()];
+        first.extend_from_slice(&head);
+        first.extend_from_slice(&[9; 50]);
+        peer.session.send(&first).unwrap();
+        let mut more = vec![fragment_kind(false)];
+        more.extend_from_slice(&[8; 1400]);
+        peer.session.send(&more).unwrap();
+        let mut buf = vec![0xEEu8; GUARD + 100 + GUARD];
+        let raw = buf.as_mut_ptr();
+        // SAFETY: as `target`.
+        let seen = peer.pump(&mut inner, &mut |_| Some(unsafe { PlaceTarget::new(raw.add(GUARD), 5) }));
+        assert_eq!(
+            seen,
+            vec![
+                Seen::Placed(b"h".to_vec(), 100),
+                Seen::PlaceDone(5, Err(TlError::ConnectionReset)),
+                Seen::Failed(TlError::ConnectionReset),
+            ]
+        );
+        assert!(buf[GUARD..GUARD + 50].iter().all(|&b| b == 9), "the truthful part landed");
+        assert!(buf[GUARD + 50..].iter().all(|&b| b == 0xEE), "written past what was accepted");
+        assert!(buf[..GUARD].iter().all(|&b| b == 0xEE));
+        assert_eq!((inner.stats.placed_violations, inner.stats.bad_messages), (1, 1));
+        assert_eq!(inner.stats.placed_frames, 0);
+    }
+
+    #[test]
+    fn a_placement_announcing_too_much_or_nested_fails_the_link() {
+        for case in 0..2 {
+            let mut inner = inner();
+            let mut peer = Peer::new(&inner);
+            peer.pump(&mut inner, &mut |_| None);
+            if case == 0 {
+                let mut first = vec![placed_kind()];
+                first.extend_from_slice(&placed_prefix(0, max_placed(&inner.config) + 1).unwrap());
+                peer.session.send(&first).unwrap();
+            } else {
+                // A PLACED message in the middle of an ordinary frame.
+                peer.session.send(&[fragment_kind(false), 1, 2, 3]).unwrap();
+                let mut first = vec![placed_kind()];
+                first.extend_from_slice(&placed_prefix(0, 10).unwrap());
+                peer.session.send(&first).unwrap();
+            }
+            let seen = peer.pump(&mut inner, &mut |_| panic!("no Placed may be reported"));
+            assert_eq!(seen, vec![Seen::Failed(TlError::ConnectionReset)], "case {case}");
+            assert_eq!(inner.stats.placed_violations, 1);
+        }
+    }
+
+    #[test]
+    fn a_link_failing_mid_placement_ends_it_with_the_error() {
+        let mut inner = inner();
+        let mut peer = Peer::new(&inner);
+        peer.pump(&mut inner, &mut |_| None);
+        let mut head = placed_prefix(2, 5000).unwrap().to_vec();
+        head.extend_from_slice(b"hh");
+        peer.send_cut(&head, &payload(2000), true); // ends early: its END comes at 2000 bytes
+        let mut buf = vec![0xEEu8; GUARD + 5000 + GUARD];
+        let raw = buf.as_mut_ptr();
+        // SAFETY: as `target`.
+        let seen = peer.pump(&mut inner, &mut |_| Some(unsafe { PlaceTarget::new(raw.add(GUARD), 8) }));
+        assert_eq!(seen[0], Seen::Placed(b"hh".to_vec(), 5000));
+        assert_eq!(
+            seen[1..],
+            [Seen::PlaceDone(8, Err(TlError::ConnectionReset)), Seen::Failed(TlError::ConnectionReset)]
+        );
+
+        // The peer closes (BYE) while a truthful placement is half done.
+        let mut inner2 = self::inner();
+        let mut peer = Peer::new(&inner2);
+        peer.pump(&mut inner2, &mut |_| None);
+        let mut head = placed_prefix(0, 5000).unwrap().to_vec();
+        head.truncate(PLACED_PREFIX_LEN);
+        let mut first = vec![placed_kind()];
+        first.extend_from_slice(&head);
+        first.extend_from_slice(&[4; 1000]);
+        peer.session.send(&first).unwrap();
+        peer.session.send(&BYE_MSG).unwrap();
+        let mut buf2 = vec![0xEEu8; GUARD + 5000 + GUARD];
+        let seen = peer.pump(&mut inner2, &mut |_| Some(target(&mut buf2, 9)));
+        assert_eq!(
+            seen,
+            vec![
+                Seen::Placed(vec![], 5000),
+                Seen::PlaceDone(9, Err(TlError::ConnectionReset)),
+                Seen::Failed(TlError::ConnectionReset),
+            ]
+        );
+        assert!(buf2[GUARD..GUARD + 1000].iter().all(|&b| b == 4));
+        assert!(buf2[GUARD + 1000..].iter().all(|&b| b == 0xEE));
+        drop(buf);
+    }
+}
