@@ -811,7 +811,7 @@ impl Inner {
                             link.placing = None;
                             self.place_done(link_id, target, len, sink, events);
                         }
-                        Err(violation) => self.place_violation(link_id, id, violation, sink, events),
+                        Err(violation) => self.place_violation(link_id, id, &violation, sink, events),
                     }
                     return;
                 }
@@ -837,16 +837,14 @@ impl Inner {
                 if !matches!(link.state, State::Up | State::Connecting) {
                     return; // closed here: nothing more is reported
                 }
-                if link.placing.is_some() || !link.reassembly.is_empty() || len > max_placed(&self.config) {
-                    let violation = if len > max_placed(&self.config) {
-                        "a placed payload above max_placed"
-                    } else {
+                let nested = link.placing.is_some() || !link.reassembly.is_empty();
+                if nested || len > max_placed(&self.config) {
+                    let reason = if nested {
                         "a placed frame inside another frame"
+                    } else {
+                        "a placed payload above max_placed"
                     };
-                    tracing::debug!(session = id, violation, "bad placed frame from peer");
-                    self.stats.placed_violations += 1;
-                    self.stats.bad_messages += 1;
-                    self.fail(link_id, TlError::ConnectionReset, sink, events);
+                    self.place_violation(link_id, id, &reason, sink, events);
                     return;
                 }
                 let mut dest = Placement::default();
@@ -857,19 +855,16 @@ impl Inner {
                 // ends: complete, failed (`fail`) or closed here (`close`).
                 let mut placing = unsafe { Placing::new(dest.take(), len) };
                 // The parser checked `data.len() <= len`: this fragment is the last when full.
-                match placing.absorb(data, data.len() == len) {
-                    Ok(true) => self.place_done(link_id, placing.target(), len, sink, events),
-                    Ok(false) => {
-                        if let Some(link) = self.links[index as usize].as_mut() {
-                            link.placing = Some(placing);
-                        }
-                    }
-                    Err(violation) => {
-                        if let Some(link) = self.links[index as usize].as_mut() {
-                            link.placing = Some(placing);
-                        }
-                        self.place_violation(link_id, id, violation, sink, events);
-                    }
+                let absorbed = placing.absorb(data, data.len() == len);
+                if absorbed == Ok(true) {
+                    self.place_done(link_id, placing.target(), len, sink, events);
+                    return;
+                }
+                if let Some(link) = self.links[index as usize].as_mut() {
+                    link.placing = Some(placing);
+                }
+                if let Err(violation) = absorbed {
+                    self.place_violation(link_id, id, &violation, sink, events);
                 }
             }
             Ok(Message::Bye) => {
@@ -881,6 +876,23 @@ impl Inner {
                 self.stats.bad_messages += 1;
                 self.fail(link_id, TlError::ConnectionReset, sink, events);
             }
+        }
+    }
+
+    /// Nothing more is received on a link closed here: its placement, if any, ends unfinished,
+    /// reported by the next poll ([`Inner::report_place_ends`]).
+    fn end_placement_on_close(&mut self, link: LinkId) {
+        let Some(l) = self.links.get_mut(link.0 as usize).and_then(Option::as_mut) else { return };
+        if let Some(target) = l.placing.take().and_then(|p| p.target()) {
+            self.place_ends.push((link, target.token()));
+        }
+    }
+
+    /// Reports the placements ended by local closes as `PlaceDone { Canceled }`.
+    fn report_place_ends(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), events: &mut usize) {
+        for (link, token) in self.place_ends.drain(..) {
+            sink(TlEvent::PlaceDone { link, token, result: Err(TlError::Canceled) });
+            *events += 1;
         }
     }
 
@@ -903,17 +915,17 @@ impl Inner {
         *events += 1;
     }
 
-    /// The peer sent a placed payload other than it announced: the link fails (its placement
-    /// with it, nothing more written).
+    /// The peer sent a placed frame other than it announced, or where none may start: the link
+    /// fails (its placement with it, nothing more written).
     fn place_violation(
         &mut self,
         link: LinkId,
         session: u32,
-        violation: super::message::PlaceViolation,
+        reason: &dyn std::fmt::Display,
         sink: &mut dyn FnMut(TlEvent<'_>),
         events: &mut usize,
     ) {
-        tracing::debug!(session, %violation, "bad placed frame from peer");
+        tracing::debug!(session, %reason, "bad placed frame from peer; failing the link");
         self.stats.placed_violations += 1;
         self.stats.bad_messages += 1;
         self.fail(link, TlError::ConnectionReset, sink, events);
@@ -1324,11 +1336,8 @@ impl Transport for DpdkTransport {
     /// once, the peer is not told.
     fn close(&mut self, link: LinkId, force: bool) {
         let inner = &mut self.inner;
+        inner.end_placement_on_close(link);
         let Some(l) = inner.links.get_mut(link.0 as usize).and_then(Option::as_mut) else { return };
-        if let Some(target) = l.placing.take().and_then(|p| p.target()) {
-            // Nothing more is received on a link closed here: the placement ends unfinished.
-            inner.place_ends.push((link, target.token()));
-        }
         match l.state {
             State::Failed(_) => inner.free(link),
             _ if force => inner.free(link),
@@ -1347,10 +1356,7 @@ impl Transport for DpdkTransport {
         let now = inner.now();
         let mut events = 0;
         if !inner.place_ends.is_empty() {
-            for (link, token) in inner.place_ends.drain(..) {
-                sink(TlEvent::PlaceDone { link, token, result: Err(TlError::Canceled) });
-                events += 1;
-            }
+            inner.report_place_ends(sink, &mut events);
         }
         for _ in 0..4 {
             let received = port.rx_burst(|bytes| inner.on_frame(now, bytes, sink, &mut events));
@@ -1383,7 +1389,7 @@ mod tests {
     //! The receive path of placed frames, sans-IO: an [`Inner`] without a port takes Ethernet
     //! frames built by a peer [`Session`], as `poll` would hand them over.
 
-    use super::super::message::fragment_kind;
+    use super::super::message::{fragment_kind, PLACED_PREFIX_LEN};
     use super::*;
     use crate::transport::PlaceTarget;
 
@@ -1669,5 +1675,57 @@ mod tests {
         assert!(buf2[GUARD..GUARD + 1000].iter().all(|&b| b == 4));
         assert!(buf2[GUARD + 1000..].iter().all(|&b| b == 0xEE));
         drop(buf);
+    }
+
+    #[test]
+    fn a_link_closed_here_mid_placement_ends_it_canceled_and_writes_no_more() {
+        let mut inner = inner();
+        let mut peer = Peer::new(&inner);
+        peer.pump(&mut inner, &mut |_| None);
+        let data = payload(6000);
+        let mut head = placed_prefix(1, data.len()).unwrap().to_vec();
+        head.push(b'c');
+        let mut buf = vec![0xEEu8; GUARD + data.len() + GUARD];
+        let raw = buf.as_mut_ptr();
+        // Only the PLACED message and one fragment arrive before the close.
+        let mut out = vec![0u8; inner.session_config.max_payload];
+        let (mut offset, total) = (0, head.len() + data.len());
+        let mut cut = Vec::new();
+        while offset < total {
+            let (len, n) = write_fragment(&mut out, &head, &data, offset, total - offset);
+            if offset == 0 {
+                mark_placed(&mut out);
+            }
+            cut.push(out[..len].to_vec());
+            offset += n;
+        }
+        for message in &cut[..2] {
+            peer.session.send(message).unwrap();
+        }
+        // SAFETY: as `target`.
+        let seen = peer.pump(&mut inner, &mut |_| Some(unsafe { PlaceTarget::new(raw.add(GUARD), 11) }));
+        assert_eq!(seen, vec![Seen::Placed(b"c".to_vec(), 6000)]);
+        let landed = GUARD + (cut[0].len() - 1 - PLACED_PREFIX_LEN - 1) + (cut[1].len() - 1);
+
+        // What `close` does to the placement; the link is then Closing (graceful close).
+        inner.end_placement_on_close(LinkId(0));
+        inner.links[0].as_mut().unwrap().state = State::Closing { bye_queued: false };
+        let mut reported = Vec::new();
+        let mut events = 0;
+        inner.report_place_ends(&mut |event| reported.push(format!("{event:?}")), &mut events);
+        assert_eq!(
+            reported,
+            vec![format!(
+                "{:?}",
+                TlEvent::PlaceDone { link: LinkId(0), token: 11, result: Err(TlError::Canceled) }
+            )]
+        );
+        for message in &cut[2..] {
+            peer.session.send(message).unwrap();
+        }
+        assert_eq!(peer.pump(&mut inner, &mut |_| panic!("no Placed after the close")), vec![]);
+        assert!(buf[GUARD..landed] == data[..landed - GUARD]);
+        assert!(buf[landed..].iter().all(|&b| b == 0xEE), "written after the close");
+        assert!(inner.place_ends.is_empty());
     }
 }
