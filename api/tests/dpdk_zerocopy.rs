@@ -7,7 +7,9 @@
 //!   memory (registered with DPDK as external memory when it was mapped), checked byte for byte,
 //!   with the process's zero-copy counters showing the frames left from that memory; and a
 //!   handle unmapped while a zero-copy send from it is in flight: the send still delivers every
-//!   byte, and DPDK forgets the region only after the send completed.
+//!   byte, and DPDK forgets the region only after the send completed. The rendezvous payloads and
+//!   get replies each side receives are placed: copied once, straight from the received mbufs
+//!   into the receive buffer (the process's placement counters show it).
 //! - `loss_1pct`, `loss_10pct`: the same traffic plus a get and small eager messages, with
 //!   `ZCX_DPDK_DROP_PPM` dropping 1 % or 10 % of the frames each side receives; everything must
 //!   still arrive exactly once (no extra tag message or AM afterwards), byte for byte.
@@ -330,6 +332,11 @@ fn server(scenario: &str) {
     assert_eq!(recv_tag(&worker, 13, 64), b"client verified");
     assert_nothing_more(&worker, "server");
     assert_eq!(seen.lock().unwrap().len(), 2, "an extra (duplicate?) AM arrived");
+    // Tags 1 (1 MiB), 2 (odd), 10 (1 MiB + 1) and the rendezvous AM arrived placed.
+    let placed = zcx_dataplane::dpdk::placed_counters();
+    println!("server: {scenario}: placement counters {placed:?}");
+    assert!(placed.frames >= 4, "rendezvous payloads were not received placed: {placed:?}");
+    assert!(placed.bytes >= (3 * MIB + ODD + 777 + 1) as u64, "too few bytes placed: {placed:?}");
     let counters = extmem::counters();
     println!("server: {scenario}: zero-copy counters {counters:?}");
     assert!(counters.zcopy_frames >= 1, "the server's 1 MiB answer did not leave zero-copy");
@@ -412,6 +419,11 @@ fn client(scenario: &str) {
     assert_eq!(recv_tag(&worker, 14, 64), b"bye");
     assert_nothing_more(&worker, "client");
 
+    // The get reply and the server's 1 MiB answer arrived placed.
+    let placed = zcx_dataplane::dpdk::placed_counters();
+    println!("client: {scenario}: placement counters {placed:?}");
+    assert!(placed.frames >= 2, "the get reply and the answer were not received placed: {placed:?}");
+    assert!(placed.bytes >= 2 * MIB as u64, "too few bytes placed: {placed:?}");
     let after = extmem::counters();
     let frames = after.zcopy_frames - before.zcopy_frames;
     println!("client: {scenario}: zero-copy counters {after:?}");

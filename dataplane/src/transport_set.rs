@@ -53,7 +53,7 @@ impl TransportSet {
         if members.is_empty() || members.len() > MAX_MEMBERS {
             return Err(TlError::InvalidParam);
         }
-        let caps = merged_caps(&members);
+        let caps = merged_caps(members[0].caps(), members[1..].iter().map(|m| m.caps()));
         Ok(TransportSet { members, caps })
     }
 
@@ -97,9 +97,8 @@ impl TransportSet {
 
 /// What holds for every member: the smallest frame and placement sizes, reliability and order
 /// only when all have them (the protocol layer works per link, but sizes fragments once).
-fn merged_caps(members: &[Box<dyn Transport>]) -> Caps {
-    let first = members[0].caps().clone();
-    members.iter().skip(1).map(|m| m.caps()).fold(first, |acc, caps| Caps {
+fn merged_caps<'a>(first: &Caps, others: impl Iterator<Item = &'a Caps>) -> Caps {
+    others.fold(first.clone(), |acc, caps| Caps {
         name: acc.name,
         reliable: acc.reliable && caps.reliable,
         ordered: acc.ordered && caps.ordered,
@@ -298,6 +297,37 @@ mod tests {
         }
         assert_eq!(listener_id(1, ListenerId(3)), ListenerId(global(1, 3)));
         assert_ne!(listener_id(1, ListenerId(3)), ListenerId(0));
+    }
+
+    fn caps(name: &'static str, max_frame: usize, max_placed: usize) -> Caps {
+        Caps {
+            name,
+            reliable: true,
+            ordered: true,
+            rma: false,
+            amo: false,
+            max_frame,
+            zcopy_threshold: 1 << 18,
+            max_placed,
+            latency_ns: 1000,
+            bandwidth: 1 << 30,
+        }
+    }
+
+    /// DPDK places up to its `max_frame` less 262 bytes: a set with it places at the smallest
+    /// member's limit, as before DPDK placed (shm 64 MiB, uring 1 MiB).
+    #[test]
+    fn placement_limits_merge_to_the_smallest_member() {
+        let (shm, uring) = (caps("shm", 1 << 20, 64 << 20), caps("uring", 64 << 20, 1 << 20));
+        let dpdk = caps("dpdk", 4 << 20, (4 << 20) - 262);
+        let merged = |set: &[&Caps]| merged_caps(set[0], set[1..].iter().copied()).max_placed;
+        assert_eq!(merged(&[&shm, &uring, &dpdk]), 1 << 20);
+        assert_eq!(merged(&[&dpdk, &uring]), 1 << 20);
+        assert_eq!(merged(&[&dpdk]), (4 << 20) - 262);
+        assert_eq!(merged(&[&shm, &dpdk]), (4 << 20) - 262);
+        // A member that cannot place sends placed frames whole: they must fit its frames.
+        let whole = caps("dpdk", 64 << 10, 0);
+        assert_eq!(merged(&[&shm, &whole]), (64 << 10) - crate::proto::wire::MAX_HEADER_LEN);
     }
 
     #[test]

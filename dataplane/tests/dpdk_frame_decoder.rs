@@ -19,6 +19,7 @@ fn decode(bytes: &[u8]) -> Result<Option<Vec<u8>>, String> {
     }
     match Message::parse(packet.payload()).map_err(|e| e.to_string())? {
         Message::Fragment { data, .. } => Ok(Some(data.to_vec())),
+        Message::Placed { header, data, .. } => Ok(Some([header, data].concat())),
         Message::Hello | Message::Bye => Ok(None),
     }
 }

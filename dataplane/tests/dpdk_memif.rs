@@ -2,7 +2,9 @@
 //! server and a client (each with its own EAL, `--file-prefix` and `--lcores`; the memif socket in
 //! a temporary directory), three times: without loss, then with 1 % and 10 % of received frames
 //! dropped on both sides. Each time the client connects, both send frames of 0 B to 1 MiB at
-//! once and check what arrives byte for byte, in order and exactly once; then the client exits
+//! once and check what arrives byte for byte, in order and exactly once (the second round of
+//! sizes as placed frames, whose payloads each side receives straight into a buffer of its own,
+//! counted in `placed_frames`); then the client exits
 //! without closing and the server must report `LinkFailed { Timeout }` within the configured
 //! dead-peer timeout.
 #![cfg(feature = "dpdk")]
@@ -22,8 +24,8 @@ const MAC_ENV: &str = "ZCX_DPDK_TL_SERVER_MAC";
 const SERVER_SESSION: u32 = 7;
 const MTU: usize = 1500;
 
-/// Frame sizes sent each way, twice: empty, tiny, one message (MTU − headers − 1 is the
-/// largest single fragment), one byte more, 64 KiB and 1 MiB.
+/// Frame sizes sent each way, twice (the second time placed): empty, tiny, one message (MTU −
+/// headers − 1 is the largest single fragment), one byte more, 64 KiB and 1 MiB.
 const SIZES: [usize; 8] = [0, 1, 60, MTU - 40 - 1, MTU - 40, 64 << 10, 1 << 20, 3];
 const ROUNDS: usize = 2;
 
@@ -148,11 +150,12 @@ fn frame(from: u8, n: usize) -> Vec<u8> {
 
 #[cfg(not(zcx_dpdk_missing))]
 mod child {
+    use std::cell::RefCell;
     use std::time::{Duration, Instant};
 
     use zcx_dataplane::dpdk::{DpdkConfig, DpdkPeer, DpdkTransport};
     use zcx_dataplane::proto::reliable;
-    use zcx_dataplane::{LinkId, Payload, TlError, TlEvent, Transport};
+    use zcx_dataplane::{LinkId, Payload, PlaceTarget, TlError, TlEvent, Transport};
     use zcx_dpdk_sys as sys;
 
     use super::*;
@@ -214,11 +217,33 @@ mod child {
         drop(eal);
     }
 
+    thread_local! {
+        /// The placed frame being received: its header, and the buffer its payload lands in.
+        static PLACING: RefCell<Option<(Vec<u8>, Vec<u8>)>> = const { RefCell::new(None) };
+    }
+
+    /// Polls once; a placed frame is reported as the `Frame` of its header and payload once its
+    /// payload is all in the buffer given for it.
     fn poll(t: &mut DpdkTransport, out: &mut Vec<Ev>) {
         let n = t.poll(&mut |e| match e {
             TlEvent::Connected { link } => out.push(Ev::Connected(link)),
             TlEvent::Accepted { link, .. } => out.push(Ev::Accepted(link)),
             TlEvent::Frame { link, bytes } => out.push(Ev::Frame(link, bytes.to_vec())),
+            TlEvent::Placed { header, len, dest, .. } => PLACING.with_borrow_mut(|placing| {
+                assert!(placing.is_none(), "a placed frame inside another");
+                let (header, mut buf) = (header.to_vec(), vec![0u8; len]);
+                // SAFETY: `buf` has `len` bytes and stays in PLACING, untouched (moving the Vec
+                // does not move its heap bytes), until PlaceDone takes it out.
+                dest.set(unsafe { PlaceTarget::new(buf.as_mut_ptr(), len as u64) });
+                *placing = Some((header, buf));
+            }),
+            TlEvent::PlaceDone { link, token, result } => {
+                assert_eq!(result, Ok(()), "placement failed");
+                let (mut frame, buf) = PLACING.take().expect("PlaceDone without Placed");
+                assert_eq!(token, buf.len() as u64);
+                frame.extend_from_slice(&buf);
+                out.push(Ev::Frame(link, frame));
+            }
             TlEvent::LinkFailed { link, error } => out.push(Ev::Failed(link, error)),
             other => panic!("unexpected event {other:?}"),
         });
@@ -227,12 +252,22 @@ mod child {
         }
     }
 
-    /// Sends `frame` (split into header and payload at an arbitrary point), polling while the
-    /// link pushes back.
-    fn send(t: &mut DpdkTransport, link: LinkId, frame: &[u8], events: &mut Vec<Ev>, deadline: Instant) {
+    /// Sends `frame` (split into header and payload at an arbitrary point), `placed` or not,
+    /// polling while the link pushes back.
+    fn send(
+        t: &mut DpdkTransport,
+        link: LinkId,
+        frame: &[u8],
+        placed: bool,
+        events: &mut Vec<Ev>,
+        deadline: Instant,
+    ) {
         let split = frame.len().min(9);
         loop {
-            match t.send(link, &frame[..split], Payload::Copy(&frame[split..])) {
+            let (header, payload) = (&frame[..split], Payload::Copy(&frame[split..]));
+            let sent =
+                if placed { t.send_placed(link, header, payload) } else { t.send(link, header, payload) };
+            match sent {
                 Ok(_) => return,
                 Err(TlError::NoResource) => {
                     assert!(Instant::now() < deadline, "send pushed back for too long");
@@ -252,7 +287,7 @@ mod child {
         while got < total || sent < total || t.has_pending_sends(link) {
             assert!(Instant::now() < deadline, "{from}: sent {sent}, got {got} of {total}");
             if sent < total {
-                send(t, link, &frame(from, sent), events, deadline);
+                send(t, link, &frame(from, sent), sent >= SIZES.len(), events, deadline);
                 sent += 1;
             }
             poll(t, events);
@@ -277,6 +312,11 @@ mod child {
             }
         }
         println!("{}: verified {total} frames", if from == SERVER { "server" } else { "client" });
+        let stats = t.stats();
+        assert_eq!(stats.placed_sent, SIZES.len() as u64, "placed frames sent: {stats:?}");
+        assert_eq!(stats.placed_frames, SIZES.len() as u64, "placed frames received: {stats:?}");
+        let placed_bytes: usize = SIZES.iter().map(|&len| len - len.min(9)).sum();
+        assert_eq!(stats.placed_bytes, placed_bytes as u64, "placed bytes received: {stats:?}");
     }
 
     pub fn server() {
@@ -305,7 +345,7 @@ mod child {
         // start the clock itself); give it time to, then, if EXIT was acknowledged, send one more
         // frame, which nobody will acknowledge.
         assert!(events.is_empty(), "server: unexpected {events:?}");
-        send(&mut t, link, EXIT, &mut events, deadline);
+        send(&mut t, link, EXIT, false, &mut events, deadline);
         let mut start = Instant::now();
         while start.elapsed() < Duration::from_millis(300) {
             poll(&mut t, &mut events);
@@ -314,7 +354,7 @@ mod child {
         let limit = Duration::from_nanos(config().dead_peer_timeout_ns());
         if !t.has_pending_sends(link) {
             start = Instant::now();
-            send(&mut t, link, b"are you there?", &mut events, deadline);
+            send(&mut t, link, b"are you there?", false, &mut events, deadline);
         }
         let error = loop {
             assert!(

@@ -10,19 +10,40 @@
 //!
 //! ```text
 //! 0  kind  u8  1 = HELLO (then: version u8 = 1), 2 = MORE (fragment, more follow),
-//!              3 = END (last or only fragment of a frame), 4 = BYE (the peer closed the link)
+//!              3 = END (last or only fragment of a frame), 4 = BYE (the peer closed the link),
+//!              5 = PLACED (first fragment of a placed frame, below)
 //! 1  body
 //! ```
 //!
 //! HELLO is the first message of every session: the acceptor creates its session when it sees
 //! it (see the transport). BYE is the last message of a link closed gracefully.
+//!
+//! A *placed* frame ([`Transport::send_placed`](crate::Transport::send_placed)) is fragmented
+//! like any other, but its first message is PLACED and says how long its protocol header and its
+//! payload are; the whole header is in that message, followed by the payload's first bytes:
+//!
+//! ```text
+//! 0  kind        u8      5 = PLACED
+//! 1  header_len  u16 LE
+//! 3  payload_len u32 LE
+//! 7  header      header_len bytes
+//!    payload     its first bytes (at most payload_len)
+//! ```
+//!
+//! The rest of the payload follows in MORE fragments and one END, exactly `payload_len` bytes
+//! in all; a payload that fits the PLACED message has no further fragment. The receiver writes
+//! payload bytes straight from each received message into the destination it was given
+//! ([`Placing`]), so a placed payload is copied once.
 
 use std::fmt;
+
+use crate::transport::PlaceTarget;
 
 const HELLO: u8 = 1;
 const MORE: u8 = 2;
 const END: u8 = 3;
 const BYE: u8 = 4;
+const PLACED: u8 = 5;
 /// The HELLO version this code speaks.
 const HELLO_VERSION: u8 = 1;
 
@@ -30,6 +51,8 @@ const HELLO_VERSION: u8 = 1;
 pub const HELLO_MSG: [u8; 2] = [HELLO, HELLO_VERSION];
 /// The BYE message.
 pub const BYE_MSG: [u8; 1] = [BYE];
+/// Bytes of a PLACED message's lengths (header and payload), after its kind byte.
+pub const PLACED_PREFIX_LEN: usize = 6;
 
 /// One message, parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +68,15 @@ pub enum Message<'a> {
     },
     /// The peer closed the link.
     Bye,
+    /// The first fragment of a placed frame.
+    Placed {
+        /// The frame's protocol header, whole.
+        header: &'a [u8],
+        /// Payload bytes of the frame (in this message and the fragments that follow).
+        len: usize,
+        /// The payload's first bytes, at most `len`.
+        data: &'a [u8],
+    },
 }
 
 /// Why a message (already checked by the reliability layer, so sent like this by the peer) is
@@ -59,6 +91,9 @@ pub enum MessageError {
     Hello,
     /// A BYE with a body.
     Bye,
+    /// A PLACED message shorter than its lengths and header, or with more payload bytes than
+    /// it announces.
+    Placed,
 }
 
 impl fmt::Display for MessageError {
@@ -68,6 +103,9 @@ impl fmt::Display for MessageError {
             MessageError::Kind(k) => write!(f, "unknown message kind {k:#04x}"),
             MessageError::Hello => f.write_str("unsupported hello"),
             MessageError::Bye => f.write_str("bye with a body"),
+            MessageError::Placed => {
+                f.write_str("placed message shorter than its header or longer than its payload")
+            }
         }
     }
 }
@@ -85,8 +123,139 @@ impl<'a> Message<'a> {
             END => Ok(Message::Fragment { last: true, data: body }),
             BYE if body.is_empty() => Ok(Message::Bye),
             BYE => Err(MessageError::Bye),
+            PLACED => parse_placed(body),
             other => Err(MessageError::Kind(other)),
         }
+    }
+}
+
+/// The body of a PLACED message.
+fn parse_placed(body: &[u8]) -> Result<Message<'_>, MessageError> {
+    let (lens, rest) = body.split_first_chunk::<PLACED_PREFIX_LEN>().ok_or(MessageError::Placed)?;
+    let header_len = usize::from(u16::from_le_bytes([lens[0], lens[1]]));
+    let len = u32::from_le_bytes([lens[2], lens[3], lens[4], lens[5]]) as usize;
+    if rest.len() < header_len || rest.len() - header_len > len {
+        return Err(MessageError::Placed);
+    }
+    let (header, data) = rest.split_at(header_len);
+    Ok(Message::Placed { header, len, data })
+}
+
+/// The lengths a placed frame's first message carries after its kind byte; `None` when the
+/// header is longer than a u16 or the payload than a u32 counts.
+pub fn placed_prefix(header_len: usize, payload_len: usize) -> Option<[u8; PLACED_PREFIX_LEN]> {
+    let header_len = u16::try_from(header_len).ok()?.to_le_bytes();
+    let payload_len = u32::try_from(payload_len).ok()?.to_le_bytes();
+    let mut prefix = [0u8; PLACED_PREFIX_LEN];
+    prefix[..2].copy_from_slice(&header_len);
+    prefix[2..].copy_from_slice(&payload_len);
+    Some(prefix)
+}
+
+/// Makes the fragment just written by [`write_fragment`] (or built by hand) into `out` the first
+/// message of a placed frame: the frame it cut is the placed prefix ([`placed_prefix`]), the
+/// header and the payload, and this fragment carries at least the prefix and the whole header.
+pub fn mark_placed(out: &mut [u8]) {
+    if let Some(kind) = out.first_mut() {
+        *kind = PLACED;
+    }
+}
+
+/// The kind byte of a fragment of a zero-copy frame: PLACED for the first fragment of a placed
+/// frame, else as [`fragment_kind`].
+pub fn first_or_fragment_kind(placed_first: bool, last: bool) -> u8 {
+    if placed_first {
+        PLACED
+    } else {
+        fragment_kind(last)
+    }
+}
+
+/// How a peer broke the length it announced for a placed payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PlaceViolation {
+    /// A fragment carries more bytes than the payload has left.
+    TooLong,
+    /// The frame's last fragment came before the payload was complete.
+    EndsEarly,
+    /// The payload is complete but the fragment says more follow.
+    NoEnd,
+}
+
+impl fmt::Display for PlaceViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PlaceViolation::TooLong => "placed payload longer than announced",
+            PlaceViolation::EndsEarly => "placed payload shorter than announced",
+            PlaceViolation::NoEnd => "placed payload complete but not ended",
+        })
+    }
+}
+
+impl std::error::Error for PlaceViolation {}
+
+/// The payload of a placed frame being received: each fragment's bytes are written to the
+/// destination (or dropped, without one) at the payload's running offset, never beyond its
+/// announced length.
+#[derive(Debug)]
+pub struct Placing {
+    target: Option<PlaceTarget>,
+    len: usize,
+    done: usize,
+}
+
+impl Placing {
+    /// A payload of `len` bytes about to arrive, for `target` (`None`: dropped).
+    ///
+    /// # Safety
+    /// With a target, `target.ptr()..target.ptr() + len` must be writable as long as this lives
+    /// ([`PlaceTarget::new`]'s contract for a `Placed` event announcing `len`).
+    pub unsafe fn new(target: Option<PlaceTarget>, len: usize) -> Placing {
+        Placing { target, len, done: 0 }
+    }
+
+    /// The destination, unless the payload is being dropped.
+    pub fn target(&self) -> Option<PlaceTarget> {
+        self.target
+    }
+
+    /// Payload bytes still to come.
+    pub fn remaining(&self) -> usize {
+        self.len - self.done
+    }
+
+    /// The payload's announced length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty payload.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Takes the next fragment's payload bytes; `last` when the peer says the frame ends with
+    /// them. Returns whether the payload is now complete. A fragment that does not fit what was
+    /// announced is refused before anything is written.
+    pub fn absorb(&mut self, data: &[u8], last: bool) -> Result<bool, PlaceViolation> {
+        let remaining = self.remaining();
+        if data.len() > remaining {
+            return Err(PlaceViolation::TooLong);
+        }
+        let complete = data.len() == remaining;
+        match (last, complete) {
+            (true, false) => return Err(PlaceViolation::EndsEarly),
+            (false, true) => return Err(PlaceViolation::NoEnd),
+            _ => {}
+        }
+        if let Some(target) = self.target.filter(|_| !data.is_empty()) {
+            // SAFETY: `done + data.len() <= len`, so the bytes land inside the destination's
+            // `len` bytes, which `Placing::new`'s contract makes writable; `data` is a received
+            // message (an mbuf), never the destination.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), target.ptr().add(self.done), data.len()) };
+        }
+        self.done += data.len();
+        Ok(complete)
     }
 }
 
@@ -162,5 +331,153 @@ mod tests {
         let mut out = [0u8; 4];
         assert_eq!(write_fragment(&mut out, &[], &[], 0, 0), (1, 0));
         assert_eq!(Message::parse(&out[..1]), Ok(Message::Fragment { last: true, data: &[] }));
+    }
+
+    /// Cuts a placed frame as the transport does (prefix and header, then payload; the first
+    /// fragment marked PLACED) into messages of at most `room` bytes.
+    fn placed_messages(header: &[u8], payload: &[u8], room: usize) -> Vec<Vec<u8>> {
+        let mut head = placed_prefix(header.len(), payload.len()).unwrap().to_vec();
+        head.extend_from_slice(header);
+        let (mut out, mut messages) = (vec![0u8; room], Vec::new());
+        let (mut offset, mut left) = (0, head.len() + payload.len());
+        loop {
+            let (len, n) = write_fragment(&mut out, &head, payload, offset, left);
+            if offset == 0 {
+                mark_placed(&mut out);
+            }
+            messages.push(out[..len].to_vec());
+            (offset, left) = (offset + n, left - n);
+            if left == 0 {
+                return messages;
+            }
+        }
+    }
+
+    #[test]
+    fn placed_messages_parse_and_land_once() {
+        let header: Vec<u8> = (100..130).collect();
+        let payload: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+        for room in [1 + PLACED_PREFIX_LEN + 30, 64, 1460, 8000] {
+            let messages = placed_messages(&header, &payload, room);
+            let Ok(Message::Placed { header: h, len, data }) = Message::parse(&messages[0]) else { panic!() };
+            assert_eq!((h, len), (&header[..], payload.len()));
+            let mut dest = vec![0u8; len];
+            // SAFETY: `dest` is `len` bytes and outlives `placing`.
+            let mut placing = unsafe { Placing::new(Some(PlaceTarget::new(dest.as_mut_ptr(), 9)), len) };
+            let mut complete = placing.absorb(data, data.len() == len).unwrap();
+            for message in &messages[1..] {
+                assert!(!complete, "room {room}: a fragment after the payload was complete");
+                let Ok(Message::Fragment { last, data }) = Message::parse(message) else { panic!() };
+                complete = placing.absorb(data, last).unwrap();
+            }
+            assert!(complete && placing.remaining() == 0);
+            assert_eq!(dest, payload, "room {room}");
+        }
+        // An empty payload: one PLACED message, complete at once.
+        let messages = placed_messages(b"hd", &[], 64);
+        assert_eq!(messages, vec![vec![PLACED, 2, 0, 0, 0, 0, 0, b'h', b'd']]);
+        assert_eq!(Message::parse(&messages[0]), Ok(Message::Placed { header: b"hd", len: 0, data: &[] }));
+    }
+
+    #[test]
+    fn placed_messages_that_lie_are_refused() {
+        assert_eq!(Message::parse(&[PLACED]), Err(MessageError::Placed));
+        assert_eq!(Message::parse(&[PLACED, 0, 0, 0, 0, 0]), Err(MessageError::Placed));
+        // Header longer than the message.
+        assert_eq!(Message::parse(&[PLACED, 3, 0, 9, 0, 0, 0, 1, 2]), Err(MessageError::Placed));
+        // More payload bytes than announced.
+        assert_eq!(Message::parse(&[PLACED, 1, 0, 1, 0, 0, 0, 7, 8, 9]), Err(MessageError::Placed));
+        assert_eq!(
+            Message::parse(&[PLACED, 1, 0, 2, 0, 0, 0, 7, 8, 9]),
+            Ok(Message::Placed { header: &[7], len: 2, data: &[8, 9] })
+        );
+        assert_eq!(placed_prefix(1 << 16, 0), None);
+        assert_eq!(placed_prefix(0, 1usize << 32), None);
+
+        let mut dest = [0u8; 8];
+        // SAFETY: the target is the first 4 bytes of `dest`, which outlives `placing`.
+        let mut placing = unsafe { Placing::new(Some(PlaceTarget::new(dest.as_mut_ptr(), 1)), 4) };
+        assert_eq!(placing.absorb(&[1, 2, 3, 4, 5], true), Err(PlaceViolation::TooLong));
+        assert_eq!(placing.absorb(&[1, 2], true), Err(PlaceViolation::EndsEarly));
+        assert_eq!(placing.absorb(&[1, 2, 3, 4], false), Err(PlaceViolation::NoEnd));
+        assert_eq!(dest, [0; 8], "a refused fragment wrote");
+        assert_eq!(placing.absorb(&[1, 2], false), Ok(false));
+        assert_eq!(placing.absorb(&[3, 4, 5], true), Err(PlaceViolation::TooLong));
+        assert_eq!(placing.absorb(&[3, 4], true), Ok(true));
+        assert_eq!(dest, [1, 2, 3, 4, 0, 0, 0, 0]);
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any bytes parse to a message or an error, never a panic; a PLACED message's parts
+            /// always lie inside it and its data never exceeds the announced length.
+            #[test]
+            fn any_bytes_parse_or_fail(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+                if let Ok(Message::Placed { header, len, data }) = Message::parse(&bytes) {
+                    prop_assert_eq!(1 + PLACED_PREFIX_LEN + header.len() + data.len(), bytes.len());
+                    prop_assert!(data.len() <= len);
+                }
+            }
+
+            /// Valid placed messages with random bytes changed parse or fail, never panic.
+            #[test]
+            fn mutated_placed_messages_parse_or_fail(
+                header in proptest::collection::vec(any::<u8>(), 0..40),
+                payload in proptest::collection::vec(any::<u8>(), 0..300),
+                room in (1 + PLACED_PREFIX_LEN + 40)..400usize,
+                flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+            ) {
+                for mut message in placed_messages(&header, &payload, room) {
+                    for (at, byte) in &flips {
+                        let i = at.index(message.len());
+                        message[i] = *byte;
+                    }
+                    let _ = Message::parse(&message);
+                }
+            }
+
+            /// Whatever fragments a peer sends against whatever length it announced, nothing is
+            /// written outside the destination, accepted bytes land at their running offset,
+            /// and the placement refuses exactly the fragments that do not fit.
+            #[test]
+            fn placement_never_writes_outside_the_destination(
+                len in 0usize..300,
+                fragments in proptest::collection::vec(
+                    (proptest::collection::vec(any::<u8>(), 0..120), any::<bool>()), 0..8),
+            ) {
+                const GUARD: usize = 64;
+                let mut buf = vec![0xAAu8; GUARD + len + GUARD];
+                // SAFETY: the target is `len` bytes inside `buf`, which outlives `placing`.
+                let target = unsafe { PlaceTarget::new(buf.as_mut_ptr().add(GUARD), 3) };
+                // SAFETY: as above.
+                let mut placing = unsafe { Placing::new(Some(target), len) };
+                let mut expect = Vec::new();
+                for (data, last) in &fragments {
+                    let remaining = len - expect.len();
+                    let fits = data.len() <= remaining && *last == (data.len() == remaining);
+                    match placing.absorb(data, *last) {
+                        Ok(complete) => {
+                            prop_assert!(fits);
+                            expect.extend_from_slice(data);
+                            prop_assert_eq!(complete, expect.len() == len);
+                            if complete {
+                                break;
+                            }
+                        }
+                        Err(_) => {
+                            prop_assert!(!fits);
+                            break;
+                        }
+                    }
+                }
+                prop_assert!(buf[..GUARD].iter().all(|&b| b == 0xAA));
+                prop_assert!(buf[GUARD + len..].iter().all(|&b| b == 0xAA));
+                prop_assert_eq!(&buf[GUARD..GUARD + expect.len()], &expect[..]);
+                prop_assert!(buf[GUARD + expect.len()..GUARD + len].iter().all(|&b| b == 0xAA));
+            }
+        }
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! - [`port`]: the ethdev port with its mbuf pool and rx/tx burst wrappers that own the mbufs,
 //! - [`frame`]: the Ethernet framing (EtherType 0x88B5, MACs, then one reliability datagram),
-//! - [`message`]: the transport's one-byte message header (HELLO, fragment, last fragment, BYE)
-//!   and the fragmentation of frames into MTU-sized messages,
+//! - [`message`]: the transport's one-byte message header (HELLO, fragment, last fragment, BYE,
+//!   first fragment of a placed frame), the fragmentation of frames into MTU-sized messages and
+//!   the receive-side placement of payloads,
 //! - [`transport`]: [`DpdkTransport`], the [`Transport`](crate::Transport) implementation,
 //! - [`extmem`]: zcx memory registered with DPDK as external memory, for zero-copy sends.
 //!
@@ -36,7 +37,8 @@
 //! [`DpdkConfig::max_backlog`]; `NoResource` beyond it).
 //!
 //! **Caps.** Reliable and ordered (the protocol's doing), RMA and atomics emulated (`rma` and
-//! `amo` false), no placement (`max_placed` 0, so `send_placed` is `send`), and zero-copy from
+//! `amo` false), placement of payloads up to `max_frame` less 262 bytes (`max_placed`; below),
+//! and zero-copy from
 //! [`DpdkConfig::zcopy_threshold`] on (`Caps::zcopy_threshold`; `usize::MAX` on a port whose
 //! driver cannot transmit chained mbufs, `RTE_ETH_TX_OFFLOAD_MULTI_SEGS`).
 //!
@@ -57,8 +59,23 @@
 //! Only then is the region released: unmapping a handle while a send from it is in flight
 //! defers DPDK's unregistration until the send completed. Anything else (below the threshold,
 //! memory not registered, a device that could not map it) is copied as before, counted in
-//! [`DpdkStats::zcopy_fallbacks`]. Received payloads land in the pool's mbufs and are copied out
-//! of them (a frame of one fragment is lent straight from the mbuf).
+//! [`DpdkStats::zcopy_fallbacks`].
+//!
+//! **Placement (one copy on receive).** Received payloads land in the pool's mbufs. An ordinary
+//! frame of several fragments is reassembled in the link's buffer before it is reported (a frame
+//! of one fragment is lent straight from the mbuf): two copies for a large payload. A frame sent
+//! with `send_placed` starts with a PLACED message carrying the header and payload lengths and
+//! the whole header ([`message`]); the receiver reports `Placed` at once, and every payload byte
+//! is then copied straight from its mbuf into the destination the receiver named (or dropped),
+//! `PlaceDone` following the last. The session delivers messages once and in order, so
+//! go-back-N retransmissions never write twice and offsets are the running count. A peer whose
+//! fragments do not add up to the length it announced, or that announces more than
+//! `max_placed`, fails the link (`ConnectionReset`, counted in
+//! [`DpdkStats::placed_violations`]) before anything is written outside the destination; a link
+//! that fails or is closed here mid-placement ends it with `PlaceDone` and the error
+//! (`Canceled` for a local close) and never touches the destination again. Zero-copy transmit
+//! applies to placed payloads as to any other. [`DpdkStats::placed_frames`] and
+//! [`placed_counters`] (process-wide) count the payloads received this way.
 //!
 //! **Failure.** A session declared dead (no progress for `dead_after_rtos` retransmission
 //! timeouts, [`DpdkConfig::dead_peer_timeout_ns`]) fails its link with `TlError::Timeout`
@@ -83,6 +100,6 @@ pub use eal::{dpdk_missing, open_with_process_eal, ports_with_process_eal, PortI
 pub use zcx_dpdk_sys::{allowed_cpus, vdev_eal_args, vdev_eal_args_on};
 
 pub use transport::{
-    injected_drops, DpdkConfig, DpdkError, DpdkPeer, DpdkStats, DpdkTransport, DEFAULT_ZCOPY_THRESHOLD,
-    INITIATOR_BIT,
+    injected_drops, placed_counters, DpdkConfig, DpdkError, DpdkPeer, DpdkStats, DpdkTransport,
+    PlacedCounters, DEFAULT_ZCOPY_THRESHOLD, INITIATOR_BIT,
 };

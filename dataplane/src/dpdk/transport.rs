@@ -11,13 +11,16 @@ use zcx_control::TransportAddress;
 
 use super::extmem::{self, ExtRegion};
 use super::frame::{is_unicast, peek_dst_session, write_header, EthFrame, Mac, ETHERTYPE, ETH_HEADER_LEN};
-use super::message::{fragment_kind, write_fragment, Message, BYE_MSG, HELLO_MSG};
+use super::message::{
+    first_or_fragment_kind, mark_placed, placed_prefix, write_fragment, Message, Placing, BYE_MSG, HELLO_MSG,
+    PLACED_PREFIX_LEN,
+};
 use super::port::{ExtSegment, Port, PortConfig, PortError};
 use crate::fast_map::FastMap;
 use crate::proto::reliable::wire::{Kind, Packet, HEADER_LEN};
 use crate::proto::reliable::{self, Delivery, Demux, External, SendError, Session};
 use crate::transport::{
-    Caps, ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport,
+    Caps, ConnectTarget, LinkId, ListenerId, Payload, Placement, SendOutcome, TlError, TlEvent, Transport,
 };
 
 /// Session ids this end picks for the links it initiates have this bit set; the ids a connecting
@@ -32,6 +35,41 @@ static INJECTED_DROPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU
 /// its traffic really crossed a lossy link.
 pub fn injected_drops() -> u64 {
     INJECTED_DROPS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Placed frames whose payload went straight into its destination, in this process.
+static PLACED_FRAMES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Payload bytes of those frames.
+static PLACED_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// What every DPDK transport of this process received through placement so far; see
+/// [`placed_counters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlacedCounters {
+    /// Placed frames whose whole payload was written straight from the received mbufs into the
+    /// destination the receiver named.
+    pub frames: u64,
+    /// Payload bytes of those frames.
+    pub bytes: u64,
+}
+
+/// Placed frames (and their payload bytes) received into their destination by any DPDK
+/// transport of this process: how a test above the transport sees that large payloads were
+/// copied once, not reassembled first.
+pub fn placed_counters() -> PlacedCounters {
+    PlacedCounters {
+        frames: PLACED_FRAMES.load(std::sync::atomic::Ordering::Relaxed),
+        bytes: PLACED_BYTES.load(std::sync::atomic::Ordering::Relaxed),
+    }
+}
+
+/// Longest protocol header [`Transport::send_placed`] takes (the api's are at most 60 bytes).
+const MAX_PLACED_HEADER: usize = 256;
+
+/// [`Caps::max_placed`] of a transport with this config: a placed frame sent whole (its header
+/// too long for one message) still fits a frame.
+fn max_placed(config: &DpdkConfig) -> usize {
+    config.max_frame.saturating_sub(PLACED_PREFIX_LEN + MAX_PLACED_HEADER)
 }
 
 /// The largest link id handed out (a transport set keeps 4 of the 32 bits).
@@ -167,6 +205,16 @@ pub struct DpdkStats {
     /// Zero-copy payloads above the threshold that were copied (not in registered memory, or
     /// the device could not map it).
     pub zcopy_fallbacks: u64,
+    /// Frames sent placed ([`Transport::send_placed`] with a header that fits one message).
+    pub placed_sent: u64,
+    /// Placed frames received whose whole payload was written straight from the mbufs into the
+    /// destination the receiver named (one copy).
+    pub placed_frames: u64,
+    /// Payload bytes of those frames.
+    pub placed_bytes: u64,
+    /// Placed frames whose peer broke the lengths it announced (the link then fails; also
+    /// counted in `bad_messages`).
+    pub placed_violations: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +241,8 @@ struct Link {
     backlog_frames: VecDeque<Pending>,
     /// The frame being reassembled from its fragments.
     reassembly: Vec<u8>,
+    /// The placed frame whose payload is being received.
+    placing: Option<Placing>,
 }
 
 /// A frame waiting in a link's backlog.
@@ -200,6 +250,9 @@ struct Link {
 enum Pending {
     /// This many bytes of it are left in the link's byte backlog.
     Bytes(usize),
+    /// A placed frame none of which is in the session yet: this many bytes (placed prefix,
+    /// header and payload) in the link's byte backlog; its first fragment is PLACED.
+    Placed(usize),
     /// A zero-copy frame: its slot in the [`ZcTable`].
     Zc(u32),
 }
@@ -222,6 +275,8 @@ struct ZcFrame {
     token: u64,
     header: [u8; ZC_HEADER_MAX],
     header_len: usize,
+    /// A placed frame: `header` starts with the placed prefix, the first fragment is PLACED.
+    placed: bool,
     ptr: usize,
     len: usize,
     /// Bytes of header plus payload handed to the session so far.
@@ -278,12 +333,14 @@ struct ZcTable {
 }
 
 impl ZcTable {
+    #[allow(clippy::too_many_arguments)]
     fn take(
         &mut self,
         region: Arc<ExtRegion>,
         link: LinkId,
         token: u64,
         header: &[u8],
+        placed: bool,
         ptr: usize,
         len: usize,
     ) -> Option<u32> {
@@ -305,6 +362,7 @@ impl ZcTable {
                     token,
                     header: [0; ZC_HEADER_MAX],
                     header_len: 0,
+                    placed: false,
                     ptr: 0,
                     len: 0,
                     fed: 0,
@@ -321,6 +379,7 @@ impl ZcTable {
         frame.token = token;
         frame.header[..header.len()].copy_from_slice(header);
         frame.header_len = header.len();
+        frame.placed = placed;
         frame.ptr = ptr;
         frame.len = len;
         frame.fed = 0;
@@ -399,6 +458,8 @@ struct Inner {
     /// The port's id and device, for DMA mappings of registered memory.
     port_id: u16,
     device: usize,
+    /// Placements ended by a local close, to report as `PlaceDone { Canceled }` on the next poll.
+    place_ends: Vec<(LinkId, u64)>,
 }
 
 /// The DPDK transport; see the [module documentation](super).
@@ -452,7 +513,7 @@ impl DpdkTransport {
             amo: false,
             max_frame: config.max_frame,
             zcopy_threshold,
-            max_placed: 0,
+            max_placed: max_placed(&config),
             latency_ns: 5_000,
             bandwidth: 1_250_000_000,
         };
@@ -472,6 +533,7 @@ impl DpdkTransport {
             zcopy_threshold,
             port_id: port.id(),
             device: port.device() as usize,
+            place_ends: Vec::new(),
             session_config,
             config,
         };
@@ -516,6 +578,101 @@ impl DpdkTransport {
     /// does. Frames may be sent at once.
     pub fn connect_peer(&mut self, peer: DpdkPeer) -> Result<LinkId, TlError> {
         self.inner.connect(peer)
+    }
+
+    /// [`Transport::send`], or with `placed` the frame of [`Transport::send_placed`]: `header`
+    /// then starts with the placed prefix, and the frame's first fragment is PLACED.
+    fn send_frame(
+        &mut self,
+        link: LinkId,
+        header: &[u8],
+        payload: Payload<'_>,
+        placed: bool,
+    ) -> Result<SendOutcome, TlError> {
+        let inner = &mut self.inner;
+        let Some(l) = inner.links.get_mut(link.0 as usize).and_then(Option::as_mut) else {
+            return Err(TlError::InvalidParam);
+        };
+        match l.state {
+            State::Failed(error) => return Err(error),
+            State::Closing { .. } => return Err(TlError::InvalidParam),
+            State::Connecting | State::Up => {}
+        }
+        if let Payload::Zcopy(z) = &payload {
+            if z.len() >= inner.zcopy_threshold {
+                let total = header.len() + z.len();
+                if total > inner.config.max_frame {
+                    return Err(TlError::InvalidParam);
+                }
+                let region = extmem::lookup(z.ptr() as usize, z.len()).filter(|region| {
+                    // SAFETY: `device` is the device of this transport's open port, which zcx
+                    // never removes from the process.
+                    unsafe { region.ensure_device(inner.port_id, inner.device as *mut _) }
+                });
+                match region.and_then(|r| {
+                    inner.zc.take(r, link, z.token(), header, placed, z.ptr() as usize, z.len())
+                }) {
+                    Some(cookie) => {
+                        inner.stats.zcopy_frames += 1;
+                        extmem::count_zcopy_frame(z.len());
+                        l.backlog_frames.push_back(Pending::Zc(cookie));
+                        if l.backlog_frames.len() == 1 {
+                            if let Some(session) = inner.demux.get_mut(l.session) {
+                                l.feed(session, &mut inner.scratch, &mut inner.zc);
+                            }
+                        }
+                        return Ok(SendOutcome::InFlight);
+                    }
+                    None => inner.stats.zcopy_fallbacks += 1,
+                }
+            }
+        }
+        let payload: &[u8] = match &payload {
+            Payload::None => &[],
+            Payload::Copy(bytes) => bytes,
+            // SAFETY: `ZcopyPayload::new`'s contract keeps the bytes live and unchanged until
+            // `SendDone`; they are copied before this returns `Done`, so none follows.
+            Payload::Zcopy(z) => unsafe { z.as_slice() },
+        };
+        let total = header.len() + payload.len();
+        if total > inner.config.max_frame {
+            return Err(TlError::InvalidParam);
+        }
+        let mut offset = 0;
+        if l.backlog_frames.is_empty() {
+            let Some(session) = inner.demux.get_mut(l.session) else { return Err(TlError::ConnectionReset) };
+            loop {
+                let (len, n) = write_fragment(&mut inner.scratch, header, payload, offset, total - offset);
+                if placed && offset == 0 {
+                    mark_placed(&mut inner.scratch);
+                }
+                match session.send(&inner.scratch[..len]) {
+                    Ok(()) => {}
+                    Err(SendError::Backpressure) => break,
+                    Err(SendError::Dead) => return Err(TlError::Timeout),
+                    Err(SendError::TooLarge { .. }) => return Err(TlError::InvalidParam),
+                }
+                offset += n;
+                if offset == total {
+                    return Ok(SendOutcome::Done);
+                }
+            }
+        } else if l.backlog.len() + total > inner.config.max_backlog {
+            return Err(TlError::NoResource);
+        }
+        let rest = total - offset;
+        if offset < header.len() {
+            l.backlog.extend(&header[offset..]);
+            l.backlog.extend(payload);
+        } else {
+            l.backlog.extend(&payload[offset - header.len()..]);
+        }
+        l.backlog_frames.push_back(if placed && offset == 0 {
+            Pending::Placed(rest)
+        } else {
+            Pending::Bytes(rest)
+        });
+        Ok(SendOutcome::Done)
     }
 }
 
@@ -645,6 +802,19 @@ impl Inner {
                 if !matches!(link.state, State::Up | State::Connecting) {
                     return; // closed here: nothing more is reported
                 }
+                if let Some(placing) = link.placing.as_mut() {
+                    match placing.absorb(data, last) {
+                        Ok(false) => {}
+                        Ok(true) => {
+                            let target = placing.target();
+                            let len = placing.len();
+                            link.placing = None;
+                            self.place_done(link_id, target, len, sink, events);
+                        }
+                        Err(violation) => self.place_violation(link_id, id, &violation, sink, events),
+                    }
+                    return;
+                }
                 if link.reassembly.len() + data.len() > self.config.max_frame {
                     tracing::debug!(session = id, "peer sent a frame above max_frame");
                     self.stats.bad_messages += 1;
@@ -663,6 +833,40 @@ impl Inner {
                 }
                 *events += 1;
             }
+            Ok(Message::Placed { header, len, data }) => {
+                if !matches!(link.state, State::Up | State::Connecting) {
+                    return; // closed here: nothing more is reported
+                }
+                let nested = link.placing.is_some() || !link.reassembly.is_empty();
+                if nested || len > max_placed(&self.config) {
+                    let reason = if nested {
+                        "a placed frame inside another frame"
+                    } else {
+                        "a placed payload above max_placed"
+                    };
+                    self.place_violation(link_id, id, &reason, sink, events);
+                    return;
+                }
+                let mut dest = Placement::default();
+                sink(TlEvent::Placed { link: link_id, header, len, dest: &mut dest });
+                *events += 1;
+                // SAFETY: a target the sink set is writable for `len` bytes until `PlaceDone`
+                // (PlaceTarget::new's contract), which this link reports when the placement
+                // ends: complete, failed (`fail`) or closed here (`close`).
+                let mut placing = unsafe { Placing::new(dest.take(), len) };
+                // The parser checked `data.len() <= len`: this fragment is the last when full.
+                let absorbed = placing.absorb(data, data.len() == len);
+                if absorbed == Ok(true) {
+                    self.place_done(link_id, placing.target(), len, sink, events);
+                    return;
+                }
+                if let Some(link) = self.links[index as usize].as_mut() {
+                    link.placing = Some(placing);
+                }
+                if let Err(violation) = absorbed {
+                    self.place_violation(link_id, id, &violation, sink, events);
+                }
+            }
             Ok(Message::Bye) => {
                 tracing::debug!(session = id, "peer closed the link");
                 self.fail(link_id, TlError::ConnectionReset, sink, events);
@@ -673,6 +877,58 @@ impl Inner {
                 self.fail(link_id, TlError::ConnectionReset, sink, events);
             }
         }
+    }
+
+    /// Nothing more is received on a link closed here: its placement, if any, ends unfinished,
+    /// reported by the next poll ([`Inner::report_place_ends`]).
+    fn end_placement_on_close(&mut self, link: LinkId) {
+        let Some(l) = self.links.get_mut(link.0 as usize).and_then(Option::as_mut) else { return };
+        if let Some(target) = l.placing.take().and_then(|p| p.target()) {
+            self.place_ends.push((link, target.token()));
+        }
+    }
+
+    /// Reports the placements ended by local closes as `PlaceDone { Canceled }`.
+    fn report_place_ends(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), events: &mut usize) {
+        for (link, token) in self.place_ends.drain(..) {
+            sink(TlEvent::PlaceDone { link, token, result: Err(TlError::Canceled) });
+            *events += 1;
+        }
+    }
+
+    /// A placement of `len` bytes is complete: counts it and reports `PlaceDone` when it had a
+    /// destination.
+    fn place_done(
+        &mut self,
+        link: LinkId,
+        target: Option<crate::transport::PlaceTarget>,
+        len: usize,
+        sink: &mut dyn FnMut(TlEvent<'_>),
+        events: &mut usize,
+    ) {
+        let Some(target) = target else { return };
+        self.stats.placed_frames += 1;
+        self.stats.placed_bytes += len as u64;
+        PLACED_FRAMES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        PLACED_BYTES.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+        sink(TlEvent::PlaceDone { link, token: target.token(), result: Ok(()) });
+        *events += 1;
+    }
+
+    /// The peer sent a placed frame other than it announced, or where none may start: the link
+    /// fails (its placement with it, nothing more written).
+    fn place_violation(
+        &mut self,
+        link: LinkId,
+        session: u32,
+        reason: &dyn std::fmt::Display,
+        sink: &mut dyn FnMut(TlEvent<'_>),
+        events: &mut usize,
+    ) {
+        tracing::debug!(session, %reason, "bad placed frame from peer; failing the link");
+        self.stats.placed_violations += 1;
+        self.stats.bad_messages += 1;
+        self.fail(link, TlError::ConnectionReset, sink, events);
     }
 
     /// Creates the acceptor's end of a link for a HELLO (DATA, seq 0) to a session id that is
@@ -723,6 +979,7 @@ impl Inner {
         link.backlog = VecDeque::new();
         link.backlog_frames = VecDeque::new();
         link.reassembly = Vec::new();
+        let placing = link.placing.take().and_then(|p| p.target());
         let (session, peer) = (link.session, link.peer);
         self.by_session.remove(&session);
         self.zc.settle_link(link_id, Err(error));
@@ -735,6 +992,11 @@ impl Inner {
             self.lingering.push((session, peer, until));
         } else {
             self.demux.remove(session);
+        }
+        if let Some(target) = placing {
+            // Some payload bytes never came; the destination is not touched again.
+            sink(TlEvent::PlaceDone { link: link_id, token: target.token(), result: Err(error) });
+            *events += 1;
         }
         if closing {
             self.free(link_id);
@@ -918,7 +1180,7 @@ fn feed_zc(frame: &mut ZcFrame, cookie: u32, session: &mut Session, scratch: &mu
         let n = left.min(room);
         let last = n == left;
         let (h_from, h_to) = (frame.fed.min(frame.header_len), (frame.fed + n).min(frame.header_len));
-        scratch[0] = fragment_kind(last);
+        scratch[0] = first_or_fragment_kind(frame.placed && frame.fed == 0, last);
         scratch[1..1 + h_to - h_from].copy_from_slice(&frame.header[h_from..h_to]);
         let inline = &scratch[..1 + h_to - h_from];
         let ext_len = n - (h_to - h_from);
@@ -954,6 +1216,7 @@ impl Link {
             backlog: VecDeque::new(),
             backlog_frames: VecDeque::new(),
             reassembly: Vec::new(),
+            placing: None,
         }
     }
 
@@ -961,17 +1224,21 @@ impl Link {
     fn feed(&mut self, session: &mut Session, scratch: &mut [u8], zc: &mut ZcTable) {
         while let Some(&pending) = self.backlog_frames.front() {
             match pending {
-                Pending::Bytes(left) => {
+                Pending::Bytes(left) | Pending::Placed(left) => {
                     let (a, b) = self.backlog.as_slices();
                     let (len, n) = write_fragment(scratch, a, b, 0, left);
+                    if matches!(pending, Pending::Placed(_)) {
+                        // `send_placed` checked that the prefix and header fit this message.
+                        mark_placed(scratch);
+                    }
                     if session.send(&scratch[..len]).is_err() {
                         return;
                     }
                     self.backlog.drain(..n);
                     if n == left {
                         self.backlog_frames.pop_front();
-                    } else if let Some(Pending::Bytes(front)) = self.backlog_frames.front_mut() {
-                        *front -= n;
+                    } else if let Some(front) = self.backlog_frames.front_mut() {
+                        *front = Pending::Bytes(left - n);
                     }
                 }
                 Pending::Zc(cookie) => {
@@ -1033,83 +1300,35 @@ impl Transport for DpdkTransport {
     /// with DPDK, which is sent from where it is and answers `InFlight` (`SendDone` follows once
     /// the peer acknowledged all of it and the driver freed every mbuf pointing at it).
     fn send(&mut self, link: LinkId, header: &[u8], payload: Payload<'_>) -> Result<SendOutcome, TlError> {
-        let inner = &mut self.inner;
-        let Some(l) = inner.links.get_mut(link.0 as usize).and_then(Option::as_mut) else {
-            return Err(TlError::InvalidParam);
-        };
-        match l.state {
-            State::Failed(error) => return Err(error),
-            State::Closing { .. } => return Err(TlError::InvalidParam),
-            State::Connecting | State::Up => {}
-        }
-        if let Payload::Zcopy(z) = &payload {
-            if z.len() >= inner.zcopy_threshold {
-                let total = header.len() + z.len();
-                if total > inner.config.max_frame {
-                    return Err(TlError::InvalidParam);
-                }
-                let region = extmem::lookup(z.ptr() as usize, z.len()).filter(|region| {
-                    // SAFETY: `device` is the device of this transport's open port, which zcx
-                    // never removes from the process.
-                    unsafe { region.ensure_device(inner.port_id, inner.device as *mut _) }
-                });
-                match region
-                    .and_then(|r| inner.zc.take(r, link, z.token(), header, z.ptr() as usize, z.len()))
-                {
-                    Some(cookie) => {
-                        inner.stats.zcopy_frames += 1;
-                        extmem::count_zcopy_frame(z.len());
-                        l.backlog_frames.push_back(Pending::Zc(cookie));
-                        if l.backlog_frames.len() == 1 {
-                            if let Some(session) = inner.demux.get_mut(l.session) {
-                                l.feed(session, &mut inner.scratch, &mut inner.zc);
-                            }
-                        }
-                        return Ok(SendOutcome::InFlight);
-                    }
-                    None => inner.stats.zcopy_fallbacks += 1,
-                }
-            }
-        }
-        let payload: &[u8] = match &payload {
-            Payload::None => &[],
-            Payload::Copy(bytes) => bytes,
-            // SAFETY: `ZcopyPayload::new`'s contract keeps the bytes live and unchanged until
-            // `SendDone`; they are copied before this returns `Done`, so none follows.
-            Payload::Zcopy(z) => unsafe { z.as_slice() },
-        };
-        let total = header.len() + payload.len();
-        if total > inner.config.max_frame {
+        self.send_frame(link, header, payload, false)
+    }
+
+    /// Sends `header` and `payload` as a placed frame: its first message (PLACED) carries the
+    /// lengths and the whole header, so the receiver learns where the payload goes before any of
+    /// it arrives ([`TlEvent::Placed`]) and writes every fragment straight from the received mbuf
+    /// there. A payload that qualifies for zero-copy leaves zero-copy, as with `send`. A header
+    /// too long for one message goes as an ordinary frame; one above 256 bytes, or a payload
+    /// above [`Caps::max_placed`], is `InvalidParam`.
+    fn send_placed(
+        &mut self,
+        link: LinkId,
+        header: &[u8],
+        payload: Payload<'_>,
+    ) -> Result<SendOutcome, TlError> {
+        if header.len() > MAX_PLACED_HEADER || payload.len() > self.caps.max_placed {
             return Err(TlError::InvalidParam);
         }
-        let mut offset = 0;
-        if l.backlog_frames.is_empty() {
-            let Some(session) = inner.demux.get_mut(l.session) else { return Err(TlError::ConnectionReset) };
-            loop {
-                let (len, n) = write_fragment(&mut inner.scratch, header, payload, offset, total - offset);
-                match session.send(&inner.scratch[..len]) {
-                    Ok(()) => {}
-                    Err(SendError::Backpressure) => break,
-                    Err(SendError::Dead) => return Err(TlError::Timeout),
-                    Err(SendError::TooLarge { .. }) => return Err(TlError::InvalidParam),
-                }
-                offset += n;
-                if offset == total {
-                    return Ok(SendOutcome::Done);
-                }
-            }
-        } else if l.backlog.len() + total > inner.config.max_backlog {
-            return Err(TlError::NoResource);
+        // The kind byte, the lengths and the whole header must fit the first message.
+        if 1 + PLACED_PREFIX_LEN + header.len() > self.inner.scratch.len() {
+            return self.send_frame(link, header, payload, false);
         }
-        let rest = total - offset;
-        if offset < header.len() {
-            l.backlog.extend(&header[offset..]);
-            l.backlog.extend(payload);
-        } else {
-            l.backlog.extend(&payload[offset - header.len()..]);
-        }
-        l.backlog_frames.push_back(Pending::Bytes(rest));
-        Ok(SendOutcome::Done)
+        let prefix = placed_prefix(header.len(), payload.len()).ok_or(TlError::InvalidParam)?;
+        let mut head = [0u8; PLACED_PREFIX_LEN + MAX_PLACED_HEADER];
+        head[..PLACED_PREFIX_LEN].copy_from_slice(&prefix);
+        head[PLACED_PREFIX_LEN..PLACED_PREFIX_LEN + header.len()].copy_from_slice(header);
+        let outcome = self.send_frame(link, &head[..PLACED_PREFIX_LEN + header.len()], payload, true)?;
+        self.inner.stats.placed_sent += 1;
+        Ok(outcome)
     }
 
     /// Graceful: queued frames go first, then a BYE (the peer reports `ConnectionReset`), and
@@ -1117,6 +1336,7 @@ impl Transport for DpdkTransport {
     /// once, the peer is not told.
     fn close(&mut self, link: LinkId, force: bool) {
         let inner = &mut self.inner;
+        inner.end_placement_on_close(link);
         let Some(l) = inner.links.get_mut(link.0 as usize).and_then(Option::as_mut) else { return };
         match l.state {
             State::Failed(_) => inner.free(link),
@@ -1135,6 +1355,9 @@ impl Transport for DpdkTransport {
         let DpdkTransport { inner, port, .. } = self;
         let now = inner.now();
         let mut events = 0;
+        if !inner.place_ends.is_empty() {
+            inner.report_place_ends(sink, &mut events);
+        }
         for _ in 0..4 {
             let received = port.rx_burst(|bytes| inner.on_frame(now, bytes, sink, &mut events));
             if received < super::port::BURST {
@@ -1157,6 +1380,352 @@ impl Transport for DpdkTransport {
     /// Always true while a link exists: whether frames wait in the port is only known by
     /// polling it, so a worker must not sleep on this transport.
     fn has_events(&self) -> bool {
-        self.inner.links.iter().any(Option::is_some)
+        !self.inner.place_ends.is_empty() || self.inner.links.iter().any(Option::is_some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The receive path of placed frames, sans-IO: an [`Inner`] without a port takes Ethernet
+    //! frames built by a peer [`Session`], as `poll` would hand them over.
+
+    use super::super::message::{fragment_kind, PLACED_PREFIX_LEN};
+    use super::*;
+    use crate::transport::PlaceTarget;
+
+    const US: Mac = [2, 0, 0, 0, 0, 1];
+    const PEER: Mac = [2, 0, 0, 0, 0, 2];
+    /// The session id the peer names for our end (an acceptor's), and its own.
+    const OURS: u32 = 7;
+    const THEIRS: u32 = INITIATOR_BIT | 3;
+
+    /// What the tests saw, owned.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Seen {
+        Accepted(LinkId),
+        Frame(Vec<u8>),
+        Placed(Vec<u8>, usize),
+        PlaceDone(u64, Result<(), TlError>),
+        Failed(TlError),
+    }
+
+    fn inner() -> Inner {
+        let config = DpdkConfig { max_frame: 64 << 10, ..DpdkConfig::default() };
+        let session_config = config.session_config();
+        Inner {
+            mac: US,
+            epoch: Instant::now(),
+            demux: Demux::new(),
+            links: Vec::new(),
+            free_links: Vec::new(),
+            by_session: FastMap::default(),
+            lingering: Vec::new(),
+            next_initiator_id: 0,
+            rng: Rng(1),
+            scratch: vec![0; session_config.max_payload],
+            stats: DpdkStats::default(),
+            zc: ZcTable::default(),
+            zcopy_threshold: usize::MAX,
+            port_id: 0,
+            device: 0,
+            place_ends: Vec::new(),
+            session_config,
+            config,
+        }
+    }
+
+    /// The peer: a session towards `OURS`, which sends messages and takes our acks.
+    struct Peer {
+        session: Session,
+    }
+
+    impl Peer {
+        fn new(inner: &Inner) -> Peer {
+            let mut session = Session::new(inner.session_config.clone(), THEIRS, OURS).unwrap();
+            session.send(&HELLO_MSG).unwrap();
+            Peer { session }
+        }
+
+        /// Moves everything the peer has to send into `inner` (and our acks back) until both
+        /// are quiet; for every `Placed`, `dest` says where the payload goes.
+        fn pump(
+            &mut self,
+            inner: &mut Inner,
+            dest: &mut dyn FnMut(usize) -> Option<PlaceTarget>,
+        ) -> Vec<Seen> {
+            let mut seen = Vec::new();
+            let now = inner.now();
+            let mut buf = vec![0u8; ETH_HEADER_LEN + inner.config.mtu];
+            for _ in 0..10_000 {
+                let mut moved = false;
+                while let Some(len) = self.session.poll_transmit(now, &mut buf[ETH_HEADER_LEN..]) {
+                    write_header(&mut buf, &US, &PEER);
+                    let mut events = 0;
+                    inner.on_frame(
+                        now,
+                        &buf[..ETH_HEADER_LEN + len],
+                        &mut |event| match event {
+                            TlEvent::Accepted { link, .. } => seen.push(Seen::Accepted(link)),
+                            TlEvent::Frame { bytes, .. } => seen.push(Seen::Frame(bytes.to_vec())),
+                            TlEvent::Placed { header, len, dest: slot, .. } => {
+                                seen.push(Seen::Placed(header.to_vec(), len));
+                                if let Some(target) = dest(len) {
+                                    slot.set(target);
+                                }
+                            }
+                            TlEvent::PlaceDone { token, result, .. } => {
+                                seen.push(Seen::PlaceDone(token, result))
+                            }
+                            TlEvent::LinkFailed { error, .. } => seen.push(Seen::Failed(error)),
+                            other => panic!("unexpected {other:?}"),
+                        },
+                        &mut events,
+                    );
+                    moved = true;
+                }
+                if let Some(ours) = inner.demux.get_mut(OURS) {
+                    while let Some(len) = ours.poll_transmit(now, &mut buf) {
+                        let _ = self.session.on_datagram(now, &buf[..len]);
+                        moved = true;
+                    }
+                }
+                if !moved {
+                    return seen;
+                }
+            }
+            panic!("the exchange never settled");
+        }
+
+        /// Queues the messages of a placed frame as a truthful sender cuts it.
+        fn send_placed(&mut self, header: &[u8], payload: &[u8]) {
+            let mut head = placed_prefix(header.len(), payload.len()).unwrap().to_vec();
+            head.extend_from_slice(header);
+            self.send_cut(&head, payload, true);
+        }
+
+        fn send_cut(&mut self, head: &[u8], payload: &[u8], placed: bool) {
+            let mut out = vec![0u8; self.session.config().max_payload];
+            let (mut offset, total) = (0, head.len() + payload.len());
+            loop {
+                let (len, n) = write_fragment(&mut out, head, payload, offset, total - offset);
+                if placed && offset == 0 {
+                    mark_placed(&mut out);
+                }
+                self.session.send(&out[..len]).unwrap();
+                offset += n;
+                if offset == total {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The kind byte of a placed frame's first message.
+    fn placed_kind() -> u8 {
+        first_or_fragment_kind(true, false)
+    }
+
+    fn payload(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 31 + 7) as u8).collect()
+    }
+
+    /// `len` bytes of `buf` from `GUARD` on, for a `PlaceTarget`.
+    const GUARD: usize = 64;
+
+    fn target(buf: &mut [u8], token: u64) -> PlaceTarget {
+        // SAFETY: the tests keep `buf` alive and untouched until the placement ends, and give it
+        // `GUARD` bytes of room on either side of any announced length.
+        unsafe { PlaceTarget::new(buf.as_mut_ptr().add(GUARD), token) }
+    }
+
+    #[test]
+    fn placed_payloads_land_once_in_their_destination() {
+        let mut inner = inner();
+        let mut peer = Peer::new(&inner);
+        assert_eq!(peer.pump(&mut inner, &mut |_| None), vec![Seen::Accepted(LinkId(0))]);
+
+        let data = payload(10_000);
+        let mut buf = vec![0xEEu8; GUARD + data.len() + GUARD];
+        peer.send_placed(b"hdr", &data);
+        peer.send_cut(&[], b"an ordinary frame after it", false);
+        let raw = buf.as_mut_ptr();
+        let seen = peer.pump(&mut inner, &mut |len| {
+            assert_eq!(len, 10_000);
+            // SAFETY: as `target`.
+            Some(unsafe { PlaceTarget::new(raw.add(GUARD), 42) })
+        });
+        assert_eq!(
+            seen,
+            vec![
+                Seen::Placed(b"hdr".to_vec(), 10_000),
+                Seen::PlaceDone(42, Ok(())),
+                Seen::Frame(b"an ordinary frame after it".to_vec()),
+            ]
+        );
+        assert!(buf[GUARD..GUARD + data.len()] == data[..]);
+        assert!(buf[..GUARD].iter().chain(&buf[GUARD + data.len()..]).all(|&b| b == 0xEE));
+        let stats = inner.stats;
+        assert_eq!((stats.placed_frames, stats.placed_bytes, stats.placed_violations), (1, 10_000, 0));
+        assert!(inner.links[0].as_ref().unwrap().reassembly.capacity() == 0, "the payload was reassembled");
+
+        // Left without a destination the payload is dropped: no PlaceDone, nothing counted.
+        peer.send_placed(b"h2", &payload(3000));
+        peer.send_placed(b"small", &[1, 2, 3]);
+        let seen = peer.pump(&mut inner, &mut |_| None);
+        assert_eq!(seen, vec![Seen::Placed(b"h2".to_vec(), 3000), Seen::Placed(b"small".to_vec(), 3)]);
+        assert_eq!(inner.stats.placed_frames, 1);
+    }
+
+    #[test]
+    fn a_peer_lying_about_lengths_fails_the_link_and_writes_nothing_outside() {
+        let mut inner = inner();
+        let mut peer = Peer::new(&inner);
+        peer.pump(&mut inner, &mut |_| None);
+        // Announces 100 bytes, then sends 2000 of them.
+        let mut head = placed_prefix(1, 100).unwrap().to_vec();
+        head.push(b'h');
+        let mut first = vec![placed_kind()];
+        first.extend_from_slice(&head);
+        first.extend_from_slice(&[9; 50]);
+        peer.session.send(&first).unwrap();
+        let mut more = vec![fragment_kind(false)];
+        more.extend_from_slice(&[8; 1400]);
+        peer.session.send(&more).unwrap();
+        let mut buf = vec![0xEEu8; GUARD + 100 + GUARD];
+        let raw = buf.as_mut_ptr();
+        // SAFETY: as `target`.
+        let seen = peer.pump(&mut inner, &mut |_| Some(unsafe { PlaceTarget::new(raw.add(GUARD), 5) }));
+        assert_eq!(
+            seen,
+            vec![
+                Seen::Placed(b"h".to_vec(), 100),
+                Seen::PlaceDone(5, Err(TlError::ConnectionReset)),
+                Seen::Failed(TlError::ConnectionReset),
+            ]
+        );
+        assert!(buf[GUARD..GUARD + 50].iter().all(|&b| b == 9), "the truthful part landed");
+        assert!(buf[GUARD + 50..].iter().all(|&b| b == 0xEE), "written past what was accepted");
+        assert!(buf[..GUARD].iter().all(|&b| b == 0xEE));
+        assert_eq!((inner.stats.placed_violations, inner.stats.bad_messages), (1, 1));
+        assert_eq!(inner.stats.placed_frames, 0);
+    }
+
+    #[test]
+    fn a_placement_announcing_too_much_or_nested_fails_the_link() {
+        for case in 0..2 {
+            let mut inner = inner();
+            let mut peer = Peer::new(&inner);
+            peer.pump(&mut inner, &mut |_| None);
+            if case == 0 {
+                let mut first = vec![placed_kind()];
+                first.extend_from_slice(&placed_prefix(0, max_placed(&inner.config) + 1).unwrap());
+                peer.session.send(&first).unwrap();
+            } else {
+                // A PLACED message in the middle of an ordinary frame.
+                peer.session.send(&[fragment_kind(false), 1, 2, 3]).unwrap();
+                let mut first = vec![placed_kind()];
+                first.extend_from_slice(&placed_prefix(0, 10).unwrap());
+                peer.session.send(&first).unwrap();
+            }
+            let seen = peer.pump(&mut inner, &mut |_| panic!("no Placed may be reported"));
+            assert_eq!(seen, vec![Seen::Failed(TlError::ConnectionReset)], "case {case}");
+            assert_eq!(inner.stats.placed_violations, 1);
+        }
+    }
+
+    #[test]
+    fn a_link_failing_mid_placement_ends_it_with_the_error() {
+        let mut inner = inner();
+        let mut peer = Peer::new(&inner);
+        peer.pump(&mut inner, &mut |_| None);
+        let mut head = placed_prefix(2, 5000).unwrap().to_vec();
+        head.extend_from_slice(b"hh");
+        peer.send_cut(&head, &payload(2000), true); // ends early: its END comes at 2000 bytes
+        let mut buf = vec![0xEEu8; GUARD + 5000 + GUARD];
+        let raw = buf.as_mut_ptr();
+        // SAFETY: as `target`.
+        let seen = peer.pump(&mut inner, &mut |_| Some(unsafe { PlaceTarget::new(raw.add(GUARD), 8) }));
+        assert_eq!(seen[0], Seen::Placed(b"hh".to_vec(), 5000));
+        assert_eq!(
+            seen[1..],
+            [Seen::PlaceDone(8, Err(TlError::ConnectionReset)), Seen::Failed(TlError::ConnectionReset)]
+        );
+
+        // The peer closes (BYE) while a truthful placement is half done.
+        let mut inner2 = self::inner();
+        let mut peer = Peer::new(&inner2);
+        peer.pump(&mut inner2, &mut |_| None);
+        let mut head = placed_prefix(0, 5000).unwrap().to_vec();
+        head.truncate(PLACED_PREFIX_LEN);
+        let mut first = vec![placed_kind()];
+        first.extend_from_slice(&head);
+        first.extend_from_slice(&[4; 1000]);
+        peer.session.send(&first).unwrap();
+        peer.session.send(&BYE_MSG).unwrap();
+        let mut buf2 = vec![0xEEu8; GUARD + 5000 + GUARD];
+        let seen = peer.pump(&mut inner2, &mut |_| Some(target(&mut buf2, 9)));
+        assert_eq!(
+            seen,
+            vec![
+                Seen::Placed(vec![], 5000),
+                Seen::PlaceDone(9, Err(TlError::ConnectionReset)),
+                Seen::Failed(TlError::ConnectionReset),
+            ]
+        );
+        assert!(buf2[GUARD..GUARD + 1000].iter().all(|&b| b == 4));
+        assert!(buf2[GUARD + 1000..].iter().all(|&b| b == 0xEE));
+        drop(buf);
+    }
+
+    #[test]
+    fn a_link_closed_here_mid_placement_ends_it_canceled_and_writes_no_more() {
+        let mut inner = inner();
+        let mut peer = Peer::new(&inner);
+        peer.pump(&mut inner, &mut |_| None);
+        let data = payload(6000);
+        let mut head = placed_prefix(1, data.len()).unwrap().to_vec();
+        head.push(b'c');
+        let mut buf = vec![0xEEu8; GUARD + data.len() + GUARD];
+        let raw = buf.as_mut_ptr();
+        // Only the PLACED message and one fragment arrive before the close.
+        let mut out = vec![0u8; inner.session_config.max_payload];
+        let (mut offset, total) = (0, head.len() + data.len());
+        let mut cut = Vec::new();
+        while offset < total {
+            let (len, n) = write_fragment(&mut out, &head, &data, offset, total - offset);
+            if offset == 0 {
+                mark_placed(&mut out);
+            }
+            cut.push(out[..len].to_vec());
+            offset += n;
+        }
+        for message in &cut[..2] {
+            peer.session.send(message).unwrap();
+        }
+        // SAFETY: as `target`.
+        let seen = peer.pump(&mut inner, &mut |_| Some(unsafe { PlaceTarget::new(raw.add(GUARD), 11) }));
+        assert_eq!(seen, vec![Seen::Placed(b"c".to_vec(), 6000)]);
+        let landed = GUARD + (cut[0].len() - 1 - PLACED_PREFIX_LEN - 1) + (cut[1].len() - 1);
+
+        // What `close` does to the placement; the link is then Closing (graceful close).
+        inner.end_placement_on_close(LinkId(0));
+        inner.links[0].as_mut().unwrap().state = State::Closing { bye_queued: false };
+        let mut reported = Vec::new();
+        let mut events = 0;
+        inner.report_place_ends(&mut |event| reported.push(format!("{event:?}")), &mut events);
+        assert_eq!(
+            reported,
+            vec![format!(
+                "{:?}",
+                TlEvent::PlaceDone { link: LinkId(0), token: 11, result: Err(TlError::Canceled) }
+            )]
+        );
+        for message in &cut[2..] {
+            peer.session.send(message).unwrap();
+        }
+        assert_eq!(peer.pump(&mut inner, &mut |_| panic!("no Placed after the close")), vec![]);
+        assert!(buf[GUARD..landed] == data[..landed - GUARD]);
+        assert!(buf[landed..].iter().all(|&b| b == 0xEE), "written after the close");
+        assert!(inner.place_ends.is_empty());
     }
 }
