@@ -26,9 +26,10 @@ die() {
     finish 125
 }
 
-# Fresh tmpfs where the host's directories would only get in the way.
+# Fresh tmpfs where the host's directories would only get in the way. Not over /tmp: the
+# checkout and its test binaries may live there (a CI clone in /tmp), and the overlay already
+# sends the guest's own writes to tmpfs.
 mount -t tmpfs -o mode=0755 tmpfs /run
-mount -t tmpfs -o mode=1777 tmpfs /tmp
 mkdir -p /dev/pts /dev/shm /dev/hugepages /zcx-run
 mount -t devpts devpts /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
