@@ -13,6 +13,7 @@
 #   tag_bw          tag_bw         1 MiB    bandwidth (MB/s, MB = 1e6 B; UCX prints MiB/s, converted)
 #   put_lat         ucp_put_lat    8        one-way latency (us)
 #   put_bw          ucp_put_bw     1 MiB    bandwidth (MB/s)
+#   put_rate        ucp_put_bw     8        message rate (puts/s; RATE_ITERS=2000000, RATE_SIZES=8)
 #   get_lat         ucp_get        8        latency of one get (us; neither side halves it)
 #   get_bw          ucp_get        1 MiB    bandwidth (MB/s)
 #   atomic_add_lat  ucp_add        8        time per add (us). Not like for like: UCX streams
@@ -24,7 +25,7 @@
 #   stream_lat      stream_lat     8        one-way latency (us)
 #   stream_bw       stream_bw      1 MiB    bandwidth (MB/s)
 #
-# Latency ratio > 1: zcx is slower. Bandwidth ratio > 1: zcx is faster. A pair that failed to
+# Latency ratio > 1: zcx is slower. Bandwidth and message-rate ratio > 1: zcx is faster. A pair that failed to
 # run shows FAILED in the table and makes the script exit 1 (after the table).
 #
 # Besides the table it writes a CSV of the medians (source,test,size,transport,latency_us,
@@ -46,7 +47,7 @@
 #                     BW_SIZES="8192 65536 1048576 4194304": the plot then has curves
 #   UCX_PORT_BASE=14300  first TCP port of the ucx_perftest servers (one port per run)
 #   SERVER_CPU=1 CLIENT_CPU=0
-#   TESTS="tag_lat tag_sync_lat tag_bw put_lat put_bw get_lat get_bw fadd_lat cswap_lat
+#   TESTS="tag_lat tag_sync_lat tag_bw put_lat put_bw put_rate get_lat get_bw fadd_lat cswap_lat
 #          am_lat am_bw stream_lat stream_bw"   (atomic_add_lat too, on request)
 #   CSV=target/compare-ucx.csv   the medians as CSV
 #   PLOT=target/compare-ucx.svg  the plot (PLOT= draws nothing)
@@ -65,7 +66,7 @@ BW_SIZE=${BW_SIZE:-1048576}
 UCX_PORT_BASE=${UCX_PORT_BASE:-14300}
 SERVER_CPU=${SERVER_CPU:-1}
 CLIENT_CPU=${CLIENT_CPU:-0}
-TESTS=${TESTS:-"tag_lat tag_sync_lat tag_bw put_lat put_bw get_lat get_bw fadd_lat cswap_lat am_lat am_bw stream_lat stream_bw"}
+TESTS=${TESTS:-"tag_lat tag_sync_lat tag_bw put_lat put_bw put_rate get_lat get_bw fadd_lat cswap_lat am_lat am_bw stream_lat stream_bw"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 if [ "${SWEEP:-0}" = 1 ]; then
     LAT_SIZES=${LAT_SIZES:-"8 64 512 4096 32768 262144"}
@@ -155,7 +156,7 @@ done
 echo "# UCX, zcx: medians of $ROUNDS rounds; zcx/UCX: median of the rounds' own ratios (each round's pair ran"
 echo "# back to back, so the machine's slow and fast modes cancel within a round)."
 echo "# latency: whole-run average, one-way for ping-pongs (ratio > 1: zcx slower);"
-echo "# bandwidth: MB = 1e6 B (ratio > 1: zcx faster). UCX $(ucx_version) with UCX_TLS=$UCX_SIDE_TLS; zcx with ZCX_TLS=$ZCX_SIDE_TLS."
+echo "# bandwidth: MB = 1e6 B, and message rate: puts/s (ratio > 1: zcx faster). UCX $(ucx_version) with UCX_TLS=$UCX_SIDE_TLS; zcx with ZCX_TLS=$ZCX_SIDE_TLS."
 if [ -n "$CSV" ]; then
     echo "# medians written to $CSV"
     if [ -n "$PLOT" ]; then

@@ -20,13 +20,16 @@ spec() {
         put_bw) ucx_test=ucp_put_bw ;;
         get_bw) ucx_test=ucp_get ;;
         am_bw) ucx_test=ucp_am_bw ;;
+        put_rate) ucx_test=ucp_put_bw ;;
         *) return 1 ;;
     esac
     case $1 in
         *_bw) metric=bandwidth_MBps iters=$BW_ITERS warmup=$BW_WARMUP sizes=$BW_SIZES ;;
+        # Message rate: put_bw at small sizes, millions of puts (RATE_ITERS, RATE_SIZES).
+        *_rate) metric=msg_rate iters=${RATE_ITERS:-2000000} warmup=${RATE_WARMUP:-10000} sizes=${RATE_SIZES:-8} ;;
     esac
 }
-KNOWN_TESTS="tag_lat tag_sync_lat tag_bw put_lat put_bw get_lat get_bw atomic_add_lat fadd_lat cswap_lat am_lat am_bw stream_lat stream_bw"
+KNOWN_TESTS="tag_lat tag_sync_lat tag_bw put_lat put_bw put_rate get_lat get_bw atomic_add_lat fadd_lat cswap_lat am_lat am_bw stream_lat stream_bw"
 
 # check_tests TEST...: exits 2 naming the first test with no ucx_perftest counterpart.
 check_tests() {
@@ -119,6 +122,9 @@ ucx_value() {
     if [ "$1" = bandwidth_MBps ]; then
         # ucx_perftest's MB/s is MiB/s (column 6: overall); zcx's is 1e6 B/s.
         awk '{ printf "%.2f", $6 * 1.048576 }' <<<"$ucx_line"
+    elif [ "$1" = msg_rate ]; then
+        # Column 8: overall messages per second.
+        awk '{ print $8 }' <<<"$ucx_line"
     else
         # Column 4: overall average latency (one-way for ping-pongs), like zcx's avg_us.
         awk '{ print $4 }' <<<"$ucx_line"
@@ -128,6 +134,8 @@ ucx_value() {
 # zcx_run ZCX_TLS TEST SIZE ITERS WARMUP: sets $zcx_line to zcx perf's result line of TEST.
 zcx_run() {
     local tls=$1 test=$2 size=$3 iters=$4 warmup=$5 out pid
+    # put_rate is zcx perf's put_bw, read for its msg_rate.
+    [ "$test" = put_rate ] && test=put_bw
     out=$work/zcx.$test.$RANDOM
     run_bg "$out" timeout "$RUN_TIMEOUT" "$ZCX" perf -t "$test" -s "$size" -n "$iters" -w "$warmup" \
         --client-cpu "$CLIENT_CPU" --server-cpu "$SERVER_CPU" --tls "$tls"
@@ -146,7 +154,10 @@ zcx_run() {
 
 # zcx_value METRIC: the value of METRIC in $zcx_line (avg_us for latency: the whole-run average).
 zcx_value() {
-    if [ "$1" = bandwidth_MBps ]; then field bandwidth_MBps "$zcx_line"; else field avg_us "$zcx_line"; fi
+    case $1 in
+        bandwidth_MBps | msg_rate) field "$1" "$zcx_line" ;;
+        *) field avg_us "$zcx_line" ;;
+    esac
 }
 
 # field KEY LINE: the value of KEY=value in LINE.
@@ -168,7 +179,8 @@ ratio_label() { awk -v r="$1" 'BEGIN { if (r + 0 > 0) printf "%.2f", r; else pri
 
 # csv_row FILE SOURCE TEST SIZE TRANSPORT METRIC VALUE: one CSV record (nothing for FAILED).
 csv_row() {
-    [ "$7" = FAILED ] && return 0
+    # The CSV (and its plot) has latency and bandwidth columns only.
+    [ "$7" = FAILED ] || [ "$6" = msg_rate ] && return 0
     if [ "$6" = latency_us ]; then echo "$2,$3,$4,$5,$7," >>"$1"; else echo "$2,$3,$4,$5,,$7" >>"$1"; fi
 }
 
