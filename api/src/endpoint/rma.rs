@@ -20,7 +20,9 @@ use crate::mem::Prot;
 use crate::request::{OpInfo, OpSink, ReqCell, Request, RequestParams};
 use crate::rkey::RemoteKey;
 use crate::status::{fail_with, Result, Status};
-use crate::worker::state::{send_on_ep, BulkJob, Core, FragKind, NbiCopy, OutKind, Phase, State};
+use crate::worker::state::{
+    send_on_ep, BulkJob, Core, FragKind, NbiCopy, OutKind, Phase, State, UNTRACKED_PUT,
+};
 
 /// Operand size of an atomic (`UCP_FEATURE_AMO32` / `AMO64`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -245,6 +247,26 @@ impl Endpoint {
 
     #[inline(never)]
     fn put_nbi_by_target(&self, bytes: &[u8], remote_addr: u64, rkey: &EpRkey) -> Result<()> {
+        // A key the owner has yet to vouch for (for later direct access) needs an acknowledged
+        // put; otherwise an eager implicit put goes without one, as UCX's do: the target answers
+        // only a refusal, and that answer precedes its answer to the next flush on the link.
+        let needs_vouch = rkey.live.is_some() && !rkey.verified.load(Ordering::Relaxed);
+        if !needs_vouch {
+            let mut guard = self.shared().lock();
+            let Core { tl, st } = &mut *guard;
+            st.usable_ep(self.id())?;
+            if bytes.len() <= st.max_payload && bytes.len() < st.rndv_thresh {
+                let frame = Op::Put {
+                    req: UNTRACKED_PUT,
+                    region: rkey.region,
+                    key: rkey.key,
+                    addr: remote_addr,
+                    ack: false,
+                };
+                send_on_ep(tl, st, self.id(), &frame, Payload::Copy(bytes), None)?;
+                return Ok(());
+            }
+        }
         self.put_by_target(bytes.len(), remote_addr, rkey, |st, eager| {
             let failure = st.eps.get(&self.id()).map(|ep| Arc::clone(&ep.nbi)).unwrap_or_default();
             if eager {

@@ -443,6 +443,14 @@ fn on_data_fragment(st: &mut State, ep: u64, id: u64, offset: u64, payload: &[u8
 }
 
 fn on_rma_ack(st: &mut State, ep: u64, req: u64, status: i8, value: u64) {
+    if req == crate::worker::state::UNTRACKED_PUT {
+        // The target refused an implicit put sent without acknowledgement: the endpoint's next
+        // flush reports it (the refusal arrives before that flush's answer: same link, in order).
+        if let Some(state) = st.eps.get(&ep) {
+            state.nbi.record(Status::from_code(i32::from(status)).unwrap_or(Status::IoError));
+        }
+        return;
+    }
     let Some(op) = st.ops.get_mut(&req) else { return };
     if op.ep != ep {
         return;

@@ -157,7 +157,23 @@ pub(crate) struct EpState {
 #[derive(Default)]
 pub(crate) struct NbiFailure(std::sync::atomic::AtomicI32);
 
+/// The request id of an implicit put sent without acknowledgement. Operation ids start at 1, so
+/// the target's refusal answered with it is recorded as the endpoint's implicit-put failure.
+pub(crate) const UNTRACKED_PUT: u64 = 0;
+
 impl NbiFailure {
+    /// Records `status` unless it is `Ok` or a failure is recorded already.
+    pub fn record(&self, status: Status) {
+        if status != Status::Ok {
+            let _ = self.0.compare_exchange(
+                0,
+                status.code(),
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    }
+
     /// Takes the recorded failure, if any.
     pub fn take(&self) -> Option<Status> {
         match self.0.swap(0, std::sync::atomic::Ordering::Relaxed) {
@@ -169,14 +185,7 @@ impl NbiFailure {
 
 impl OpSink for NbiFailure {
     fn complete(&self, _held: &State, status: Status, _info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
-        if status != Status::Ok {
-            let _ = self.0.compare_exchange(
-                0,
-                status.code(),
-                std::sync::atomic::Ordering::Relaxed,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
+        self.record(status);
         None
     }
 }
