@@ -221,6 +221,26 @@ impl Session {
         }
     }
 
+    /// Queues the message `fill` writes straight into the send ring's next slot (a buffer of
+    /// [`Config::max_payload`] bytes; `fill` returns the message's length, clamped to it), which
+    /// saves building it elsewhere and copying it in. On [`SendError::Backpressure`] or
+    /// [`SendError::Dead`] `fill` is not called.
+    pub fn send_with(&mut self, fill: impl FnOnce(&mut [u8]) -> usize) -> Result<(), SendError> {
+        if self.dead {
+            return Err(SendError::Dead);
+        }
+        match self.ring.push_with(fill) {
+            Some(_) => Ok(()),
+            None => Err(SendError::Backpressure),
+        }
+    }
+
+    /// Whether [`Session::send`] would refuse any message now for want of room (or because the
+    /// peer is dead): lets a caller skip preparing one (copying it, computing its CRC).
+    pub fn send_queue_full(&self) -> bool {
+        self.dead || self.ring.is_full()
+    }
+
     /// The sequence number the next queued message gets.
     pub fn next_seq(&self) -> u64 {
         self.ring.tail()
@@ -388,10 +408,9 @@ impl Session {
             let header = self.header(Kind::Data, seq);
             // Present: head <= snd_nxt < tail.
             let (inline, external) = self.ring.get(seq)?;
-            let emitted = match external {
-                Some(e) => header.emit_split(inline, e.len as usize, e.crc, buf),
-                None => header.emit(inline, buf),
-            };
+            let crc = self.ring.payload_crc(seq)?;
+            let external_len = external.map_or(0, |e| e.len as usize);
+            let emitted = header.emit_split(inline, external_len, crc, buf);
             let len = match emitted {
                 Ok(len) => len,
                 Err(err) => {
@@ -689,6 +708,26 @@ mod tests {
     }
 
     #[test]
+    fn send_with_writes_the_message_in_place() {
+        let (mut a, mut b) = pair();
+        for i in 0..6u8 {
+            assert!(!a.send_queue_full());
+            a.send_with(|slot| {
+                assert_eq!(slot.len(), 64, "a whole max_payload slot");
+                slot[..2].copy_from_slice(&[i, i]);
+                2
+            })
+            .unwrap();
+        }
+        assert!(a.send_queue_full());
+        assert_eq!(a.send_with(|_| unreachable!("not called when full")), Err(SendError::Backpressure));
+        let wire = drain(&mut a, 0);
+        assert_eq!(b.on_datagram(1, &wire[3]), Err(DropReason::OutOfOrder));
+        assert_eq!(b.on_datagram(1, &wire[0]), Ok(Delivery::Message(&[0, 0][..])));
+        assert_eq!(b.on_datagram(1, &wire[1]), Ok(Delivery::Message(&[1, 1][..])));
+    }
+
+    #[test]
     fn oversized_messages_are_refused() {
         let (mut a, _) = pair();
         assert_eq!(a.send(&[0; 65]), Err(SendError::TooLarge { len: 65, max: 64 }));
@@ -712,8 +751,12 @@ mod tests {
         out
     }
 
-    fn external(memory: &[u8], addr: usize, len: usize, cookie: u32) -> External {
-        External { addr, len: len as u32, crc: crc32fast::hash(&memory[addr..addr + len]), cookie }
+    /// The external part of a message whose inline bytes are `inline`.
+    fn external(inline: &[u8], memory: &[u8], addr: usize, len: usize, cookie: u32) -> External {
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(inline);
+        hasher.update(&memory[addr..addr + len]);
+        External { addr, len: len as u32, crc: hasher.finalize(), cookie }
     }
 
     #[test]
@@ -722,11 +765,11 @@ mod tests {
         let memory: Vec<u8> = (0..200u8).collect();
         assert_eq!(a.next_seq(), 0);
         a.send(b"plain").unwrap();
-        a.send_split(b"\x03", external(&memory, 10, 60, 7)).unwrap();
-        a.send_split(b"", external(&memory, 100, 64, 7)).unwrap();
+        a.send_split(b"\x03", external(b"\x03", &memory, 10, 60, 7)).unwrap();
+        a.send_split(b"", external(b"", &memory, 100, 64, 7)).unwrap();
         assert_eq!(a.next_seq(), 3);
         assert_eq!(
-            a.send_split(b"xx", external(&memory, 0, 63, 7)),
+            a.send_split(b"xx", external(b"xx", &memory, 0, 63, 7)),
             Err(SendError::TooLarge { len: 65, max: 64 })
         );
         let mut buf = [0u8; 128];
@@ -754,8 +797,8 @@ mod tests {
     fn abandoned_sends_are_never_sent_again() {
         let (mut a, mut b) = pair();
         let memory = [5u8; 64];
-        a.send_split(b"", external(&memory, 0, 64, 1)).unwrap();
-        a.send_split(b"", external(&memory, 0, 64, 1)).unwrap();
+        a.send_split(b"", external(b"", &memory, 0, 64, 1)).unwrap();
+        a.send_split(b"", external(b"", &memory, 0, 64, 1)).unwrap();
         let wire = drain_split(&mut a, 0, &memory);
         assert_eq!(wire.len(), 2);
         a.abandon_sends();
