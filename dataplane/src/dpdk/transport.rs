@@ -144,7 +144,9 @@ impl DpdkConfig {
     }
 
     /// Longest a peer that stopped answering can go unnoticed while data is outstanding: the sum
-    /// of the retransmission timeouts (doubling, capped) until the session declares it dead.
+    /// of the retransmission timeouts (doubling, capped) until the session declares it dead,
+    /// with the timeout at its floor; measured round trips above the floor lengthen it, up to
+    /// `dead_after_rtos × max_rto_ns`.
     pub fn dead_peer_timeout_ns(&self) -> u64 {
         let r = &self.reliable;
         (0..r.dead_after_rtos)

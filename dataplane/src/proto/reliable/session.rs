@@ -39,6 +39,7 @@
 use std::fmt;
 
 use super::config::{Config, ConfigError};
+use super::rtt::RttEstimator;
 pub use super::send_ring::External;
 use super::send_ring::SendRing;
 use super::stats::{DropReason, Stats};
@@ -116,6 +117,11 @@ pub struct Session {
     rto_deadline: Option<u64>,
     /// Consecutive timeouts without progress; drives backoff and death.
     timeouts: u32,
+    /// The retransmission timeout from measured round trips, at least [`Config::rto_ns`].
+    rtt: RttEstimator,
+    /// The packet being timed for a round-trip sample and when it was sent: one at a time,
+    /// only first transmissions (Karn's rule).
+    timed: Option<(u64, u64)>,
 
     /// Next sequence number to deliver; every packet below it was delivered.
     rcv_nxt: u64,
@@ -150,6 +156,8 @@ impl Session {
             send_edge: u64::from(config.receive_credit),
             rto_deadline: None,
             timeouts: 0,
+            rtt: RttEstimator::new(config.rto_ns, config.max_rto_ns),
+            timed: None,
             rcv_nxt: 0,
             unacked: 0,
             ack_deadline: None,
@@ -256,6 +264,7 @@ impl Session {
         self.snd_max = self.snd_max.max(tail);
         self.rto_deadline = None;
         self.timeouts = 0;
+        self.timed = None;
     }
 
     /// Messages the peer has acknowledged so far (all of them, once it equals the number sent).
@@ -348,7 +357,13 @@ impl Session {
         self.ring.release_before(ack);
         self.snd_nxt = self.snd_nxt.max(ack);
         self.timeouts = 0;
-        self.rto_deadline = (ack < self.snd_max).then(|| now.saturating_add(self.config.rto_ns));
+        if let Some((seq, sent)) = self.timed {
+            if ack > seq {
+                self.rtt.sample(now.saturating_sub(sent));
+                self.timed = None;
+            }
+        }
+        self.rto_deadline = (ack < self.snd_max).then(|| now.saturating_add(self.rtt.rto()));
     }
 
     fn take_data<'a>(&mut self, now: u64, packet: &Packet<'a>) -> Result<Delivery<'a>, DropReason> {
@@ -424,6 +439,9 @@ impl Session {
             } else {
                 self.stats.data_sent += 1;
                 self.snd_max = seq + 1;
+                if self.timed.is_none() {
+                    self.timed = Some((seq, now));
+                }
             }
             if self.rto_deadline.is_none() {
                 self.rto_deadline = Some(now.saturating_add(self.current_rto()));
@@ -458,11 +476,22 @@ impl Session {
         self.ack_now = false;
     }
 
-    /// The retransmission timeout after `timeouts` consecutive expiries: doubled each time,
-    /// capped at [`Config::max_rto_ns`].
+    /// The retransmission timeout after `timeouts` consecutive expiries: the measured one
+    /// ([`Session::rto`]) doubled each time, capped at [`Config::max_rto_ns`].
     fn current_rto(&self) -> u64 {
         let factor = 1u64 << self.timeouts.min(63);
-        self.config.rto_ns.saturating_mul(factor).min(self.config.max_rto_ns)
+        self.rtt.rto().saturating_mul(factor).min(self.config.max_rto_ns)
+    }
+
+    /// The retransmission timeout before backoff: `srtt + 4 · rttvar` of the measured round
+    /// trips, between [`Config::rto_ns`] and [`Config::max_rto_ns`].
+    pub fn rto(&self) -> u64 {
+        self.rtt.rto()
+    }
+
+    /// The smoothed round-trip time, once one was measured.
+    pub fn srtt(&self) -> Option<u64> {
+        self.rtt.srtt()
     }
 
     /// The earliest time [`Session::handle_timeout`] has something to do (a retransmission
@@ -509,6 +538,8 @@ impl Session {
             "retransmission timeout, going back"
         );
         self.snd_nxt = self.ring.head();
+        // Karn: what is in flight now is sent again, its acks time nothing.
+        self.timed = None;
         self.rto_deadline = Some(now.saturating_add(self.current_rto()));
         Ok(())
     }
@@ -705,6 +736,43 @@ mod tests {
         assert_eq!(fresh.on_datagram(0, &ack[0]), Err(DropReason::AckBeyondSent));
         let drops = b.stats().drops;
         assert_eq!((drops.wrong_peer, drops.malformed, drops.bad_checksum, drops.duplicate), (1, 1, 1, 1));
+    }
+
+    #[test]
+    fn measured_round_trips_set_the_timeout_and_retransmissions_are_not_timed() {
+        let config = Config { max_rto_ns: 100_000, ..config() };
+        let mut a = Session::new(config.clone(), 1, 2).unwrap();
+        let mut b = Session::new(config, 2, 1).unwrap();
+        assert_eq!((a.rto(), a.srtt()), (1_000, None), "the floor until measured");
+        // Round trips of 5 000 ns, well above the 1 000 ns floor.
+        let mut now = 0;
+        for _ in 0..4 {
+            a.send(b"m").unwrap();
+            a.send(b"n").unwrap();
+            let wire = drain(&mut a, now);
+            for d in &wire {
+                b.on_datagram(now + 2_500, d).unwrap();
+            }
+            let acks = drain(&mut b, now + 2_500);
+            a.on_datagram(now + 5_000, &acks[0]).unwrap();
+            now += 5_000;
+        }
+        assert_eq!(a.srtt(), Some(5_000));
+        // srtt + 4 rttvar: rttvar started at half the first sample and decays without variation.
+        assert!((5_000..100_000).contains(&a.rto()), "rto {} follows the round trips", a.rto());
+        // A go-back-N retransmission is not timed: its late ack would pass for a long round trip.
+        let srtt = a.srtt();
+        a.send(b"lost").unwrap();
+        let lost = drain(&mut a, now);
+        let due = a.poll_timeout().unwrap();
+        a.handle_timeout(due).unwrap();
+        let again = drain(&mut a, due);
+        assert_eq!(again, lost);
+        b.on_datagram(due + 1, &again[0]).unwrap();
+        b.handle_timeout(due + 1_000).unwrap();
+        a.on_datagram(due + 1_000, &drain(&mut b, due + 1_000)[0]).unwrap();
+        assert_eq!(a.srtt(), srtt, "no sample from a retransmitted packet");
+        assert_eq!(a.poll_timeout(), None);
     }
 
     #[test]
