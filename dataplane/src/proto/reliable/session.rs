@@ -11,7 +11,9 @@
 //!   it with its current cumulative ack at once, so a sender whose acks were lost learns quickly
 //!   and frees its credits.
 //! - **Go-back-N on timeout.** When the oldest unacknowledged packet has gone unacknowledged for
-//!   the retransmission timeout, everything from it on is sent again. The timeout doubles on each
+//!   the retransmission timeout, everything from it on is sent again. The timeout is
+//!   `srtt + 4 · rttvar` of measured round trips (RFC 6298, Karn's rule), never below
+//!   [`Config::rto_ns`] nor above [`Config::max_rto_ns`], and doubles on each
 //!   consecutive expiry without progress (capped), and after [`Config::dead_after_rtos`] of them
 //!   the peer is declared dead. Duplicate acks do not trigger early retransmission: reordering
 //!   would make that spurious, and losses are rare.
