@@ -144,7 +144,9 @@ impl DpdkConfig {
     }
 
     /// Longest a peer that stopped answering can go unnoticed while data is outstanding: the sum
-    /// of the retransmission timeouts (doubling, capped) until the session declares it dead.
+    /// of the retransmission timeouts (doubling, capped) until the session declares it dead,
+    /// with the timeout at its floor; measured round trips above the floor lengthen it, up to
+    /// `dead_after_rtos × max_rto_ns`.
     pub fn dead_peer_timeout_ns(&self) -> u64 {
         let r = &self.reliable;
         (0..r.dead_after_rtos)
@@ -642,11 +644,17 @@ impl DpdkTransport {
         if l.backlog_frames.is_empty() {
             let Some(session) = inner.demux.get_mut(l.session) else { return Err(TlError::ConnectionReset) };
             loop {
-                let (len, n) = write_fragment(&mut inner.scratch, header, payload, offset, total - offset);
-                if placed && offset == 0 {
-                    mark_placed(&mut inner.scratch);
-                }
-                match session.send(&inner.scratch[..len]) {
+                // Each fragment is written straight into the session's send ring.
+                let mut n = 0;
+                let queued = session.send_with(|slot| {
+                    let (len, taken) = write_fragment(slot, header, payload, offset, total - offset);
+                    if placed && offset == 0 {
+                        mark_placed(slot);
+                    }
+                    n = taken;
+                    len
+                });
+                match queued {
                     Ok(()) => {}
                     Err(SendError::Backpressure) => break,
                     Err(SendError::Dead) => return Err(TlError::Timeout),
@@ -1176,6 +1184,10 @@ fn feed_zc(frame: &mut ZcFrame, cookie: u32, session: &mut Session, scratch: &mu
     let total = frame.header_len + frame.len;
     let room = session.config().max_payload.saturating_sub(1).min(scratch.len().saturating_sub(1));
     while frame.fed < total {
+        if session.send_queue_full() {
+            // Checked first: preparing the message (its CRC above all) would be wasted.
+            return false;
+        }
         let left = total - frame.fed;
         let n = left.min(room);
         let last = n == left;
@@ -1192,8 +1204,12 @@ fn feed_zc(frame: &mut ZcFrame, cookie: u32, session: &mut Session, scratch: &mu
             // SAFETY: `addr..addr + ext_len` lies inside the frame's payload, which the caller
             // of `send` keeps readable and unchanged until SendDone (ZcopyPayload's contract).
             let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, ext_len) };
+            // The CRC of the whole message, computed once here for every (re)transmission.
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(inline);
+            crc.update(bytes);
             // Lossless: at most a message long.
-            let external = External { addr, len: ext_len as u32, crc: crc32fast::hash(bytes), cookie };
+            let external = External { addr, len: ext_len as u32, crc: crc.finalize(), cookie };
             session.send_split(inline, external)
         };
         if sent.is_err() {
@@ -1226,12 +1242,17 @@ impl Link {
             match pending {
                 Pending::Bytes(left) | Pending::Placed(left) => {
                     let (a, b) = self.backlog.as_slices();
-                    let (len, n) = write_fragment(scratch, a, b, 0, left);
-                    if matches!(pending, Pending::Placed(_)) {
-                        // `send_placed` checked that the prefix and header fit this message.
-                        mark_placed(scratch);
-                    }
-                    if session.send(&scratch[..len]).is_err() {
+                    let mut n = 0;
+                    let queued = session.send_with(|slot| {
+                        let (len, taken) = write_fragment(slot, a, b, 0, left);
+                        if matches!(pending, Pending::Placed(_)) {
+                            // `send_placed` checked that the prefix and header fit this message.
+                            mark_placed(slot);
+                        }
+                        n = taken;
+                        len
+                    });
+                    if queued.is_err() {
                         return;
                     }
                     self.backlog.drain(..n);

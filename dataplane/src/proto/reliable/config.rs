@@ -20,11 +20,13 @@ pub struct Config {
     /// Largest message: the link's MTU less the link headers and [`HEADER_LEN`]. The transport
     /// above fragments anything longer.
     pub max_payload: usize,
-    /// Retransmission timeout: how long the oldest unacknowledged packet may go unacknowledged
-    /// before everything from it on is sent again (go-back-N).
+    /// Retransmission timeout floor: how long the oldest unacknowledged packet may go
+    /// unacknowledged before everything from it on is sent again (go-back-N). The timeout is
+    /// `srtt + 4 · rttvar` of the measured round trips (RFC 6298), never below this, which is
+    /// also the timeout until a round trip was measured.
     pub rto_ns: u64,
-    /// Cap of the timeout, which doubles on each consecutive expiry without progress; equal to
-    /// `rto_ns` for a fixed timeout.
+    /// Cap of the timeout, measured or doubled on each consecutive expiry without progress;
+    /// equal to `rto_ns` for a fixed timeout.
     pub max_rto_ns: u64,
     /// Consecutive timeouts without the peer acknowledging anything after which the peer is
     /// declared dead.

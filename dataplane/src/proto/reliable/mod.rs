@@ -12,6 +12,7 @@
 
 mod config;
 mod demux;
+mod rtt;
 mod send_ring;
 mod session;
 mod stats;

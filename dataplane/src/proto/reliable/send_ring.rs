@@ -16,7 +16,8 @@ pub struct External {
     pub addr: usize,
     /// How many bytes.
     pub len: u32,
-    /// CRC-32 (IEEE) of the bytes, for the datagram checksum.
+    /// CRC-32 (IEEE) of the whole message, the inline bytes followed by these, for the datagram
+    /// checksum (computed once by the caller, so no (re)transmission reads the bytes again).
     pub crc: u32,
     /// The caller's cookie, returned with the message (which buffer record it belongs to).
     pub cookie: u32,
@@ -26,6 +27,9 @@ pub struct External {
 pub(crate) struct SendRing {
     bytes: Box<[u8]>,
     lens: Box<[usize]>,
+    /// CRC-32 of each slot's whole message (inline then external bytes), computed once when it
+    /// is pushed, so retransmissions do not hash the payload again.
+    crcs: Box<[u32]>,
     /// The external tail of each slot's message, if it has one (see [`External`]).
     external: Box<[Option<External>]>,
     slot_size: usize,
@@ -53,6 +57,7 @@ impl SendRing {
         SendRing {
             bytes: vec![0; capacity * slot_size].into_boxed_slice(),
             lens: vec![0; capacity].into_boxed_slice(),
+            crcs: vec![0; capacity].into_boxed_slice(),
             external: vec![None; capacity].into_boxed_slice(),
             slot_size,
             head: 0,
@@ -100,9 +105,43 @@ impl SendRing {
         let start = slot * self.slot_size;
         self.bytes[start..start + inline.len()].copy_from_slice(inline);
         self.lens[slot] = inline.len();
+        self.crcs[slot] = external.map_or_else(|| crc32fast::hash(inline), |e| e.crc);
         self.external[slot] = external;
         self.tail += 1;
         Some(seq)
+    }
+
+    /// Lets `fill` write the next message straight into the next slot (`slot_size` bytes; it
+    /// returns the message's length, clamped to the slot) and returns its sequence number, or
+    /// `None`, without calling `fill`, when every slot is taken. Saves building the message
+    /// elsewhere first and copying it in.
+    pub(crate) fn push_with(&mut self, fill: impl FnOnce(&mut [u8]) -> usize) -> Option<u64> {
+        if self.len() == self.capacity() {
+            return None;
+        }
+        let seq = self.tail;
+        let slot = self.slot(seq);
+        let start = slot * self.slot_size;
+        let bytes = &mut self.bytes[start..start + self.slot_size];
+        let len = fill(bytes).min(self.slot_size);
+        self.lens[slot] = len;
+        self.crcs[slot] = crc32fast::hash(&bytes[..len]);
+        self.external[slot] = None;
+        self.tail += 1;
+        Some(seq)
+    }
+
+    /// Whether every slot is taken (a push would fail).
+    pub(crate) fn is_full(&self) -> bool {
+        self.len() == self.capacity()
+    }
+
+    /// The CRC-32 of message `seq`'s whole payload (see [`External::crc`]), if the ring holds it.
+    pub(crate) fn payload_crc(&self, seq: u64) -> Option<u32> {
+        if seq < self.head || seq >= self.tail {
+            return None;
+        }
+        Some(self.crcs[self.slot(seq)])
     }
 
     /// The message with sequence number `seq`, if the ring holds it: its inline bytes and its
@@ -166,5 +205,28 @@ mod tests {
         assert_eq!(ring.get(1), Some((&b"1"[..], Some(ext))));
         ring.release_before(2);
         assert_eq!(format!("{ring:?}"), "SendRing { capacity: 2, slot_size: 4, head: 2, tail: 2 }");
+    }
+
+    #[test]
+    fn push_with_fills_the_slot_in_place_and_records_the_crc() {
+        let mut ring = SendRing::new(2, 4);
+        assert_eq!(
+            ring.push_with(|buf| {
+                buf[..3].copy_from_slice(b"abc");
+                3
+            }),
+            Some(0)
+        );
+        assert_eq!(ring.get(0), Some((&b"abc"[..], None)));
+        assert_eq!(ring.payload_crc(0), Some(crc32fast::hash(b"abc")));
+        assert_eq!(ring.push_with(|buf| buf.len() + 10), Some(1), "clamped to the slot");
+        assert_eq!(ring.get(1).map(|(b, _)| b.len()), Some(4));
+        assert!(ring.is_full());
+        assert_eq!(ring.push_with(|_| unreachable!("full: not called")), None);
+        let ext = External { addr: 0, len: 1, crc: 0xdead, cookie: 0 };
+        ring.release_before(2);
+        assert_eq!(ring.push_split(b"x", Some(ext)), Some(2));
+        assert_eq!(ring.payload_crc(2), Some(0xdead));
+        assert_eq!(ring.payload_crc(1), None);
     }
 }

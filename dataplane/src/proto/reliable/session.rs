@@ -11,7 +11,9 @@
 //!   it with its current cumulative ack at once, so a sender whose acks were lost learns quickly
 //!   and frees its credits.
 //! - **Go-back-N on timeout.** When the oldest unacknowledged packet has gone unacknowledged for
-//!   the retransmission timeout, everything from it on is sent again. The timeout doubles on each
+//!   the retransmission timeout, everything from it on is sent again. The timeout is
+//!   `srtt + 4 · rttvar` of measured round trips (RFC 6298, Karn's rule), never below
+//!   [`Config::rto_ns`] nor above [`Config::max_rto_ns`], and doubles on each
 //!   consecutive expiry without progress (capped), and after [`Config::dead_after_rtos`] of them
 //!   the peer is declared dead. Duplicate acks do not trigger early retransmission: reordering
 //!   would make that spurious, and losses are rare.
@@ -39,6 +41,7 @@
 use std::fmt;
 
 use super::config::{Config, ConfigError};
+use super::rtt::RttEstimator;
 pub use super::send_ring::External;
 use super::send_ring::SendRing;
 use super::stats::{DropReason, Stats};
@@ -116,6 +119,11 @@ pub struct Session {
     rto_deadline: Option<u64>,
     /// Consecutive timeouts without progress; drives backoff and death.
     timeouts: u32,
+    /// The retransmission timeout from measured round trips, at least [`Config::rto_ns`].
+    rtt: RttEstimator,
+    /// The packet being timed for a round-trip sample and when it was sent: one at a time,
+    /// only first transmissions (Karn's rule).
+    timed: Option<(u64, u64)>,
 
     /// Next sequence number to deliver; every packet below it was delivered.
     rcv_nxt: u64,
@@ -150,6 +158,8 @@ impl Session {
             send_edge: u64::from(config.receive_credit),
             rto_deadline: None,
             timeouts: 0,
+            rtt: RttEstimator::new(config.rto_ns, config.max_rto_ns),
+            timed: None,
             rcv_nxt: 0,
             unacked: 0,
             ack_deadline: None,
@@ -221,6 +231,26 @@ impl Session {
         }
     }
 
+    /// Queues the message `fill` writes straight into the send ring's next slot (a buffer of
+    /// [`Config::max_payload`] bytes; `fill` returns the message's length, clamped to it), which
+    /// saves building it elsewhere and copying it in. On [`SendError::Backpressure`] or
+    /// [`SendError::Dead`] `fill` is not called.
+    pub fn send_with(&mut self, fill: impl FnOnce(&mut [u8]) -> usize) -> Result<(), SendError> {
+        if self.dead {
+            return Err(SendError::Dead);
+        }
+        match self.ring.push_with(fill) {
+            Some(_) => Ok(()),
+            None => Err(SendError::Backpressure),
+        }
+    }
+
+    /// Whether [`Session::send`] would refuse any message now for want of room (or because the
+    /// peer is dead): lets a caller skip preparing one (copying it, computing its CRC).
+    pub fn send_queue_full(&self) -> bool {
+        self.dead || self.ring.is_full()
+    }
+
     /// The sequence number the next queued message gets.
     pub fn next_seq(&self) -> u64 {
         self.ring.tail()
@@ -236,6 +266,7 @@ impl Session {
         self.snd_max = self.snd_max.max(tail);
         self.rto_deadline = None;
         self.timeouts = 0;
+        self.timed = None;
     }
 
     /// Messages the peer has acknowledged so far (all of them, once it equals the number sent).
@@ -328,7 +359,13 @@ impl Session {
         self.ring.release_before(ack);
         self.snd_nxt = self.snd_nxt.max(ack);
         self.timeouts = 0;
-        self.rto_deadline = (ack < self.snd_max).then(|| now.saturating_add(self.config.rto_ns));
+        if let Some((seq, sent)) = self.timed {
+            if ack > seq {
+                self.rtt.sample(now.saturating_sub(sent));
+                self.timed = None;
+            }
+        }
+        self.rto_deadline = (ack < self.snd_max).then(|| now.saturating_add(self.rtt.rto()));
     }
 
     fn take_data<'a>(&mut self, now: u64, packet: &Packet<'a>) -> Result<Delivery<'a>, DropReason> {
@@ -388,10 +425,9 @@ impl Session {
             let header = self.header(Kind::Data, seq);
             // Present: head <= snd_nxt < tail.
             let (inline, external) = self.ring.get(seq)?;
-            let emitted = match external {
-                Some(e) => header.emit_split(inline, e.len as usize, e.crc, buf),
-                None => header.emit(inline, buf),
-            };
+            let crc = self.ring.payload_crc(seq)?;
+            let external_len = external.map_or(0, |e| e.len as usize);
+            let emitted = header.emit_split(inline, external_len, crc, buf);
             let len = match emitted {
                 Ok(len) => len,
                 Err(err) => {
@@ -405,6 +441,9 @@ impl Session {
             } else {
                 self.stats.data_sent += 1;
                 self.snd_max = seq + 1;
+                if self.timed.is_none() {
+                    self.timed = Some((seq, now));
+                }
             }
             if self.rto_deadline.is_none() {
                 self.rto_deadline = Some(now.saturating_add(self.current_rto()));
@@ -439,11 +478,22 @@ impl Session {
         self.ack_now = false;
     }
 
-    /// The retransmission timeout after `timeouts` consecutive expiries: doubled each time,
-    /// capped at [`Config::max_rto_ns`].
+    /// The retransmission timeout after `timeouts` consecutive expiries: the measured one
+    /// ([`Session::rto`]) doubled each time, capped at [`Config::max_rto_ns`].
     fn current_rto(&self) -> u64 {
         let factor = 1u64 << self.timeouts.min(63);
-        self.config.rto_ns.saturating_mul(factor).min(self.config.max_rto_ns)
+        self.rtt.rto().saturating_mul(factor).min(self.config.max_rto_ns)
+    }
+
+    /// The retransmission timeout before backoff: `srtt + 4 · rttvar` of the measured round
+    /// trips, between [`Config::rto_ns`] and [`Config::max_rto_ns`].
+    pub fn rto(&self) -> u64 {
+        self.rtt.rto()
+    }
+
+    /// The smoothed round-trip time, once one was measured.
+    pub fn srtt(&self) -> Option<u64> {
+        self.rtt.srtt()
     }
 
     /// The earliest time [`Session::handle_timeout`] has something to do (a retransmission
@@ -490,6 +540,8 @@ impl Session {
             "retransmission timeout, going back"
         );
         self.snd_nxt = self.ring.head();
+        // Karn: what is in flight now is sent again, its acks time nothing.
+        self.timed = None;
         self.rto_deadline = Some(now.saturating_add(self.current_rto()));
         Ok(())
     }
@@ -689,6 +741,63 @@ mod tests {
     }
 
     #[test]
+    fn measured_round_trips_set_the_timeout_and_retransmissions_are_not_timed() {
+        let config = Config { max_rto_ns: 100_000, ..config() };
+        let mut a = Session::new(config.clone(), 1, 2).unwrap();
+        let mut b = Session::new(config, 2, 1).unwrap();
+        assert_eq!((a.rto(), a.srtt()), (1_000, None), "the floor until measured");
+        // Round trips of 5 000 ns, well above the 1 000 ns floor.
+        let mut now = 0;
+        for _ in 0..4 {
+            a.send(b"m").unwrap();
+            a.send(b"n").unwrap();
+            let wire = drain(&mut a, now);
+            for d in &wire {
+                b.on_datagram(now + 2_500, d).unwrap();
+            }
+            let acks = drain(&mut b, now + 2_500);
+            a.on_datagram(now + 5_000, &acks[0]).unwrap();
+            now += 5_000;
+        }
+        assert_eq!(a.srtt(), Some(5_000));
+        // srtt + 4 rttvar: rttvar started at half the first sample and decays without variation.
+        assert!((5_000..100_000).contains(&a.rto()), "rto {} follows the round trips", a.rto());
+        // A go-back-N retransmission is not timed: its late ack would pass for a long round trip.
+        let srtt = a.srtt();
+        a.send(b"lost").unwrap();
+        let lost = drain(&mut a, now);
+        let due = a.poll_timeout().unwrap();
+        a.handle_timeout(due).unwrap();
+        let again = drain(&mut a, due);
+        assert_eq!(again, lost);
+        b.on_datagram(due + 1, &again[0]).unwrap();
+        b.handle_timeout(due + 1_000).unwrap();
+        a.on_datagram(due + 1_000, &drain(&mut b, due + 1_000)[0]).unwrap();
+        assert_eq!(a.srtt(), srtt, "no sample from a retransmitted packet");
+        assert_eq!(a.poll_timeout(), None);
+    }
+
+    #[test]
+    fn send_with_writes_the_message_in_place() {
+        let (mut a, mut b) = pair();
+        for i in 0..6u8 {
+            assert!(!a.send_queue_full());
+            a.send_with(|slot| {
+                assert_eq!(slot.len(), 64, "a whole max_payload slot");
+                slot[..2].copy_from_slice(&[i, i]);
+                2
+            })
+            .unwrap();
+        }
+        assert!(a.send_queue_full());
+        assert_eq!(a.send_with(|_| unreachable!("not called when full")), Err(SendError::Backpressure));
+        let wire = drain(&mut a, 0);
+        assert_eq!(b.on_datagram(1, &wire[3]), Err(DropReason::OutOfOrder));
+        assert_eq!(b.on_datagram(1, &wire[0]), Ok(Delivery::Message(&[0, 0][..])));
+        assert_eq!(b.on_datagram(1, &wire[1]), Ok(Delivery::Message(&[1, 1][..])));
+    }
+
+    #[test]
     fn oversized_messages_are_refused() {
         let (mut a, _) = pair();
         assert_eq!(a.send(&[0; 65]), Err(SendError::TooLarge { len: 65, max: 64 }));
@@ -712,8 +821,12 @@ mod tests {
         out
     }
 
-    fn external(memory: &[u8], addr: usize, len: usize, cookie: u32) -> External {
-        External { addr, len: len as u32, crc: crc32fast::hash(&memory[addr..addr + len]), cookie }
+    /// The external part of a message whose inline bytes are `inline`.
+    fn external(inline: &[u8], memory: &[u8], addr: usize, len: usize, cookie: u32) -> External {
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(inline);
+        hasher.update(&memory[addr..addr + len]);
+        External { addr, len: len as u32, crc: hasher.finalize(), cookie }
     }
 
     #[test]
@@ -722,11 +835,11 @@ mod tests {
         let memory: Vec<u8> = (0..200u8).collect();
         assert_eq!(a.next_seq(), 0);
         a.send(b"plain").unwrap();
-        a.send_split(b"\x03", external(&memory, 10, 60, 7)).unwrap();
-        a.send_split(b"", external(&memory, 100, 64, 7)).unwrap();
+        a.send_split(b"\x03", external(b"\x03", &memory, 10, 60, 7)).unwrap();
+        a.send_split(b"", external(b"", &memory, 100, 64, 7)).unwrap();
         assert_eq!(a.next_seq(), 3);
         assert_eq!(
-            a.send_split(b"xx", external(&memory, 0, 63, 7)),
+            a.send_split(b"xx", external(b"xx", &memory, 0, 63, 7)),
             Err(SendError::TooLarge { len: 65, max: 64 })
         );
         let mut buf = [0u8; 128];
@@ -754,8 +867,8 @@ mod tests {
     fn abandoned_sends_are_never_sent_again() {
         let (mut a, mut b) = pair();
         let memory = [5u8; 64];
-        a.send_split(b"", external(&memory, 0, 64, 1)).unwrap();
-        a.send_split(b"", external(&memory, 0, 64, 1)).unwrap();
+        a.send_split(b"", external(b"", &memory, 0, 64, 1)).unwrap();
+        a.send_split(b"", external(b"", &memory, 0, 64, 1)).unwrap();
         let wire = drain_split(&mut a, 0, &memory);
         assert_eq!(wire.len(), 2);
         a.abandon_sends();

@@ -14,7 +14,7 @@
 //! 28  credit       u32  packets, counted from `ack`, the peer may have in flight (at least 1)
 //! 32  payload len  u16  DATA: message length; ACK: 0
 //! 34  reserved     u16  0
-//! 36  checksum     u32  CRC-32 (IEEE) of bytes 0..36 followed by the payload
+//! 36  checksum     u32  CRC-32 (IEEE) of the payload followed by bytes 0..36
 //! 40  payload
 //! ```
 //!
@@ -39,8 +39,10 @@ use std::fmt;
 /// The first two bytes of every datagram.
 pub const MAGIC: [u8; 2] = *b"ZX";
 
-/// The header version this code speaks; any other is refused.
-pub const VERSION: u8 = 1;
+/// The header version this code speaks; any other is refused. Version 2 checksums the payload
+/// before the header (version 1 the other way round), so a message's payload CRC, computed once
+/// when it is queued, serves every (re)transmission whatever the header then holds.
+pub const VERSION: u8 = 2;
 
 /// Length of the header; the payload follows it.
 pub const HEADER_LEN: usize = 40;
@@ -167,21 +169,23 @@ impl Header {
     /// Refuses (and writes nothing) what the parser would refuse: an ACK with a payload or a
     /// non-zero seq, a zero credit, a payload longer than [`MAX_PAYLOAD_LEN`].
     pub fn emit(&self, payload: &[u8], buf: &mut [u8]) -> Result<usize, EmitError> {
-        self.emit_split(payload, 0, 0, buf)
+        self.emit_split(payload, 0, crc32fast::hash(payload), buf)
     }
 
     /// Writes this header and `inline` into the front of `buf` for a datagram whose payload is
     /// `inline` followed by `external_len` more bytes that the caller sends from elsewhere
-    /// (chained after these bytes, not copied here), `external_crc` being the CRC-32 (IEEE) of
-    /// those bytes alone. Returns the bytes written, `HEADER_LEN + inline.len()`; the datagram
-    /// on the wire is `external_len` longer. With `external_len` 0 this is [`Header::emit`].
+    /// (chained after these bytes, not copied here), `payload_crc` being the CRC-32 (IEEE) of the
+    /// whole payload (`inline` followed by the external bytes), which the caller computed once:
+    /// only the header is hashed here. Returns the bytes written, `HEADER_LEN + inline.len()`;
+    /// the datagram on the wire is `external_len` longer. With `external_len` 0 and the CRC of
+    /// `inline` this is [`Header::emit`].
     ///
     /// Refuses what [`Header::emit`] refuses, counting the whole payload.
     pub fn emit_split(
         &self,
         inline: &[u8],
         external_len: usize,
-        external_crc: u32,
+        payload_crc: u32,
         buf: &mut [u8],
     ) -> Result<usize, EmitError> {
         let payload_len = inline.len().saturating_add(external_len);
@@ -214,13 +218,9 @@ impl Header {
         head[field::LEN..field::LEN + 2].copy_from_slice(&(payload_len as u16).to_le_bytes());
         head[field::RESERVED..field::RESERVED + 2].fill(0);
         body.copy_from_slice(inline);
-        let mut hasher = crc32fast::Hasher::new();
+        // Resumes the payload's CRC over the header: the CRC of the payload then the header.
+        let mut hasher = crc32fast::Hasher::new_with_initial(payload_crc);
         hasher.update(&head[..field::CHECKSUM]);
-        hasher.update(body);
-        if external_len > 0 {
-            // Lossless: at most MAX_PAYLOAD_LEN.
-            hasher.combine(&crc32fast::Hasher::new_with_initial_len(external_crc, external_len as u64));
-        }
         let sum = hasher.finalize();
         head[field::CHECKSUM..].copy_from_slice(&sum.to_le_bytes());
         Ok(needed)
@@ -329,8 +329,8 @@ impl<'a> Packet<'a> {
 
 fn checksum(head: &[u8], payload: &[u8]) -> u32 {
     let mut hasher = crc32fast::Hasher::new();
-    hasher.update(head);
     hasher.update(payload);
+    hasher.update(head);
     hasher.finalize()
 }
 
@@ -377,14 +377,14 @@ mod tests {
     fn layout_is_little_endian_in_documented_order() {
         let mut buf = [0u8; HEADER_LEN + 1];
         data(0x11).emit(&[0xAB], &mut buf).unwrap();
-        assert_eq!(&buf[..4], &[b'Z', b'X', 1, 1]);
+        assert_eq!(&buf[..4], &[b'Z', b'X', 2, 1]);
         assert_eq!(&buf[4..12], &[7, 0, 0, 0, 9, 0, 0, 0]);
         assert_eq!(&buf[12..20], &[0x11, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(&buf[20..28], &[3, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(&buf[28..36], &[16, 0, 0, 0, 1, 0, 0, 0]);
         let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&buf[..36]);
         hasher.update(&[0xAB]);
+        hasher.update(&buf[..36]);
         assert_eq!(buf[36..40], hasher.finalize().to_le_bytes());
         assert_eq!(buf[40], 0xAB);
     }
@@ -409,8 +409,8 @@ mod tests {
         bad[0] = b'Y';
         assert_eq!(Packet::new_checked(&bad[..len]), Err(Error::BadMagic));
         let mut bad = buf;
-        bad[2] = 2;
-        assert_eq!(Packet::new_checked(&bad[..len]), Err(Error::UnsupportedVersion(2)));
+        bad[2] = 1;
+        assert_eq!(Packet::new_checked(&bad[..len]), Err(Error::UnsupportedVersion(1)));
         for at in [3, 4, 13, 25, 30, 35, 38, 41] {
             let mut bad = buf;
             bad[at] ^= 0x10;
@@ -481,7 +481,7 @@ mod tests {
         for cut in [0, 1, 17, 999, 1000] {
             let (inline, external) = payload.split_at(cut);
             let mut split = [0u8; 1100];
-            let m = header.emit_split(inline, external.len(), crc32fast::hash(external), &mut split).unwrap();
+            let m = header.emit_split(inline, external.len(), crc32fast::hash(&payload), &mut split).unwrap();
             assert_eq!(m, HEADER_LEN + cut);
             split[m..m + external.len()].copy_from_slice(external);
             assert_eq!(&split[..n], &whole[..n], "cut at {cut}");
