@@ -43,7 +43,7 @@ echo "== doc tests"
 cargo test --workspace --doc --locked 2>&1 | tee -a "$log"
 # Real PCI NICs exist only in a guest: the DPDK endpoint test once more inside a QEMU VM
 # (scripts/vm/), on two virtio-net NICs bound to uio_pci_generic, then to vfio-pci. Emulated (no
-# KVM here): about 70 s a driver; each guest is killed after 6 minutes. Without QEMU it says
+# KVM here): 40 to 70 s a driver; each guest is killed after 6 minutes. Without QEMU it says
 # "skipped: <reason>".
 echo "== DPDK endpoints on PCI NICs in a VM"
 ZCX_VM_TIMEOUT=360 scripts/vm/dpdk-test.sh 2>&1 | tee -a "$log"

@@ -348,8 +348,8 @@ struct TagQueue<T> {
     /// message; once at least half the buckets (and more than [`EMPTY_BUCKETS_KEPT`]) are empty
     /// they are all swept out, so ever-changing tags (sequence numbers in tags are common) do not
     /// grow the map forever.
-    /// Tags are chosen by remote peers, so the map keeps std's keyed hasher: a peer cannot pick
-    /// tags that all land in one hash chain and turn every lookup into a scan.
+    /// Tags are chosen by remote peers, so the map's hasher is seeded per process (foldhash, see
+    /// `fast_map`): a peer cannot compute tags that all land in one hash chain offline.
     by_tag: crate::FastMap<u64, Ends>,
     /// Buckets of `by_tag` that hold no node.
     empty_buckets: usize,
