@@ -7,6 +7,11 @@ use zcx::{MemSlice, RecvBuf, SendBuf};
 use crate::perf::args::MemMode;
 use crate::perf::session::Session;
 
+/// The largest put the put tests make implicit (`put_nbi`, the buffer free again at once, as
+/// `ucx_perftest` reuses its one buffer); larger ones are zero-copy requests from registered
+/// buffers, which an implicit put would copy.
+pub const IMPLICIT_PUT_MAX: usize = 16 << 10;
+
 /// A heap or a registered buffer, as one type so the tests are written once.
 pub enum PerfBuf {
     /// A heap buffer.

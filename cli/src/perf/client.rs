@@ -17,6 +17,7 @@ use zcx::{
 
 use crate::perf::am::AmSink;
 use crate::perf::args::{PerfArgs, TestKind, TestSpec};
+use crate::perf::buf::IMPLICIT_PUT_MAX;
 use crate::perf::buf::{pool, PerfBuf};
 use crate::perf::pattern;
 use crate::perf::report::{Bandwidth, Format, LatClock, Latency, Report};
@@ -169,10 +170,6 @@ struct Test<'a> {
     batch: u64,
     progress: Progress,
 }
-
-/// The largest put that `put_bw` makes implicit; larger ones are zero-copy sends from registered
-/// buffers, which an implicit put would copy.
-const IMPLICIT_PUT_MAX: usize = 16 << 10;
 
 impl Test<'_> {
     fn run(&self) -> Result<Report, String> {
@@ -383,14 +380,26 @@ impl Test<'_> {
         // SAFETY: `offset + 8 <= size <= region length`, and the offset is 8-byte aligned.
         let mine = unsafe { region.address().add(offset) } as *const u64;
         let mut sbuf = pool(s, self.spec.mem, 1, size, true, 0xA5)?.pop();
+        // Small puts are implicit, as ucx_perftest's (nothing waits for their acknowledgement:
+        // the peer's answering put is what each iteration waits for); the flush at the end
+        // reports any refusal. Larger ones are zero-copy requests, waited for each time.
+        let implicit = size <= IMPLICIT_PUT_MAX;
         let latency = self.ping_pong(|n| {
             let seq = n + 1;
             let mut buf = sbuf.take().expect("buffer");
             self.fill(&mut buf, n);
             buf.bytes_mut()[offset..offset + 8].copy_from_slice(&seq.to_ne_bytes());
-            let put =
-                s.ep.put(buf, base, &rkey, RequestParams::default())
+            let put = if implicit {
+                s.ep.put_nbi(buf.bytes(), base, &rkey)
                     .map_err(|st| format!("put failed: {}", detailed(st)))?;
+                sbuf = Some(buf);
+                None
+            } else {
+                Some(
+                    s.ep.put(buf, base, &rkey, RequestParams::default())
+                        .map_err(|st| format!("put failed: {}", detailed(st)))?,
+                )
+            };
             // SAFETY: `mine` points into the live region; the peer's puts write it, so read it volatile.
             s.poll_until("the peer's put", || unsafe { std::ptr::read_volatile(mine) } == seq)?;
             std::sync::atomic::fence(Ordering::Acquire);
@@ -400,9 +409,13 @@ impl Test<'_> {
                 let got = unsafe { std::slice::from_raw_parts(region.address(), size) };
                 pattern::check(self.name(), got, n, offset..offset + 8)?;
             }
-            sbuf = Some(s.wait(put, "the put's acknowledgement")?.buf);
+            if let Some(put) = put {
+                sbuf = Some(s.wait(put, "the put's acknowledgement")?.buf);
+            }
             Ok(())
         })?;
+        let flush = s.ep.flush().map_err(|st| format!("flush failed: {}", detailed(st)))?;
+        s.wait(flush, "the flush of the puts")?;
         drop(rkey);
         Ok(latency)
     }

@@ -14,6 +14,7 @@ use zcx::{
 
 use crate::perf::am::AmSink;
 use crate::perf::args::{TestKind, TestSpec};
+use crate::perf::buf::IMPLICIT_PUT_MAX;
 use crate::perf::buf::{pool, PerfBuf};
 use crate::perf::client::counter_offset;
 use crate::perf::pattern;
@@ -179,6 +180,8 @@ fn put_lat(s: &Session, spec: &TestSpec) -> Result<(), String> {
     let mine = unsafe { region.address().add(offset) } as *const u64;
     let mut sbuf = pool(s, spec.mem, 1, spec.size, true, 0x5A)?.pop();
     let mut last = None;
+    // As the client's: small answers are implicit puts, larger ones requests.
+    let implicit = spec.size <= IMPLICIT_PUT_MAX;
     for n in 0..spec.total() {
         let seq = n + 1;
         // SAFETY: `mine` points into the live region; the client's puts write it.
@@ -196,6 +199,11 @@ fn put_lat(s: &Session, spec: &TestSpec) -> Result<(), String> {
         let mut buf = sbuf.take().expect("buffer");
         fill(spec, &mut buf, n);
         buf.bytes_mut()[offset..offset + 8].copy_from_slice(&seq.to_ne_bytes());
+        if implicit {
+            s.ep.put_nbi(buf.bytes(), base, &rkey).map_err(|st| format!("put failed: {}", detailed(st)))?;
+            sbuf = Some(buf);
+            continue;
+        }
         last = Some(
             s.ep.put(buf, base, &rkey, RequestParams::default())
                 .map_err(|st| format!("put failed: {}", detailed(st)))?,
@@ -204,6 +212,8 @@ fn put_lat(s: &Session, spec: &TestSpec) -> Result<(), String> {
     if let Some(put) = last {
         s.wait(put, "the last put's acknowledgement")?;
     }
+    let flush = s.ep.flush().map_err(|st| format!("flush failed: {}", detailed(st)))?;
+    s.wait(flush, "the flush of the puts")?;
     Ok(())
 }
 
