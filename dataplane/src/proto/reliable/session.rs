@@ -99,7 +99,8 @@ impl fmt::Display for PeerDead {
 
 impl std::error::Error for PeerDead {}
 
-/// The sans-IO state of one reliable session. See the [module documentation](self).
+/// The sans-IO state of one reliable session (go-back-N, credits, cumulative acks; see
+/// `proto::reliable` and its `session` module).
 #[derive(Debug)]
 pub struct Session {
     config: Config,
