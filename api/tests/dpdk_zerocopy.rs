@@ -18,10 +18,14 @@
 //! `ZCX_REQUIRE_DPDK=1` turns a skip into a failure.
 #![cfg(feature = "dpdk")]
 
+#[path = "common/dpdk_pair.rs"]
+mod dpdk_pair;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use dpdk_pair::{pattern, skip};
 
 use zcx::{
     AmProto, AmSendParams, Context, Endpoint, EpParams, Features, ListenerParams, MemHandle, MemMapParams,
@@ -41,19 +45,6 @@ const ODD_PUT: usize = 333_333;
 
 /// One pair of processes at a time: each holds an EAL with 512 MiB, on two shared cores.
 static ONE_PAIR: Mutex<()> = Mutex::new(());
-
-fn skip(reason: &str) {
-    if std::env::var("ZCX_REQUIRE_DPDK").is_ok_and(|v| v == "1") {
-        panic!("ZCX_REQUIRE_DPDK=1 but the DPDK zero-copy test cannot run: {reason}");
-    }
-    eprintln!("skipped: {reason}");
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i as u32).wrapping_mul(131) as u8).wrapping_add(seed).wrapping_add((i >> 11) as u8))
-        .collect()
-}
 
 #[test]
 fn zero_copy_sends_from_mapped_memory_over_memif() {
@@ -111,74 +102,21 @@ fn child_env(role: &str, scenario: &str, dir: &Path, drop_ppm: u32) -> Vec<(&'st
 }
 
 fn parent(scenario: &str, drop_ppm: u32) {
-    let dir = std::env::temp_dir().join(format!(
-        "zcx-dpdk-zc-{scenario}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let spawn = |role: &str| -> Child {
-        let out = std::fs::File::create(dir.join(format!("{role}.log"))).unwrap();
-        let mut command = Command::new(&exe);
+    let label = format!("zc-{scenario}");
+    let dir = dpdk_pair::run_dir(&label);
+    let eal_prefix = |role: &str| format!("zcx-zc-{scenario}-{role}-{}", std::process::id());
+    let configure = |role: &str, command: &mut std::process::Command| {
         command
-            .args([test_name(scenario), "--exact", "--nocapture", "--test-threads=1"])
             .env(ROLE_ENV, role)
             .env(SCENARIO_ENV, scenario)
             .env(DIR_ENV, &dir)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out);
-        for (key, value) in child_env(role, scenario, &dir, drop_ppm) {
-            command.env(key, value);
-        }
-        command.spawn().unwrap()
+            .envs(child_env(role, scenario, &dir, drop_ppm));
     };
-    let log = |role: &str| std::fs::read_to_string(dir.join(format!("{role}.log"))).unwrap_or_default();
-    let deadline = Instant::now() + PATIENCE * 2;
-    let mut server = spawn("server");
-    let port_file = dir.join("server.port");
-    while !port_file.exists() && Instant::now() < deadline && server.try_wait().unwrap().is_none() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut client = port_file.exists().then(|| spawn("client"));
-    let mut wait = |child: &mut Child| loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            // Our own child, ended through its handle.
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(logs) = dpdk_pair::run_pair(&dir, test_name(scenario), &label, PATIENCE, eal_prefix, configure)
+    else {
+        return;
     };
-    let client_status = client.as_mut().map(&mut wait);
-    let server_status = wait(&mut server);
-    let (server_log, client_log) = (log("server"), log("client"));
-    for (role, text) in [("server", &server_log), ("client", &client_log)] {
-        for line in text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("skipped: ")) {
-            eprintln!("[{scenario} {role}] {line}");
-        }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    for role in ["server", "client"] {
-        let prefix = format!("zcx-zc-{scenario}-{role}-{}", std::process::id());
-        let runtime = std::env::var("XDG_RUNTIME_DIR").map(PathBuf::from).unwrap_or_else(|_| "/tmp".into());
-        for base in [PathBuf::from("/var/run/dpdk"), runtime.join("dpdk")] {
-            let _ = std::fs::remove_dir(base.join(&prefix));
-        }
-    }
-    for text in [&server_log, &client_log] {
-        if let Some(line) = text.lines().find(|l| l.starts_with("skipped: ")) {
-            skip(&format!("a DPDK process could not run: {}", &line["skipped: ".len()..]));
-            return;
-        }
-    }
-    assert!(client.is_some(), "the server never wrote its listening port");
-    assert!(client_status.flatten().is_some_and(|s| s.success()), "client failed: {client_status:?}");
-    assert!(server_status.is_some_and(|s| s.success()), "server failed or timed out: {server_status:?}");
+    let (server_log, client_log) = (logs.server, logs.client);
     assert!(client_log.contains("client: verified"), "client did not finish");
     assert!(server_log.contains("server: verified"), "server did not finish");
 }
