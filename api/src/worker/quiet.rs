@@ -6,8 +6,9 @@
 //! message. When a full poll leaves the worker and its transports quiet (nothing queued, in
 //! flight, deferred or being set up; see `Transport::is_quiet`), it arms this watch with the
 //! transports' doorbells. Until one rings, `progress` returns 0 after a look at each doorbell,
-//! and still makes a periodic full poll (timers, listeners, peer death): after every
-//! [`FULL_POLL_EVERY`] skipped calls once the coarse clock has moved since the last one.
+//! and still makes a periodic full poll (timers, listeners, peer death): once the coarse clock has
+//! moved since the last one, looked at every [`FULL_POLL_EVERY`] skipped calls, or less often
+//! while the calls come faster than the clock ticks (up to [`MAX_CLOCK_INTERVAL`]).
 //! Any other use of the worker's lock disarms it, since an API call may have left work for the
 //! next poll.
 
@@ -24,6 +25,14 @@ use zcx_dataplane::doorbell::Doorbell;
 /// with its timers costs hundreds of instructions, a look at the coarse clock a few nanoseconds.
 const FULL_POLL_EVERY: u32 = 4;
 
+/// The most skipped polls between two looks at the coarse clock. A spinning caller makes a call
+/// every few nanoseconds, and a look at the clock costs several skipped calls' worth: a message
+/// that lands during it waits that much longer to be noticed. So each look that finds the clock
+/// where it was doubles the interval, up to this, and a tick brings it back to
+/// [`FULL_POLL_EVERY`]: a caller slow enough to see the clock move at every look keeps the short
+/// interval its keepalives need.
+const MAX_CLOCK_INTERVAL: u32 = 64;
+
 /// `CLOCK_MONOTONIC_COARSE` in nanoseconds: the time of the last timer tick, read from the vDSO
 /// without touching the clock source (a third of the cost of a precise read on this machine's VM).
 #[inline]
@@ -35,7 +44,7 @@ pub(crate) fn coarse_now() -> i64 {
 }
 
 /// See [`QuietWatch::check`].
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Check {
     Skip,
     Periodic,
@@ -47,6 +56,9 @@ pub(crate) struct QuietWatch {
     /// Polls skipped since the last full one (one writer at a time in practice; a race only
     /// shifts when the next full poll comes).
     skipped: AtomicU32,
+    /// Skipped polls between two looks at the coarse clock: [`FULL_POLL_EVERY`] to
+    /// [`MAX_CLOCK_INTERVAL`].
+    clock_interval: AtomicU32,
     /// The coarse clock at the last periodic poll.
     last_periodic: AtomicI64,
     bells: RwLock<Vec<Doorbell>>,
@@ -57,6 +69,7 @@ impl QuietWatch {
         QuietWatch {
             armed: AtomicBool::new(false),
             skipped: AtomicU32::new(0),
+            clock_interval: AtomicU32::new(FULL_POLL_EVERY),
             last_periodic: AtomicI64::new(0),
             bells: RwLock::new(Vec::new()),
         }
@@ -71,14 +84,17 @@ impl QuietWatch {
             return Check::Poll;
         }
         let mut skipped = self.skipped.load(Ordering::Relaxed);
-        if skipped >= FULL_POLL_EVERY {
+        let interval = self.clock_interval.load(Ordering::Relaxed);
+        if skipped >= interval {
             skipped = 0;
             let now = coarse_now();
             if now != self.last_periodic.load(Ordering::Relaxed) {
                 self.skipped.store(0, Ordering::Relaxed);
+                self.clock_interval.store(FULL_POLL_EVERY, Ordering::Relaxed);
                 self.last_periodic.store(now, Ordering::Relaxed);
                 return Check::Periodic;
             }
+            self.clock_interval.store((interval * 2).min(MAX_CLOCK_INTERVAL), Ordering::Relaxed);
         }
         // A writer replacing the doorbells means a full poll is running: do one too.
         let Ok(bells) = self.bells.try_read() else { return Check::Poll };
@@ -107,5 +123,45 @@ impl QuietWatch {
     pub fn replace_bells(&self, bells: Vec<Doorbell>) {
         let mut current = self.bells.write().unwrap_or_else(|p| p.into_inner());
         *current = bells;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A caller that spends longer than a clock tick between calls (a validating debug benchmark)
+    /// still gets its timers run every few calls: after the first look, every look finds the
+    /// clock moved and the interval stays the shortest.
+    #[test]
+    fn a_slow_caller_gets_a_periodic_poll_every_few_calls() {
+        let watch = QuietWatch::new();
+        watch.arm();
+        for _ in 0..3 {
+            let mut calls = 0;
+            loop {
+                std::thread::sleep(Duration::from_millis(5));
+                calls += 1;
+                if watch.check() == Check::Periodic {
+                    break;
+                }
+                assert!(calls <= FULL_POLL_EVERY, "no periodic poll in {calls} slow calls");
+            }
+        }
+        assert_eq!(watch.clock_interval.load(Ordering::Relaxed), FULL_POLL_EVERY);
+    }
+
+    /// A spinning caller looks at the clock less and less often until it ticks.
+    #[test]
+    fn a_fast_caller_looks_at_the_clock_less_often() {
+        let watch = QuietWatch::new();
+        watch.arm();
+        let mut widest = 0;
+        for _ in 0..100_000 {
+            assert_ne!(watch.check(), Check::Poll, "no doorbell can ring");
+            widest = widest.max(watch.clock_interval.load(Ordering::Relaxed));
+        }
+        assert_eq!(widest, MAX_CLOCK_INTERVAL);
     }
 }
