@@ -177,16 +177,19 @@ const SMALL_FRAME: usize = 512;
 pub fn send_frame_now(fd: RawFd, prefix: &[u8], header: &[u8], payload: &[u8]) -> usize {
     let total = prefix.len() + header.len() + payload.len();
     if total <= SMALL_FRAME {
-        // Gathered on the stack: send(2) skips the msghdr and iovec import of sendmsg(2).
-        let mut buf = [0u8; SMALL_FRAME];
+        // Gathered on the stack: send(2) skips the msghdr and iovec import of sendmsg(2). Not
+        // zeroed first: only the `total` bytes written below are ever read.
+        let mut buf = mem::MaybeUninit::<[u8; SMALL_FRAME]>::uninit();
+        let base = buf.as_mut_ptr().cast::<u8>();
         let mut at = 0;
         for part in [prefix, header, payload] {
-            buf[at..at + part.len()].copy_from_slice(part);
+            // SAFETY: `at + part.len() <= total <= SMALL_FRAME`, so the copy stays inside `buf`;
+            // a live slice never overlaps our stack buffer.
+            unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), base.add(at), part.len()) };
             at += part.len();
         }
-        // SAFETY: `buf[..total]` is initialised and readable; the call is non-blocking.
-        let rc =
-            unsafe { libc::send(fd, buf.as_ptr().cast(), total, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        // SAFETY: `buf[..total]` was written above and is readable; the call is non-blocking.
+        let rc = unsafe { libc::send(fd, base.cast(), total, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
         return rc.max(0) as usize;
     }
     let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3];

@@ -506,7 +506,18 @@ impl UringTransport {
         self.dirty.clear();
     }
 
+    /// Reports the events held back for the next poll. Inline for the common case of none (it
+    /// runs three times per poll): the draining itself stays out of line.
+    #[inline]
     fn flush_deferred(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
+        if self.deferred.is_empty() {
+            return 0;
+        }
+        self.drain_deferred(sink)
+    }
+
+    #[inline(never)]
+    fn drain_deferred(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
         let n = self.deferred.len();
         for ev in self.deferred.drain(..) {
             sink(match ev {
