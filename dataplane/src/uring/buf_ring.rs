@@ -80,7 +80,8 @@ impl BufRing {
 
     /// The bytes the kernel wrote into buffer `bid`.
     pub fn data(&self, bid: u16, len: usize) -> &[u8] {
-        let bid = usize::from(bid % self.entries);
+        // `entries` is a power of two: a mask, not a division, per received completion.
+        let bid = usize::from(bid & (self.entries - 1));
         let len = len.min(self.buf_size);
         // SAFETY: `bid < entries`, so the range lies inside the buffer mapping; the kernel
         // finished writing it before posting the completion that named it.
@@ -110,7 +111,7 @@ impl BufRing {
 
     /// Gives buffer `bid` back to the kernel.
     pub fn recycle(&mut self, bid: u16) {
-        self.push(bid % self.entries);
+        self.push(bid & (self.entries - 1));
         self.publish();
     }
 
