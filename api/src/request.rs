@@ -6,10 +6,10 @@
 //! which is also where its callback runs. Dropping a request is `ucp_request_free`: the operation
 //! goes on, and the buffer it owns is dropped when it ends.
 
-use std::cell::UnsafeCell;
+use std::cell::{RefCell, UnsafeCell};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context as TaskContext, Poll, Waker};
 
@@ -90,6 +90,12 @@ pub(crate) trait OpSink: Send + Sync {
 ///
 /// So a spinning waiter costs one load per check, and completing or taking a request costs no
 /// atomic read-modify-write at all.
+///
+/// A cell its owner took the result of, and that nobody else holds any more, goes back to a small
+/// per-thread pool for the next operation with the same buffer type (see [`pool`]): a
+/// ping-pong's receive then costs no allocation, no free and none of the four reference-count
+/// updates (the owner's drop, the cell's implicit weak reference, the worker's weak reference
+/// dropped and taken again) that would otherwise sit between a message's arrival and the answer.
 pub(crate) struct ReqCell<B> {
     /// Set (Release) once `outcome` holds the final status.
     done: AtomicBool,
@@ -104,7 +110,8 @@ pub(crate) struct ReqCell<B> {
     waker: UnsafeCell<Option<Waker>>,
     /// Worker side, under its lock: what `Request::cancel` must undo.
     cancel: UnsafeCell<CancelTarget>,
-    worker: Weak<WorkerShared>,
+    /// Written only while the cell is unique (created, or taken from the pool); read by the owner.
+    worker: UnsafeCell<Weak<WorkerShared>>,
 }
 
 // SAFETY: the cell moves a `B` (Send) and a callback and waker (Send) between threads; every
@@ -121,6 +128,12 @@ impl<B> ReqCell<B> {
         self.done.load(Ordering::Acquire)
     }
 
+    /// The worker that completes the operation.
+    fn worker(&self) -> &Weak<WorkerShared> {
+        // SAFETY: written only while the cell is unique (no other reference exists to read it).
+        unsafe { &*self.worker.get() }
+    }
+
     /// The final status once done.
     fn outcome(&self) -> Option<(Status, OpInfo)> {
         if !self.is_done() {
@@ -133,6 +146,24 @@ impl<B> ReqCell<B> {
 
 impl<B: Send + 'static> ReqCell<B> {
     pub(crate) fn new(worker: &Arc<WorkerShared>, buf: B, callback: Option<Callback>) -> Arc<ReqCell<B>> {
+        if let Some(cell) = pool::take::<B>() {
+            // SAFETY: a pooled cell is unique (`pool::put` checked that no other reference was
+            // left, and nothing can clone one while it is pooled), and it is not shared yet:
+            // nobody else reads or writes any of its fields.
+            unsafe {
+                *cell.outcome.get() = (Status::InProgress, OpInfo::default());
+                *cell.buf.get() = Some(buf);
+                *cell.callback.get() = callback;
+                *cell.waker.get() = None;
+                *cell.cancel.get() = CancelTarget::None;
+                let owner = &mut *cell.worker.get();
+                if owner.as_ptr() != Arc::as_ptr(worker) {
+                    *owner = Arc::downgrade(worker);
+                }
+            }
+            cell.done.store(false, Ordering::Relaxed);
+            return cell;
+        }
         Arc::new(ReqCell {
             done: AtomicBool::new(false),
             outcome: UnsafeCell::new((Status::InProgress, OpInfo::default())),
@@ -140,7 +171,7 @@ impl<B: Send + 'static> ReqCell<B> {
             callback: UnsafeCell::new(callback),
             waker: UnsafeCell::new(None),
             cancel: UnsafeCell::new(CancelTarget::None),
-            worker: Arc::downgrade(worker),
+            worker: UnsafeCell::new(Arc::downgrade(worker)),
         })
     }
 
@@ -237,7 +268,7 @@ impl<B: Send + 'static> Request<B> {
         if cell.is_done() {
             return;
         }
-        if let Some(worker) = cell.worker.upgrade() {
+        if let Some(worker) = cell.worker().upgrade() {
             let mut core = worker.lock();
             // SAFETY: worker-side field, read with the worker's lock held.
             let target = unsafe { *cell.cancel.get() };
@@ -252,7 +283,10 @@ impl<B: Send + 'static> Request<B> {
             Inner::Ready(Some(result)) => Ok(result),
             Inner::Ready(None) => Ok(Err(Status::InvalidParam)),
             Inner::Pending(cell) => match cell.take() {
-                Some(result) => Ok(result),
+                Some(result) => {
+                    pool::put(cell);
+                    Ok(result)
+                }
                 None => Err(Request { inner: Inner::Pending(cell) }),
             },
         }
@@ -269,7 +303,7 @@ impl<B: Send + 'static> Request<B> {
                 Err(request) => request,
             };
             let Inner::Pending(cell) = &request.inner else { unreachable!("ready requests return above") };
-            match cell.worker.upgrade() {
+            match cell.worker().upgrade() {
                 Some(worker) => {
                     if worker.progress() == 0 {
                         std::hint::spin_loop();
@@ -294,7 +328,7 @@ impl<B: Send + 'static> Future for Request<B> {
                 if let Some(result) = cell.take() {
                     return Poll::Ready(result);
                 }
-                let Some(worker) = cell.worker.upgrade() else {
+                let Some(worker) = cell.worker().upgrade() else {
                     // No worker left to complete it; it may have completed just before.
                     return Poll::Ready(cell.take().unwrap_or(Err(Status::Canceled)));
                 };
@@ -321,5 +355,123 @@ impl<B> std::fmt::Debug for Request<B> {
             Inner::Pending(cell) => cell.outcome().map_or(Status::InProgress, |(status, _)| status),
         };
         f.debug_struct("Request").field("status", &status).finish()
+    }
+}
+
+/// Per-thread reuse of request cells whose operation ended and was taken by its owner.
+mod pool {
+    use super::*;
+    use std::any::TypeId;
+
+    /// Cells kept per thread, of any buffer types together. A ping-pong needs one or two; a
+    /// window of operations taken in a burst beyond this frees the rest as before.
+    const MAX: usize = 8;
+
+    /// A pooled `Arc<ReqCell<B>>` as a raw pointer, with the `B` it was made for and how to free it.
+    struct Pooled {
+        ty: TypeId,
+        cell: *const (),
+        free: unsafe fn(*const ()),
+    }
+
+    impl Drop for Pooled {
+        fn drop(&mut self) {
+            // SAFETY: `cell` came from `Arc::into_raw` of the cell type `free` was made for, and
+            // this entry owns that reference.
+            unsafe { (self.free)(self.cell) }
+        }
+    }
+
+    /// Drops the pooled reference `cell` to an `Arc<ReqCell<B>>`.
+    ///
+    /// # Safety
+    /// `cell` came from `Arc::<ReqCell<B>>::into_raw` and the caller owns that reference.
+    unsafe fn free<B: Send + 'static>(cell: *const ()) {
+        // SAFETY: the function's contract.
+        drop(unsafe { Arc::from_raw(cell.cast::<ReqCell<B>>()) });
+    }
+
+    thread_local! {
+        static CELLS: RefCell<Vec<Pooled>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// A pooled cell for buffers of type `B`, most recently pooled first.
+    #[inline]
+    pub(super) fn take<B: Send + 'static>() -> Option<Arc<ReqCell<B>>> {
+        let ty = TypeId::of::<B>();
+        let entry = CELLS
+            .try_with(|cells| {
+                let mut cells = cells.borrow_mut();
+                let at = cells.iter().rposition(|entry| entry.ty == ty)?;
+                Some(cells.swap_remove(at))
+            })
+            .ok()
+            .flatten()?;
+        let cell = entry.cell.cast::<ReqCell<B>>();
+        std::mem::forget(entry);
+        // SAFETY: an entry of type id `B` holds the reference `Arc::<ReqCell<B>>::into_raw`
+        // gave, which the forgotten entry no longer owns.
+        Some(unsafe { Arc::from_raw(cell) })
+    }
+
+    /// Keeps `cell`, whose result its owner just took, for reuse if nothing else holds it: the
+    /// worker dropped its reference when it completed the operation (when the completion ran on
+    /// another thread, it may not have yet; then the cell is simply freed).
+    #[inline(never)]
+    pub(super) fn put<B: Send + 'static>(cell: Arc<ReqCell<B>>) {
+        // Plain loads: with the only strong reference ours and no weak one (none is ever made),
+        // no other thread can make a new one.
+        if Arc::strong_count(&cell) != 1 || Arc::weak_count(&cell) != 0 {
+            return;
+        }
+        // Pairs with the Release decrement of the worker's reference: its last accesses to the
+        // cell happen before our next writes to it.
+        fence(Ordering::Acquire);
+        let entry = Pooled { ty: TypeId::of::<B>(), cell: Arc::into_raw(cell).cast(), free: free::<B> };
+        let _ = CELLS.try_with(|cells| {
+            let mut cells = cells.borrow_mut();
+            if cells.len() < MAX {
+                cells.push(entry);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Context, Features, WorkerParams};
+
+    fn completed<B: Send + 'static>(worker: &crate::Worker, cell: &Arc<ReqCell<B>>) {
+        let core = worker.shared.lock();
+        assert!(cell.complete(&core.st, Status::Ok, OpInfo { length: 3, ..OpInfo::default() }).is_none());
+    }
+
+    /// A taken cell nobody else holds is reused, fresh, for the next operation of its buffer
+    /// type; another buffer type gets its own; a cell still held elsewhere is not pooled.
+    #[test]
+    fn taken_cells_are_reused_only_when_unique() {
+        let ctx = Context::with_features(Features::TAG).unwrap();
+        let worker = ctx.create_worker(&WorkerParams::default()).unwrap();
+        let cell = ReqCell::new(&worker.shared, vec![1u8, 2, 3], None);
+        let first = Arc::as_ptr(&cell);
+        completed(&worker, &cell);
+        let done = Request::pending(cell).try_take().map_err(|_| ()).unwrap().unwrap();
+        assert_eq!((done.buf, done.info.length), (vec![1, 2, 3], 3));
+
+        let other_type = ReqCell::new(&worker.shared, [0u8; 4], None);
+        assert_ne!(Arc::as_ptr(&other_type).cast::<()>(), first.cast::<()>());
+
+        let again = ReqCell::new(&worker.shared, vec![9u8], None);
+        assert_eq!(Arc::as_ptr(&again), first, "the taken cell is reused");
+        let request = Request::pending(again.clone());
+        assert_eq!(request.status(), Status::InProgress, "a reused cell starts afresh");
+        completed(&worker, &again);
+        // Still held (as the worker would while finishing a completion on another thread).
+        let done = request.try_take().map_err(|_| ()).unwrap().unwrap();
+        assert_eq!(done.buf, vec![9]);
+        let next = ReqCell::new(&worker.shared, vec![7u8], None);
+        assert_ne!(Arc::as_ptr(&next), first, "a cell still referenced is not reused");
+        drop(again);
     }
 }
