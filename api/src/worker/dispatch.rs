@@ -143,7 +143,12 @@ fn finish_if_received(st: &mut State, id: u64) {
 }
 
 fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
-    let (op, payload) = match Op::decode(bytes) {
+    // Small messages first: their headers decode without the general decoder's checked reads.
+    let decoded = match Op::decode_eager(bytes) {
+        Some(decoded) => Ok(decoded),
+        None => Op::decode(bytes),
+    };
+    let (op, payload) = match decoded {
         Ok(decoded) => decoded,
         Err(err) => {
             tracing::warn!(?link, %err, "malformed frame from peer; closing the link");
