@@ -213,6 +213,9 @@ pub(crate) fn on_conn_request(st: &mut State, listener: ListenerId, data: ConnRe
 }
 
 /// Runs a listener's connection handler (from progress, without the lock).
+// Takes the box `Deferred::ConnRequest` holds (boxed there to keep deferred items small), and
+// unboxes it here, off the worker's progress code.
+#[allow(clippy::boxed_local)]
 pub(crate) fn run_conn_handler(shared: &Arc<WorkerShared>, listener: ListenerId, data: Box<ConnRequestData>) {
     let handler = match shared.lock().st.listeners.get(&listener).map(|e| &e.handlers) {
         Some(ListenerHandlers::Conn(handler)) => Some(Arc::clone(handler)),
