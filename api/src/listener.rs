@@ -201,7 +201,9 @@ pub(crate) fn on_conn_request(st: &mut State, listener: ListenerId, data: ConnRe
         return;
     };
     match &entry.handlers {
-        ListenerHandlers::Conn(_) => st.deferred.push(Deferred::ConnRequest { listener, request: data }),
+        ListenerHandlers::Conn(_) => {
+            st.deferred.push(Deferred::ConnRequest { listener, request: Box::new(data) })
+        }
         ListenerHandlers::Accept(_, params) => {
             let params = params.clone();
             let ep = create_server_ep(st, &data, params);
@@ -211,12 +213,15 @@ pub(crate) fn on_conn_request(st: &mut State, listener: ListenerId, data: ConnRe
 }
 
 /// Runs a listener's connection handler (from progress, without the lock).
-pub(crate) fn run_conn_handler(shared: &Arc<WorkerShared>, listener: ListenerId, data: ConnRequestData) {
+// Takes the box `Deferred::ConnRequest` holds (boxed there to keep deferred items small), and
+// unboxes it here, off the worker's progress code.
+#[allow(clippy::boxed_local)]
+pub(crate) fn run_conn_handler(shared: &Arc<WorkerShared>, listener: ListenerId, data: Box<ConnRequestData>) {
     let handler = match shared.lock().st.listeners.get(&listener).map(|e| &e.handlers) {
         Some(ListenerHandlers::Conn(handler)) => Some(Arc::clone(handler)),
         _ => None,
     };
-    let request = ConnRequest { worker: Arc::clone(shared), data: Some(data) };
+    let request = ConnRequest { worker: Arc::clone(shared), data: Some(*data) };
     match handler {
         Some(handler) => (handler.lock().unwrap_or_else(|p| p.into_inner()))(request),
         None => drop(request),

@@ -77,6 +77,7 @@ fn frame_bytes(op: &Op, payload: &[u8]) -> (Vec<u8>, usize) {
 /// Whatever `decode` makes of `frame`, it must not panic, and an accepted header must be the
 /// canonical encoding of what it decoded to, with the rest of the frame as payload.
 fn assert_decode_consistent(frame: &[u8]) -> Result<(), TestCaseError> {
+    assert_fast_path_agrees(frame)?;
     if let Ok((op, payload)) = Op::decode(frame) {
         let mut header = [0u8; MAX_HEADER_LEN];
         let len = op.encode(&mut header);
@@ -84,6 +85,19 @@ fn assert_decode_consistent(frame: &[u8]) -> Result<(), TestCaseError> {
         prop_assert_eq!(&frame[..len], &header[..len]);
         prop_assert_eq!(payload, &frame[len..]);
         prop_assert!(op.has_payload() || payload.is_empty());
+    }
+    Ok(())
+}
+
+/// `decode_eager` (the receive path's fast decoder) accepts exactly the eager-data frames that
+/// `decode` accepts, with the same op and payload, and nothing else.
+fn assert_fast_path_agrees(frame: &[u8]) -> Result<(), TestCaseError> {
+    let eager = |op: &Op| matches!(op, Op::TagEager { .. } | Op::AmEager { .. } | Op::Stream);
+    let expected = Op::decode(frame).ok().filter(|(op, _)| eager(op));
+    let fast = Op::decode_eager(frame);
+    prop_assert_eq!(fast, expected);
+    if let Some((_, payload)) = fast {
+        prop_assert_eq!(payload.as_ptr_range().end, frame.as_ptr_range().end);
     }
     Ok(())
 }
@@ -99,6 +113,7 @@ proptest! {
         prop_assert_eq!(decoded, op);
         prop_assert_eq!(rest, &payload[..]);
         prop_assert_eq!(rest.as_ptr(), frame[len..].as_ptr());
+        assert_fast_path_agrees(&frame)?;
     }
 
     #[test]
@@ -131,6 +146,7 @@ proptest! {
         let (frame, len) = frame_bytes(&op, &payload);
         for cut in 0..frame.len() {
             let result = Op::decode(&frame[..cut]);
+            assert_fast_path_agrees(&frame[..cut])?;
             if cut < len {
                 prop_assert_eq!(result, Err(ProtoError::Truncated));
             } else {

@@ -143,6 +143,23 @@ fn finish_if_received(st: &mut State, id: u64) {
 }
 
 fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
+    // Small messages first: their headers decode without the general decoder's checked reads,
+    // and they are handled here, without the general dispatch below.
+    if let Some((op, payload)) = Op::decode_eager(bytes) {
+        let Some(ep) = receiving_ep(st, link) else { return };
+        match op {
+            Op::TagEager { tag, sync, sender_req } => {
+                on_tag_eager(st, link, ep, tag, sync.then_some(sender_req), payload)
+            }
+            Op::AmEager { am_id, reply, header_len } => {
+                on_am_eager(st, ep, am_id, reply, header_len, payload)
+            }
+            Op::Stream => deliver_stream(st, ep, payload),
+            // `decode_eager` returns no other op; should it ever, the general dispatch is right.
+            op => on_op(st, link, ep, op, payload),
+        }
+        return;
+    }
     let (op, payload) = match Op::decode(bytes) {
         Ok(decoded) => decoded,
         Err(err) => {
@@ -156,6 +173,18 @@ fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
         return;
     }
     let Some(ep) = receiving_ep(st, link) else { return };
+    on_op(st, link, ep, op, payload);
+}
+
+fn on_am_eager(st: &mut State, ep: u64, am_id: u16, reply: bool, header_len: u16, payload: &[u8]) {
+    let data = AmBytes::copy_of(st, payload);
+    let delivery = AmDelivery::eager(st, ep, am_id, reply, header_len as usize, data);
+    st.deferred.push(Deferred::Am(delivery));
+}
+
+/// Acts on a decoded frame from the endpoint `ep`.
+#[inline(never)]
+fn on_op(st: &mut State, link: LinkId, ep: u64, op: Op, payload: &[u8]) {
     match op {
         Op::Hello => {}
         Op::TagEager { tag, sync, sender_req } => {
@@ -173,11 +202,7 @@ fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
         Op::Rtr { sender_req, recv_req, accept_len } => on_rtr(st, ep, sender_req, recv_req, accept_len),
         Op::RndvData { recv_req, offset } => on_data_fragment(st, ep, recv_req, offset, payload),
         Op::Stream => deliver_stream(st, ep, payload),
-        Op::AmEager { am_id, reply, header_len } => {
-            let data = AmBytes::copy_of(st, payload);
-            let delivery = AmDelivery::eager(st, ep, am_id, reply, header_len as usize, data);
-            st.deferred.push(Deferred::Am(delivery));
-        }
+        Op::AmEager { am_id, reply, header_len } => on_am_eager(st, ep, am_id, reply, header_len, payload),
         Op::AmRts { am_id, reply, header_len: _, sender_req, total_len } => {
             let header = AmBytes::copy_of(st, payload);
             let delivery = AmDelivery::rndv(st, ep, am_id, reply, header, sender_req, total_len);

@@ -286,10 +286,13 @@ pub(crate) struct ListenerEntry {
 }
 
 /// User code to run once the worker's lock is released.
+///
+/// One is pushed and moved out again per active message received, so the rare large item (a
+/// connection request) is boxed to keep every item small enough to move without a `memcpy` call.
 pub(crate) enum Deferred {
     Callback(Callback, Status, OpInfo),
     ErrHandler { ep: u64, handler: ErrHandler, status: Status },
-    ConnRequest { listener: ListenerId, request: crate::listener::ConnRequestData },
+    ConnRequest { listener: ListenerId, request: Box<crate::listener::ConnRequestData> },
     Accepted { listener: ListenerId, ep: u64 },
     Am(crate::worker::am::AmDelivery),
 }

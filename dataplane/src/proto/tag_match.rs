@@ -21,6 +21,11 @@
 //! linearly, as in UCX. Every node carries a sequence number from a per-queue counter, so picking
 //! the oldest of "front of the tag's bucket" and "first matching wildcard" keeps posting order
 //! exactly as if there were one list.
+//!
+//! The common small cases skip the hash altogether: a node remembers its bucket, so unlinking it
+//! needs no lookup; each queue remembers the last tag it looked up, so one tag used over and over
+//! is hashed once; an empty queue answers at once; and a message arriving while at most one
+//! receive waits is checked against that receive alone.
 
 /// Mask that matches one tag exactly; receives posted with it are found by hash instead of by scan.
 pub const FULL_MASK: u64 = u64::MAX;
@@ -158,6 +163,20 @@ impl<R, M> TagMatcher<R, M> {
     /// anything: the first half of [`TagMatcher::arrive`], for a caller that wants to build the
     /// message's payload descriptor (a copy of its bytes) only when no receive takes it.
     pub fn take_expected(&mut self, tag: u64) -> Option<(RecvId, R)> {
+        if self.expected.len <= 1 {
+            // Nothing or one receive waiting (a ping-pong, a receive posted per message): the
+            // only candidate is the head of the queue, checked without a hash lookup.
+            let slot = self.expected.order.head;
+            if slot == NIL {
+                return None;
+            }
+            let node = self.expected.node(slot);
+            if !tag_matches(tag, node.tag, node.value.mask) {
+                return None;
+            }
+            let (seq, posted) = self.expected.pop_sole();
+            return Some((RecvId { slot, seq }, posted.recv));
+        }
         if self.expected.wildcards.head == NIL {
             // No masked receive is waiting, so the oldest receive of the tag's bucket is the
             // answer: found and unlinked with one map lookup.
@@ -202,6 +221,10 @@ impl<R, M> TagMatcher<R, M> {
     /// (`ucp_tag_probe_nb` with remove = 1); the caller owns it and later receives it into a
     /// buffer with `ucp_tag_msg_recv_nbx`, which no other receive can then take.
     pub fn probe_remove(&mut self, tag: u64, tag_mask: u64) -> Option<Message<M>> {
+        if self.unexpected.len == 0 {
+            // Every receive posted while nothing waits asks this first: no hash lookup then.
+            return None;
+        }
         if tag_mask == FULL_MASK {
             // Every message is indexed by its tag, and a bucket is in arrival order.
             return self.unexpected.pop_indexed(tag).map(|(_, _, message)| message);
@@ -254,6 +277,9 @@ impl<R, M> TagMatcher<R, M> {
 
     /// Slot of the oldest unexpected message matching `(tag, tag_mask)`.
     fn find_unexpected(&self, tag: u64, tag_mask: u64) -> Option<usize> {
+        if self.unexpected.len == 0 {
+            return None;
+        }
         if tag_mask == FULL_MASK {
             // Every message is indexed by its tag, and a bucket is in arrival order.
             self.unexpected.first_indexed(tag)
@@ -302,8 +328,9 @@ struct Node<T> {
     /// Own slot index, so iterators can hand out nodes and callers still find where they live.
     slot: usize,
     tag: u64,
-    /// Whether the node sits in the bucket of `tag` rather than on the wildcard list.
-    indexed: bool,
+    /// The bucket of `tag` the node sits in (an index into [`TagQueue::buckets`]), or [`NIL`]
+    /// when it sits on the wildcard list; kept so unlinking the node needs no hash lookup.
+    bucket: usize,
     order: Links,
     class: Links,
     value: T,
@@ -350,7 +377,15 @@ struct TagQueue<T> {
     /// grow the map forever.
     /// Tags are chosen by remote peers, so the map's hasher is seeded per process (foldhash, see
     /// `fast_map`): a peer cannot compute tags that all land in one hash chain offline.
-    by_tag: crate::FastMap<u64, Ends>,
+    /// The map holds an index into `buckets`, which every node of the bucket keeps too.
+    by_tag: crate::FastMap<u64, usize>,
+    /// The lists of the buckets `by_tag` names; a slot no tag names is on `free_buckets`.
+    buckets: Vec<Ends>,
+    free_buckets: Vec<usize>,
+    /// The tag last looked up and its bucket (`NIL` when none): a worker that uses one tag
+    /// again and again (a ping-pong, a stream of messages to one receiver) hashes it once.
+    /// Valid while the tag is in `by_tag`, i.e. until the next sweep, which clears it.
+    last_bucket: (u64, usize),
     /// Buckets of `by_tag` that hold no node.
     empty_buckets: usize,
     wildcards: Ends,
@@ -368,6 +403,9 @@ impl<T> TagQueue<T> {
             next_seq: 0,
             order: Ends::EMPTY,
             by_tag: crate::FastMap::default(),
+            buckets: Vec::new(),
+            free_buckets: Vec::new(),
+            last_bucket: (0, NIL),
             empty_buckets: 0,
             wildcards: Ends::EMPTY,
         }
@@ -391,7 +429,8 @@ impl<T> TagQueue<T> {
         self.next_seq += 1;
         let slot = if self.free_head == NIL { self.slots.len() } else { self.free_head };
         let unlinked = Links { prev: NIL, next: NIL };
-        let node = Node { seq, slot, tag, indexed, order: unlinked, class: unlinked, value };
+        let bucket = if indexed { self.bucket_for_push(tag) } else { NIL };
+        let node = Node { seq, slot, tag, bucket, order: unlinked, class: unlinked, value };
         if slot == self.slots.len() {
             self.slots.push(Slot::Occupied(node));
         } else {
@@ -401,20 +440,7 @@ impl<T> TagQueue<T> {
             }
         }
         append(&mut self.slots, &mut self.order, Chain::Order, slot);
-        let class = if indexed {
-            match self.by_tag.entry(tag) {
-                std::collections::hash_map::Entry::Occupied(bucket) => {
-                    let bucket = bucket.into_mut();
-                    if bucket.head == NIL {
-                        self.empty_buckets -= 1;
-                    }
-                    bucket
-                }
-                std::collections::hash_map::Entry::Vacant(slot) => slot.insert(Ends::EMPTY),
-            }
-        } else {
-            &mut self.wildcards
-        };
+        let class = if bucket == NIL { &mut self.wildcards } else { &mut self.buckets[bucket] };
         append(&mut self.slots, class, Chain::Class, slot);
         self.len += 1;
         (slot, seq)
@@ -422,16 +448,12 @@ impl<T> TagQueue<T> {
 
     /// Unlinks the node in `slot` and frees the slot; returns the node's sequence number and value.
     fn remove(&mut self, slot: usize) -> (u64, T) {
-        let (tag, indexed) = {
-            let node = self.node(slot);
-            (node.tag, node.indexed)
-        };
+        let bucket = self.node(slot).bucket;
         detach(&mut self.slots, &mut self.order, Chain::Order, slot);
-        if indexed {
-            // One lookup for both the unlink and, when the bucket empties, its removal.
-            let bucket = self.by_tag.get_mut(&tag).expect("an indexed node has a bucket");
-            detach(&mut self.slots, bucket, Chain::Class, slot);
-            if bucket.head == NIL {
+        if bucket != NIL {
+            let ends = &mut self.buckets[bucket];
+            detach(&mut self.slots, ends, Chain::Class, slot);
+            if ends.head == NIL {
                 self.bucket_emptied();
             }
         } else {
@@ -440,10 +462,28 @@ impl<T> TagQueue<T> {
         self.free(slot)
     }
 
+    /// Takes the queue's only node (`len == 1`) and frees its slot: it is alone on each of its
+    /// lists, so they are just emptied. Returns its sequence number and value.
+    #[inline]
+    fn pop_sole(&mut self) -> (u64, T) {
+        debug_assert_eq!(self.len, 1);
+        let slot = self.order.head;
+        let bucket = self.node(slot).bucket;
+        self.order = Ends::EMPTY;
+        if bucket == NIL {
+            self.wildcards = Ends::EMPTY;
+        } else {
+            self.buckets[bucket] = Ends::EMPTY;
+            self.bucket_emptied();
+        }
+        self.free(slot)
+    }
+
     /// Unlinks the oldest indexed node tagged `tag` and frees its slot, with one map lookup:
     /// returns its slot, sequence number and value.
     fn pop_indexed(&mut self, tag: u64) -> Option<(usize, u64, T)> {
-        let bucket = self.by_tag.get_mut(&tag)?;
+        let index = self.bucket_of(tag)?;
+        let bucket = &mut self.buckets[index];
         let slot = bucket.head;
         if slot == NIL {
             return None;
@@ -460,12 +500,28 @@ impl<T> TagQueue<T> {
 
     /// Counts a bucket that just lost its last node, and sweeps empty buckets out when they
     /// are many and at least half of the map.
+    #[inline]
     fn bucket_emptied(&mut self) {
         self.empty_buckets += 1;
         if self.empty_buckets > EMPTY_BUCKETS_KEPT && self.empty_buckets * 2 >= self.by_tag.len() {
-            self.by_tag.retain(|_, bucket| bucket.head != NIL);
-            self.empty_buckets = 0;
+            self.sweep_buckets();
         }
+    }
+
+    /// Drops every empty bucket from the map and frees its slot.
+    #[cold]
+    #[inline(never)]
+    fn sweep_buckets(&mut self) {
+        let (buckets, free) = (&self.buckets, &mut self.free_buckets);
+        self.by_tag.retain(|_, &mut index| {
+            let keep = buckets[index].head != NIL;
+            if !keep {
+                free.push(index);
+            }
+            keep
+        });
+        self.empty_buckets = 0;
+        self.last_bucket = (0, NIL);
     }
 
     /// Frees an unlinked slot; returns its node's sequence number and value.
@@ -481,7 +537,51 @@ impl<T> TagQueue<T> {
 
     /// Slot of the oldest indexed node tagged `tag`.
     fn first_indexed(&self, tag: u64) -> Option<usize> {
-        self.by_tag.get(&tag).map(|bucket| bucket.head).filter(|&head| head != NIL)
+        let index = match self.last_bucket {
+            (last, index) if last == tag && index != NIL => index,
+            _ => *self.by_tag.get(&tag)?,
+        };
+        Some(self.buckets[index].head).filter(|&head| head != NIL)
+    }
+
+    /// The bucket of `tag`, if it has one; remembered for the next lookup.
+    fn bucket_of(&mut self, tag: u64) -> Option<usize> {
+        match self.last_bucket {
+            (last, index) if last == tag && index != NIL => Some(index),
+            _ => {
+                let index = *self.by_tag.get(&tag)?;
+                self.last_bucket = (tag, index);
+                Some(index)
+            }
+        }
+    }
+
+    /// The bucket a new node tagged `tag` joins, made if the tag has none; remembered for the
+    /// next lookup.
+    fn bucket_for_push(&mut self, tag: u64) -> usize {
+        let index = match self.bucket_of(tag) {
+            Some(index) => index,
+            None => {
+                let index = match self.free_buckets.pop() {
+                    Some(index) => index,
+                    None => {
+                        self.buckets.push(Ends::EMPTY);
+                        self.buckets.len() - 1
+                    }
+                };
+                // A swept bucket was emptied before it was freed.
+                debug_assert!(self.buckets[index].head == NIL);
+                self.by_tag.insert(tag, index);
+                self.last_bucket = (tag, index);
+                // Counted as emptied here, so joining it below reads as for a kept empty bucket.
+                self.empty_buckets += 1;
+                index
+            }
+        };
+        if self.buckets[index].head == NIL {
+            self.empty_buckets -= 1;
+        }
+        index
     }
 
     /// Every node, oldest first.
@@ -726,6 +826,27 @@ mod tests {
     }
 
     #[test]
+    fn buckets_survive_sweeps_and_come_back() {
+        let mut m = Matcher::new();
+        // A receive that waits across every sweep below, its tag remembered as the last looked up.
+        let waiting = queued(m.post_recv(5_000, FULL_MASK, "waiting"));
+        for round in 0..3u64 {
+            for tag in 0..300u64 {
+                queued(m.post_recv(tag, FULL_MASK, "r"));
+                queued(m.post_recv(9_000, FULL_MASK, "other"));
+                assert_eq!(matched_recv(m.arrive(msg(1, tag, 1))), ("r", 1));
+                assert_eq!(matched_recv(m.arrive(msg(1, 9_000, 2))), ("other", 2));
+            }
+            assert!(m.expected.by_tag.len() <= 2 * EMPTY_BUCKETS_KEPT + 3, "round {round}");
+            assert_eq!(m.expected_len(), 1);
+        }
+        assert_eq!(matched_recv(m.arrive(msg(1, 5_000, 3))), ("waiting", 3));
+        assert_eq!(m.cancel(waiting), None);
+        assert_eq!(m.arrive(msg(1, 5_000, 4)), Arrival::Queued);
+        assert_eq!(matched_message(m.post_recv(5_000, FULL_MASK, "late")), 4);
+    }
+
+    #[test]
     fn slots_are_reused() {
         let mut m = Matcher::new();
         for round in 0..100u32 {
@@ -741,6 +862,9 @@ mod tests {
         assert!(m.unexpected.by_tag.len() <= 2 * EMPTY_BUCKETS_KEPT, "{}", m.unexpected.by_tag.len());
         // Every kept bucket is accounted for as empty.
         assert_eq!(m.expected.empty_buckets, m.expected.by_tag.len());
-        assert!(m.expected.by_tag.values().all(|b| b.head == NIL && b.tail == NIL));
+        assert!(m.expected.by_tag.values().all(|&b| m.expected.buckets[b].head == NIL));
+        assert!(m.expected.by_tag.values().all(|&b| m.expected.buckets[b].tail == NIL));
+        // Bucket slots are reused, not grown per tag.
+        assert!(m.expected.buckets.len() <= 2 * EMPTY_BUCKETS_KEPT + 2, "{}", m.expected.buckets.len());
     }
 }

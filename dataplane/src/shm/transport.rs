@@ -673,8 +673,15 @@ impl ShmTransport {
             }
         }
         if failure.is_none() {
-            ShmTransport::flush_queue(link);
-            failure = link.broken;
+            if link.queue.is_empty() {
+                // Nothing queued (the common case): only a wakeup a push asked for may be left.
+                if link.tx.take_wake() {
+                    conn::wake(link.sock.as_raw_fd());
+                }
+            } else {
+                ShmTransport::flush_queue(link);
+                failure = link.broken;
+            }
         }
         if failure.is_none() && link.peer_gone && link.placing.is_none() && !link.rx.has_data() {
             // Everything the peer published before it closed has been delivered.
@@ -727,39 +734,10 @@ fn poll_rx(
     count: &mut usize,
 ) -> Result<(), TlError> {
     for _ in 0..RECORDS_PER_POLL {
-        if link.placing.is_some() {
-            if link.peer_gone {
-                // The peer may have released (even reused) the memory: do not read it any more.
-                return Err(TlError::ConnectionReset);
-            }
-            let status = match copy_placing(link) {
-                Ok(false) => {
-                    // More next poll; records read before the placement go back to the peer now.
-                    link.rx.release();
-                    return Ok(());
-                }
-                // The copy is complete; it is good only if the sender had not revoked its
-                // buffers before we looked (our copy then finished before any reuse).
-                Ok(true) if link.segment.revoked(1 - link.tx_ring).load(Ordering::SeqCst) != 0 => {
-                    libc::ECANCELED
-                }
-                Ok(true) => 0i32,
-                Err(errno) => {
-                    tracing::debug!(errno, pid = link.peer_pid, "shm: reading a placed payload failed");
-                    errno
-                }
-            };
-            let p = link.placing.take().expect("placing");
-            if let Some(dest) = p.dest {
-                let result = if status == 0 { Ok(()) } else { Err(TlError::from_errno(status)) };
-                *count += 1;
-                sink(TlEvent::PlaceDone { link: id, token: dest.token(), result });
-            }
-            let mut done = [0u8; DONE_LEN];
-            done[..8].copy_from_slice(&p.cookie.to_le_bytes());
-            done[8..].copy_from_slice(&status.to_le_bytes());
-            // The release is tiny and must not be lost: no byte limit on it.
-            ShmTransport::push_or_queue(link, KIND_PLACE_DONE, &[&done], usize::MAX)?;
+        if link.placing.is_some() && !continue_placing(link, id, sink, count)? {
+            // More next poll; records read before the placement go back to the peer now.
+            link.rx.release();
+            return Ok(());
         }
         let Some((kind, bytes)) = link.rx.next_record().map_err(|err| {
             tracing::debug!(%err, "shm peer wrote a malformed ring");
@@ -768,49 +746,111 @@ fn poll_rx(
         else {
             break;
         };
-        match kind {
-            KIND_FRAME => {
-                *count += 1;
-                sink(TlEvent::Frame { link: id, bytes });
-            }
-            KIND_PLACED => {
-                if bytes.len() < PLACED_PREFIX || link.peer_gone {
-                    return Err(TlError::ConnectionReset);
-                }
-                let remote = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
-                let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
-                let len = usize::try_from(len).map_err(|_| TlError::ConnectionReset)?;
-                if len > isize::MAX as usize || remote.checked_add(len as u64).is_none() {
-                    return Err(TlError::ConnectionReset);
-                }
-                let mut dest = Placement::default();
-                *count += 1;
-                sink(TlEvent::Placed { link: id, header: &bytes[PLACED_PREFIX..], len, dest: &mut dest });
-                link.placing = Some(Placing { remote, len, done: 0, cookie: remote, dest: dest.take() });
-            }
-            KIND_PLACE_DONE => {
-                if bytes.len() != DONE_LEN {
-                    return Err(TlError::ConnectionReset);
-                }
-                let cookie = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
-                let status = i32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-                // Placements complete in order: the release must name the oldest one.
-                match link.inflight.front() {
-                    Some(front) if front.range().0 == cookie => {}
-                    _ => return Err(TlError::ConnectionReset),
-                }
-                if status != 0 {
-                    tracing::debug!(status, "shm peer could not read a placed payload");
-                }
-                if let Some(Inflight::Zcopy { token, .. }) = link.inflight.pop_front() {
-                    *count += 1;
-                    sink(TlEvent::SendDone { link: id, token, result: Ok(()) });
-                }
-            }
-            _ => return Err(TlError::ConnectionReset),
+        if kind == KIND_FRAME {
+            // The one kind every small message comes as: straight to the sink.
+            *count += 1;
+            sink(TlEvent::Frame { link: id, bytes });
+        } else {
+            let (placing, inflight) = (&mut link.placing, &mut link.inflight);
+            other_record(placing, inflight, link.peer_gone, id, sink, count, kind, bytes)?;
         }
     }
     link.rx.release();
+    Ok(())
+}
+
+/// Copies more of the placement in progress: `Ok(false)` while it is not complete, `Ok(true)`
+/// once it is complete (or dropped) and its release is on its way to the peer. Out of line:
+/// only large messages take it.
+#[cold]
+#[inline(never)]
+fn continue_placing(
+    link: &mut Link,
+    id: LinkId,
+    sink: &mut dyn FnMut(TlEvent<'_>),
+    count: &mut usize,
+) -> Result<bool, TlError> {
+    if link.peer_gone {
+        // The peer may have released (even reused) the memory: do not read it any more.
+        return Err(TlError::ConnectionReset);
+    }
+    let status = match copy_placing(link) {
+        Ok(false) => return Ok(false),
+        // The copy is complete; it is good only if the sender had not revoked its
+        // buffers before we looked (our copy then finished before any reuse).
+        Ok(true) if link.segment.revoked(1 - link.tx_ring).load(Ordering::SeqCst) != 0 => libc::ECANCELED,
+        Ok(true) => 0i32,
+        Err(errno) => {
+            tracing::debug!(errno, pid = link.peer_pid, "shm: reading a placed payload failed");
+            errno
+        }
+    };
+    let p = link.placing.take().expect("placing");
+    if let Some(dest) = p.dest {
+        let result = if status == 0 { Ok(()) } else { Err(TlError::from_errno(status)) };
+        *count += 1;
+        sink(TlEvent::PlaceDone { link: id, token: dest.token(), result });
+    }
+    let mut done = [0u8; DONE_LEN];
+    done[..8].copy_from_slice(&p.cookie.to_le_bytes());
+    done[8..].copy_from_slice(&status.to_le_bytes());
+    // The release is tiny and must not be lost: no byte limit on it.
+    ShmTransport::push_or_queue(link, KIND_PLACE_DONE, &[&done], usize::MAX)?;
+    Ok(true)
+}
+
+/// Handles a record other than a frame: the start of a placement or a placement's release.
+/// Out of line, to keep the frame loop short. Takes the link's fields it needs, as `bytes`
+/// borrows the link's ring.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn other_record(
+    placing: &mut Option<Placing>,
+    inflight: &mut VecDeque<Inflight>,
+    peer_gone: bool,
+    id: LinkId,
+    sink: &mut dyn FnMut(TlEvent<'_>),
+    count: &mut usize,
+    kind: u32,
+    bytes: &[u8],
+) -> Result<(), TlError> {
+    match kind {
+        KIND_PLACED => {
+            if bytes.len() < PLACED_PREFIX || peer_gone {
+                return Err(TlError::ConnectionReset);
+            }
+            let remote = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
+            let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+            let len = usize::try_from(len).map_err(|_| TlError::ConnectionReset)?;
+            if len > isize::MAX as usize || remote.checked_add(len as u64).is_none() {
+                return Err(TlError::ConnectionReset);
+            }
+            let mut dest = Placement::default();
+            *count += 1;
+            sink(TlEvent::Placed { link: id, header: &bytes[PLACED_PREFIX..], len, dest: &mut dest });
+            *placing = Some(Placing { remote, len, done: 0, cookie: remote, dest: dest.take() });
+        }
+        KIND_PLACE_DONE => {
+            if bytes.len() != DONE_LEN {
+                return Err(TlError::ConnectionReset);
+            }
+            let cookie = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
+            let status = i32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+            // Placements complete in order: the release must name the oldest one.
+            match inflight.front() {
+                Some(front) if front.range().0 == cookie => {}
+                _ => return Err(TlError::ConnectionReset),
+            }
+            if status != 0 {
+                tracing::debug!(status, "shm peer could not read a placed payload");
+            }
+            if let Some(Inflight::Zcopy { token, .. }) = inflight.pop_front() {
+                *count += 1;
+                sink(TlEvent::SendDone { link: id, token, result: Ok(()) });
+            }
+        }
+        _ => return Err(TlError::ConnectionReset),
+    }
     Ok(())
 }
 
