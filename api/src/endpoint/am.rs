@@ -7,7 +7,7 @@ use crate::buffer::SendBuf;
 use crate::endpoint::Endpoint;
 use crate::request::{OpInfo, ReqCell, Request, RequestParams};
 use crate::status::{fail_with, Result, Status};
-use crate::worker::state::{send_on_ep, send_ready, usable_in, Core, OutKind, Phase};
+use crate::worker::state::{send_on_ep, send_ready, usable_in, Core, OutKind};
 
 /// Largest AM user header (UCP guarantees at least 64 bytes; zcx allows 4 KiB).
 pub const MAX_AM_HEADER: usize = 4096;
@@ -56,9 +56,7 @@ impl Endpoint {
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
         let (rndv_thresh, max_payload) = (st.rndv_thresh, st.max_payload);
-        let ep = usable_in(&mut st.eps, self.id())?;
-        // A usable endpoint is `Connecting` or `Ready` (a closing one is not usable).
-        let connecting = ep.phase == Phase::Connecting;
+        let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
         let whole = header.len() + len;
         let eager = match params.proto {
             AmProto::Auto => whole < rndv_thresh,

@@ -9,7 +9,7 @@ use crate::endpoint::Endpoint;
 use crate::request::{CancelTarget, OpInfo, ReqCell, Request, RequestParams};
 use crate::status::Result;
 use crate::worker::state::StreamRecv;
-use crate::worker::state::{send_on_ep, send_ready, BulkJob, Core, FragKind, OutKind, Phase};
+use crate::worker::state::{send_on_ep, send_ready, usable_in, BulkJob, Core, FragKind, OutKind};
 use crate::worker::stream::{queue_stream_recv, take_buffered};
 
 impl Endpoint {
@@ -21,9 +21,7 @@ impl Endpoint {
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
         let (rndv_thresh, max_payload) = (st.rndv_thresh, st.max_payload);
-        let ep = st.usable_ep_mut(self.id())?;
-        // A usable endpoint is `Connecting` or `Ready` (a closing one is not usable).
-        let connecting = ep.phase == Phase::Connecting;
+        let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
         if len <= max_payload && len < rndv_thresh {
             if !connecting {
                 send_ready(tl, ep, &STREAM_HEADER, Payload::Copy(bytes))?;

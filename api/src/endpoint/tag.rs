@@ -14,7 +14,9 @@ use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::Endpoint;
 use crate::request::{Callback, CancelTarget, OpInfo, ReqCell, Request, RequestParams};
 use crate::status::{Result, Status};
-use crate::worker::state::{send_on_ep, send_ready, Core, OutKind, Phase, PostedTagRecv, State, Unexpected};
+use crate::worker::state::{
+    send_on_ep, send_ready, usable_in, Core, OutKind, PostedTagRecv, State, Unexpected,
+};
 use crate::worker::{Worker, WorkerShared};
 
 /// Parameters of a tag send.
@@ -35,9 +37,7 @@ impl Endpoint {
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
         let rndv_thresh = st.rndv_thresh;
-        let ep = st.usable_ep_mut(self.id())?;
-        // A usable endpoint is `Connecting` or `Ready` (a closing one is not usable).
-        let connecting = ep.phase == Phase::Connecting;
+        let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
         let callback = params.request.callback;
         if len < rndv_thresh {
             if !params.sync && !connecting {
@@ -77,8 +77,8 @@ impl Endpoint {
             let mut guard = shared.lock();
             let Core { tl, st } = &mut *guard;
             let rndv_thresh = st.rndv_thresh;
-            let ep = st.usable_ep_mut(self.id())?;
-            if data.len() < rndv_thresh && ep.phase != Phase::Connecting {
+            let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
+            if data.len() < rndv_thresh && !connecting {
                 send_ready(tl, ep, &Op::tag_eager_header(tag, false, 0), Payload::Copy(data))?;
                 return Ok(Request::ready(Vec::new(), OpInfo { length: data.len(), ..OpInfo::default() }));
             }

@@ -597,12 +597,6 @@ impl State {
         self.ops.insert(id, OutOp { ep, sink, kind, tokens: 0, result: None });
     }
 
-    /// As [`State::usable_ep`], mutable.
-    #[inline]
-    pub fn usable_ep_mut(&mut self, ep: u64) -> Result<&mut EpState, Status> {
-        usable_in(&mut self.eps, ep)
-    }
-
     /// The endpoint's state, if it can carry a new operation; otherwise the status that operation
     /// fails with.
     pub fn usable_ep(&self, ep: u64) -> Result<&EpState, Status> {
@@ -617,16 +611,18 @@ impl State {
     }
 }
 
-/// [`State::usable_ep_mut`] borrowing only the endpoint table, so the caller may use the state's
-/// other fields (its scratch buffer) while it holds the endpoint.
+/// [`State::usable_ep`], mutable and borrowing only the endpoint table, so the caller may use the state's
+/// other fields (its scratch buffer) while it holds the endpoint; with whether it still connects
+/// (a usable endpoint is `Ready` or `Connecting`), from the same match of its phase.
 #[inline]
-pub(crate) fn usable_in(eps: &mut FastMap<u64, EpState>, ep: u64) -> Result<&mut EpState, Status> {
+pub(crate) fn usable_in(eps: &mut FastMap<u64, EpState>, ep: u64) -> Result<(&mut EpState, bool), Status> {
     match eps.get_mut(&ep) {
         None => Err(Status::NotConnected),
         Some(state) => match state.phase {
+            Phase::Ready => Ok((state, false)),
+            Phase::Connecting => Ok((state, true)),
             Phase::Dead(status) => Err(status),
             Phase::Closing => Err(Status::Canceled),
-            _ => Ok(state),
         },
     }
 }

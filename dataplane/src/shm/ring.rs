@@ -265,19 +265,22 @@ impl Producer {
                 return Ok(false);
             }
         }
-        let pos = (self.head as usize) & (cap - 1);
+        // Copies of the fields in locals: the stores into the ring below would otherwise make
+        // the compiler load them again after each one.
+        let (mem, head) = (self.mem, self.head);
+        let pos = (head as usize) & (cap - 1);
         // SAFETY: `pos..pos + need` lies inside the data area (checked above or by `make_room`:
         // it fits before the end, or we skipped to 0 and need <= cap / 2) and is free space: the
         // consumer does not read its payload before the header store below makes the record
         // current.
-        write(unsafe { self.mem.data().add(pos + RECORD_HEADER) });
+        write(unsafe { mem.data().add(pos + RECORD_HEADER) });
         // Release: the payload is visible before the header says the record is there.
-        let lap = self.mem.lap(self.head);
-        self.mem.header(pos).store(header_word(len as u32, kind, lap), Ordering::Release);
-        self.head += need as u64;
+        mem.header(pos).store(header_word(len as u32, kind, mem.lap(head)), Ordering::Release);
+        let head = head + need as u64;
+        self.head = head;
         // SeqCst (ordered before the flag load below): see the module docs on wakeups.
-        self.mem.head().store(self.head, Ordering::SeqCst);
-        if self.mem.sleeping().load(Ordering::SeqCst) != 0 {
+        mem.head().store(head, Ordering::SeqCst);
+        if mem.sleeping().load(Ordering::SeqCst) != 0 {
             self.claim_wake();
         }
         Ok(true)
@@ -319,8 +322,14 @@ impl Producer {
     }
 
     /// True (once) when a push found the consumer asleep: the caller must wake it.
+    #[inline]
     pub fn take_wake(&mut self) -> bool {
-        std::mem::take(&mut self.wake)
+        // Stores only when set: the usual answer is a single load.
+        if self.wake {
+            self.wake = false;
+            return true;
+        }
+        false
     }
 
     /// True when the consumer has released everything we published (as last seen).
@@ -513,6 +522,39 @@ mod tests {
             c.release();
         }
         assert_eq!(p.push(KIND_FRAME, &[&big, &[1]]), Err(RingError::BadLength));
+    }
+
+    #[test]
+    fn push2_writes_head_then_body_and_wraps_like_push() {
+        let cap = 4096;
+        let mut area = Area::new(cap);
+        let (mut p, mut c) = pair(&mut area, cap);
+        let mut expected: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
+        for round in 0..3000u32 {
+            let head = round.to_le_bytes();
+            let body: Vec<u8> = (0..(round * 13) % 300).map(|i| (i ^ round) as u8).collect();
+            // Keep up to a few records in flight so that full rings and skips both happen.
+            while !p.push2(KIND_FRAME, &head, &body).unwrap() {
+                let (_, bytes) = c.next_record().unwrap().expect("a full ring has data");
+                assert_eq!(bytes, &expected.pop_front().unwrap()[..]);
+                c.release();
+            }
+            expected.push_back([&head[..], &body[..]].concat());
+            if round % 7 == 0 {
+                while let Some((_, bytes)) = c.next_record().unwrap() {
+                    assert_eq!(bytes, &expected.pop_front().unwrap()[..]);
+                }
+                c.release();
+            }
+        }
+        while let Some((_, bytes)) = c.next_record().unwrap() {
+            assert_eq!(bytes, &expected.pop_front().unwrap()[..]);
+        }
+        c.release();
+        assert!(expected.is_empty());
+        assert!(p.is_drained());
+        let big = vec![0u8; p.max_payload()];
+        assert_eq!(p.push2(KIND_FRAME, &big, &[1]), Err(RingError::BadLength));
     }
 
     #[test]
