@@ -260,10 +260,8 @@ impl Producer {
         let pos = (self.head as usize) & (cap - 1);
         // The usual case, checked inline: the record fits before the end of the data area and in
         // the space the cached tail already frees.
-        if need > cap - pos || need > self.free_cached() {
-            if !self.make_room(need)? {
-                return Ok(false);
-            }
+        if (need > cap - pos || need > self.free_cached()) && !self.make_room(need)? {
+            return Ok(false);
         }
         // Copies of the fields in locals: the stores into the ring below would otherwise make
         // the compiler load them again after each one.

@@ -897,15 +897,13 @@ impl Transport for ShmTransport {
         let max_frame = self.cfg.max_frame;
         if let Some(l) = self.sendable_link(link) {
             if header.len() + bytes.len() <= max_frame {
-                match l.tx.push2(KIND_FRAME, header, bytes) {
-                    Ok(true) => {
-                        if l.tx.take_wake() {
-                            conn::wake(l.sock.as_raw_fd());
-                        }
-                        return Ok(SendOutcome::Done);
+                // `Ok(false)` or `Err`: nothing was written, and the general path queues the frame
+                // (or fails the link).
+                if let Ok(true) = l.tx.push2(KIND_FRAME, header, bytes) {
+                    if l.tx.take_wake() {
+                        conn::wake(l.sock.as_raw_fd());
                     }
-                    // Nothing was written: the general path queues the frame (or fails the link).
-                    Ok(false) | Err(_) => {}
+                    return Ok(SendOutcome::Done);
                 }
             }
         }
