@@ -55,7 +55,15 @@ fn produce(mut p: Producer) -> u64 {
     while seq < TARGET_FRAMES && (seq % 1024 != 0 || start.elapsed() < DEADLINE) {
         let n = size_of(seq);
         fill(seq, &mut buf[..n]);
-        while !p.push(KIND_FRAME, &[&seq.to_le_bytes(), &buf[..n]]).expect("ring intact") {
+        // Both ways of writing a record (the transport's frame path uses `push2`).
+        let push = |p: &mut Producer| {
+            if seq % 2 == 0 {
+                p.push2(KIND_FRAME, &seq.to_le_bytes(), &buf[..n])
+            } else {
+                p.push(KIND_FRAME, &[&seq.to_le_bytes(), &buf[..n]])
+            }
+        };
+        while !push(&mut p).expect("ring intact") {
             assert!(start.elapsed() < DEADLINE * 3, "consumer stalled");
             std::hint::spin_loop();
         }

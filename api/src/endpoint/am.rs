@@ -7,7 +7,7 @@ use crate::buffer::SendBuf;
 use crate::endpoint::Endpoint;
 use crate::request::{OpInfo, ReqCell, Request, RequestParams};
 use crate::status::{fail_with, Result, Status};
-use crate::worker::state::{send_on_ep, Core, OutKind, Phase};
+use crate::worker::state::{send_on_ep, send_ready, usable_in, Core, OutKind};
 
 /// Largest AM user header (UCP guarantees at least 64 bytes; zcx allows 4 KiB).
 pub const MAX_AM_HEADER: usize = 4096;
@@ -55,13 +55,13 @@ impl Endpoint {
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
-        let ep = st.usable_ep(self.id())?;
-        let connecting = ep.phase == Phase::Connecting;
+        let (rndv_thresh, max_payload) = (st.rndv_thresh, st.max_payload);
+        let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
         let whole = header.len() + len;
         let eager = match params.proto {
-            AmProto::Auto => whole < st.rndv_thresh,
+            AmProto::Auto => whole < rndv_thresh,
             AmProto::Eager => {
-                if whole > st.max_payload {
+                if whole > max_payload {
                     return Err(fail_with(Status::InvalidParam, "eager AM larger than one frame".into()));
                 }
                 true
@@ -69,24 +69,36 @@ impl Endpoint {
             AmProto::Rndv => false,
         };
         let header_len = header.len() as u16;
+        if eager && !connecting {
+            let frame = Op::am_eager_header(id, params.reply, header_len);
+            if header.is_empty() {
+                // The payload is the data alone: sent from the caller's buffer, no joining copy.
+                send_ready(tl, ep, &frame, Payload::Copy(bytes))?;
+            } else {
+                // The AM header and the data travel as one payload, joined in the scratch buffer.
+                let mut scratch = std::mem::take(&mut st.scratch);
+                scratch.clear();
+                scratch.extend_from_slice(header);
+                scratch.extend_from_slice(bytes);
+                let sent = send_ready(tl, ep, &frame, Payload::Copy(&scratch));
+                st.scratch = scratch;
+                sent?;
+            }
+            return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
+        }
         if eager {
             let mut scratch = std::mem::take(&mut st.scratch);
             scratch.clear();
             scratch.extend_from_slice(header);
             scratch.extend_from_slice(bytes);
             let frame = Op::AmEager { am_id: id, reply: params.reply, header_len };
-            let result = if connecting {
-                let cell = ReqCell::new(shared, buf, params.request.callback);
-                let op = st.add_op(self.id(), cell.clone(), OutKind::Queued);
-                send_on_ep(tl, st, self.id(), &frame, Payload::Copy(&scratch), Some(op))
-                    .map(|_| Request::pending(cell))
-                    .inspect_err(|_| {
-                        st.ops.remove(&op);
-                    })
-            } else {
-                send_on_ep(tl, st, self.id(), &frame, Payload::Copy(&scratch), None)
-                    .map(|_| Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
-            };
+            let cell = ReqCell::new(shared, buf, params.request.callback);
+            let op = st.add_op(self.id(), cell.clone(), OutKind::Queued);
+            let result = send_on_ep(tl, st, self.id(), &frame, Payload::Copy(&scratch), Some(op))
+                .map(|_| Request::pending(cell))
+                .inspect_err(|_| {
+                    st.ops.remove(&op);
+                });
             st.scratch = scratch;
             return result;
         }

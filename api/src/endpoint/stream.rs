@@ -1,7 +1,7 @@
 //! Stream endpoints: `ucp_stream_send_nbx` and `ucp_stream_recv_nbx` (with and without
 //! `UCP_STREAM_RECV_FLAG_WAITALL`).
 
-use zcx_dataplane::proto::wire::Op;
+use zcx_dataplane::proto::wire::{Op, STREAM_HEADER};
 use zcx_dataplane::Payload;
 
 use crate::buffer::{RecvBuf, SendBuf};
@@ -9,7 +9,7 @@ use crate::endpoint::Endpoint;
 use crate::request::{CancelTarget, OpInfo, ReqCell, Request, RequestParams};
 use crate::status::Result;
 use crate::worker::state::StreamRecv;
-use crate::worker::state::{send_on_ep, BulkJob, Core, FragKind, OutKind, Phase};
+use crate::worker::state::{send_on_ep, send_ready, usable_in, BulkJob, Core, FragKind, OutKind};
 use crate::worker::stream::{queue_stream_recv, take_buffered};
 
 impl Endpoint {
@@ -20,11 +20,11 @@ impl Endpoint {
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
-        let ep = st.usable_ep(self.id())?;
-        let connecting = ep.phase == Phase::Connecting;
-        if len <= st.max_payload && len < st.rndv_thresh {
+        let (rndv_thresh, max_payload) = (st.rndv_thresh, st.max_payload);
+        let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
+        if len <= max_payload && len < rndv_thresh {
             if !connecting {
-                send_on_ep(tl, st, self.id(), &Op::Stream, Payload::Copy(bytes), None)?;
+                send_ready(tl, ep, &STREAM_HEADER, Payload::Copy(bytes))?;
                 return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
             }
             let cell = ReqCell::new(shared, buf, params.callback);

@@ -15,7 +15,7 @@ use crate::endpoint::Endpoint;
 use crate::request::{Callback, CancelTarget, OpInfo, ReqCell, Request, RequestParams};
 use crate::status::{Result, Status};
 use crate::worker::state::{
-    send_on_ep, send_on_state, Core, OutKind, Phase, PostedTagRecv, State, Unexpected,
+    send_on_ep, send_ready, usable_in, Core, OutKind, PostedTagRecv, State, Unexpected,
 };
 use crate::worker::{Worker, WorkerShared};
 
@@ -37,13 +37,12 @@ impl Endpoint {
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
         let rndv_thresh = st.rndv_thresh;
-        let ep = st.usable_ep_mut(self.id())?;
-        let connecting = ep.phase == Phase::Connecting;
+        let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
         let callback = params.request.callback;
         if len < rndv_thresh {
             if !params.sync && !connecting {
-                let eager = Op::TagEager { tag, sync: false, sender_req: 0 };
-                send_on_state(tl, ep, &eager, Payload::Copy(bytes), None)?;
+                let header = Op::tag_eager_header(tag, false, 0);
+                send_ready(tl, ep, &header, Payload::Copy(bytes))?;
                 return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
             }
             let cell = ReqCell::new(shared, buf, callback);
@@ -77,16 +76,10 @@ impl Endpoint {
             let shared = self.shared();
             let mut guard = shared.lock();
             let Core { tl, st } = &mut *guard;
-            let ep = st.usable_ep(self.id())?;
-            if data.len() < st.rndv_thresh && ep.phase != Phase::Connecting {
-                send_on_ep(
-                    tl,
-                    st,
-                    self.id(),
-                    &Op::TagEager { tag, sync: false, sender_req: 0 },
-                    Payload::Copy(data),
-                    None,
-                )?;
+            let rndv_thresh = st.rndv_thresh;
+            let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
+            if data.len() < rndv_thresh && !connecting {
+                send_ready(tl, ep, &Op::tag_eager_header(tag, false, 0), Payload::Copy(data))?;
                 return Ok(Request::ready(Vec::new(), OpInfo { length: data.len(), ..OpInfo::default() }));
             }
         }

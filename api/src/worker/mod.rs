@@ -550,13 +550,24 @@ thread_local! {
 }
 
 impl Drop for CoreGuard<'_> {
+    /// Small enough to inline into every locked call (each send takes the lock once): the usual
+    /// case is a disarm and the mutex's own unlock; the graveyard is emptied out of line.
     #[inline]
     fn drop(&mut self) {
         self.quiet.disarm();
-        let Some(mut guard) = self.guard.take() else { return };
-        if guard.st.graveyard.is_empty() {
-            return;
+        if self.guard.as_ref().is_some_and(|guard| !guard.st.graveyard.is_empty()) {
+            self.unlock_and_bury();
         }
+        // Otherwise the `guard` field's own drop unlocks.
+    }
+}
+
+impl CoreGuard<'_> {
+    /// Unlocks, then drops what was buried under the lock.
+    #[cold]
+    #[inline(never)]
+    fn unlock_and_bury(&mut self) {
+        let Some(mut guard) = self.guard.take() else { return };
         let buried = std::mem::take(&mut guard.st.graveyard);
         drop(guard);
         drop(buried);

@@ -600,18 +600,6 @@ impl State {
         self.ops.insert(id, OutOp { ep, sink, kind, tokens: 0, result: None });
     }
 
-    /// As [`State::usable_ep`], mutable.
-    pub fn usable_ep_mut(&mut self, ep: u64) -> Result<&mut EpState, Status> {
-        match self.eps.get_mut(&ep) {
-            None => Err(Status::NotConnected),
-            Some(state) => match state.phase {
-                Phase::Dead(status) => Err(status),
-                Phase::Closing => Err(Status::Canceled),
-                _ => Ok(state),
-            },
-        }
-    }
-
     /// The endpoint's state, if it can carry a new operation; otherwise the status that operation
     /// fails with.
     pub fn usable_ep(&self, ep: u64) -> Result<&EpState, Status> {
@@ -623,6 +611,22 @@ impl State {
                 _ => Ok(state),
             },
         }
+    }
+}
+
+/// [`State::usable_ep`], mutable and borrowing only the endpoint table, so the caller may use the state's
+/// other fields (its scratch buffer) while it holds the endpoint; with whether it still connects
+/// (a usable endpoint is `Ready` or `Connecting`), from the same match of its phase.
+#[inline]
+pub(crate) fn usable_in(eps: &mut FastMap<u64, EpState>, ep: u64) -> Result<(&mut EpState, bool), Status> {
+    match eps.get_mut(&ep) {
+        None => Err(Status::NotConnected),
+        Some(state) => match state.phase {
+            Phase::Ready => Ok((state, false)),
+            Phase::Connecting => Ok((state, true)),
+            Phase::Dead(status) => Err(status),
+            Phase::Closing => Err(Status::Canceled),
+        },
     }
 }
 
@@ -650,25 +654,64 @@ pub(crate) fn send_on_state(
 ) -> Result<SendOutcome, Status> {
     let mut header = [0u8; MAX_HEADER_LEN];
     let header_len = op.encode(&mut header);
+    send_encoded_on_state(tl, ep, &header[..header_len], payload, completes)
+}
+
+/// [`send_on_state`] with the header already encoded (at most [`MAX_HEADER_LEN`] bytes).
+pub(crate) fn send_encoded_on_state(
+    tl: &mut TransportSet,
+    ep: &mut EpState,
+    header: &[u8],
+    payload: Payload<'_>,
+    completes: Option<u64>,
+) -> Result<SendOutcome, Status> {
     match ep.phase {
-        Phase::Ready | Phase::Closing => {
-            ep.tx_seen = true;
-            tl.send(ep.link, &header[..header_len], payload).map_err(status_of)
-        }
-        Phase::Connecting => {
-            let (payload, outcome) = match payload {
-                Payload::None => (QueuedPayload::None, SendOutcome::Done),
-                Payload::Copy(bytes) => (QueuedPayload::Owned(bytes.to_vec()), SendOutcome::Done),
-                Payload::Zcopy(z) => (
-                    QueuedPayload::Zcopy { ptr: z.ptr(), len: z.len(), token: z.token() },
-                    SendOutcome::InFlight,
-                ),
-            };
-            ep.queued.push_back(QueuedFrame { header, header_len: header_len as u8, payload, completes });
-            Ok(outcome)
-        }
+        Phase::Ready | Phase::Closing => send_ready(tl, ep, header, payload),
+        Phase::Connecting => Ok(queue_frame(ep, header, payload, completes)),
         Phase::Dead(status) => Err(status),
     }
+}
+
+/// Sends one frame on an endpoint the caller found `Ready` (or `Closing`): straight to the
+/// transport. The eager send paths call this directly, skipping the phase match and the generic
+/// header encoding they do not need.
+#[inline]
+pub(crate) fn send_ready(
+    tl: &mut TransportSet,
+    ep: &mut EpState,
+    header: &[u8],
+    payload: Payload<'_>,
+) -> Result<SendOutcome, Status> {
+    debug_assert!(matches!(ep.phase, Phase::Ready | Phase::Closing));
+    ep.tx_seen = true;
+    match tl.send(ep.link, header, payload) {
+        Ok(outcome) => Ok(outcome),
+        Err(error) => Err(status_of_cold(error)),
+    }
+}
+
+/// [`status_of`] out of line, for the send paths' rare failures.
+#[cold]
+#[inline(never)]
+fn status_of_cold(error: TlError) -> Status {
+    status_of(error)
+}
+
+/// Queues a frame on an endpoint that still connects, copying borrowed bytes.
+#[cold]
+#[inline(never)]
+fn queue_frame(ep: &mut EpState, header: &[u8], payload: Payload<'_>, completes: Option<u64>) -> SendOutcome {
+    let mut buf = [0u8; MAX_HEADER_LEN];
+    buf[..header.len()].copy_from_slice(header);
+    let (payload, outcome) = match payload {
+        Payload::None => (QueuedPayload::None, SendOutcome::Done),
+        Payload::Copy(bytes) => (QueuedPayload::Owned(bytes.to_vec()), SendOutcome::Done),
+        Payload::Zcopy(z) => {
+            (QueuedPayload::Zcopy { ptr: z.ptr(), len: z.len(), token: z.token() }, SendOutcome::InFlight)
+        }
+    };
+    ep.queued.push_back(QueuedFrame { header: buf, header_len: header.len() as u8, payload, completes });
+    outcome
 }
 
 /// Sends the frames an endpoint queued while connecting, in order.

@@ -22,6 +22,13 @@ pub const MAX_HEADER_LEN: usize = 60;
 
 const _: () = assert!(MAX_HEADER_LEN <= 64);
 
+/// Length of an [`Op::TagEager`] header ([`Op::tag_eager_header`]).
+pub const TAG_EAGER_HEADER_LEN: usize = 18;
+/// Length of an [`Op::AmEager`] header ([`Op::am_eager_header`]).
+pub const AM_EAGER_HEADER_LEN: usize = 6;
+/// The whole header of [`Op::Stream`]: its op code.
+pub const STREAM_HEADER: [u8; 1] = [code::STREAM];
+
 /// The only flag bit defined in a flags byte: the op's one boolean (`SYNC`, reply, ack, fetch,
 /// force). Any other bit set is [`ProtoError::BadFlags`].
 const FLAG: u8 = 0x01;
@@ -455,6 +462,30 @@ impl Op {
         }
     }
 
+    /// The header of [`Op::TagEager`], encoded without going through [`Op::encode`]: the eager
+    /// send path builds it on every small message, and a fixed array of the op's own length
+    /// spares it the zeroed [`MAX_HEADER_LEN`] buffer and the writer's bounds checks.
+    #[inline]
+    pub fn tag_eager_header(tag: u64, sync: bool, sender_req: u64) -> [u8; TAG_EAGER_HEADER_LEN] {
+        let mut out = [0u8; TAG_EAGER_HEADER_LEN];
+        out[0] = code::TAG_EAGER;
+        out[1] = if sync { FLAG } else { 0 };
+        out[2..10].copy_from_slice(&tag.to_le_bytes());
+        out[10..18].copy_from_slice(&sender_req.to_le_bytes());
+        out
+    }
+
+    /// The header of [`Op::AmEager`], as [`Op::tag_eager_header`] for tag messages.
+    #[inline]
+    pub fn am_eager_header(am_id: u16, reply: bool, header_len: u16) -> [u8; AM_EAGER_HEADER_LEN] {
+        let mut out = [0u8; AM_EAGER_HEADER_LEN];
+        out[0] = code::AM_EAGER;
+        out[1] = if reply { FLAG } else { 0 };
+        out[2..4].copy_from_slice(&am_id.to_le_bytes());
+        out[4..6].copy_from_slice(&header_len.to_le_bytes());
+        out
+    }
+
     /// Parses the header at the start of `frame` and returns it with the payload (the rest of
     /// the frame; empty for ops without payload, which refuse trailing bytes).
     pub fn decode(frame: &[u8]) -> Result<(Op, &[u8]), ProtoError> {
@@ -681,6 +712,22 @@ mod tests {
         }
         let atomic = every_op()[12];
         assert_eq!(atomic.encoded_len(), MAX_HEADER_LEN);
+    }
+
+    #[test]
+    fn direct_encoders_match_encode() {
+        let mut buf = [0; MAX_HEADER_LEN];
+        for (tag, sync, sender_req) in [(0, false, 0), (u64::MAX, true, 7), (0x0102_0304_0506_0708, false, 0)]
+        {
+            let len = Op::TagEager { tag, sync, sender_req }.encode(&mut buf);
+            assert_eq!(&Op::tag_eager_header(tag, sync, sender_req)[..], &buf[..len]);
+        }
+        for (am_id, reply, header_len) in [(0, false, 0), (u16::MAX, true, 4096), (0x1234, false, 2)] {
+            let len = Op::AmEager { am_id, reply, header_len }.encode(&mut buf);
+            assert_eq!(&Op::am_eager_header(am_id, reply, header_len)[..], &buf[..len]);
+        }
+        let len = Op::Stream.encode(&mut buf);
+        assert_eq!(&STREAM_HEADER[..], &buf[..len]);
     }
 
     #[test]

@@ -228,10 +228,68 @@ impl Producer {
     /// [`Producer::max_payload`] are refused with `BadLength` (a caller bug, checked first).
     pub fn push(&mut self, kind: u32, parts: &[&[u8]]) -> Result<bool, RingError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
+        // SAFETY: `at` has room for `len` bytes, the parts' total.
+        self.push_with(kind, len, |mut at| unsafe {
+            for part in parts {
+                crate::copy::copy_bytes(part.as_ptr(), at, part.len());
+                at = at.add(part.len());
+            }
+        })
+    }
+
+    /// [`Producer::push`] of a record holding `head` then `body`: the frame path's two parts
+    /// (protocol header, payload) without a slice of slices to walk and sum.
+    #[inline]
+    pub fn push2(&mut self, kind: u32, head: &[u8], body: &[u8]) -> Result<bool, RingError> {
+        // SAFETY: `at` has room for `head.len() + body.len()` bytes.
+        self.push_with(kind, head.len() + body.len(), |at| unsafe {
+            crate::copy::copy_bytes(head.as_ptr(), at, head.len());
+            crate::copy::copy_bytes(body.as_ptr(), at.add(head.len()), body.len());
+        })
+    }
+
+    /// Writes a record of `kind` and `len` payload bytes, which `write` copies to the pointer it
+    /// is given (`len` writable bytes inside the data area, not yet visible to the consumer).
+    #[inline(always)]
+    fn push_with(&mut self, kind: u32, len: usize, write: impl FnOnce(*mut u8)) -> Result<bool, RingError> {
         if len > self.max_payload {
             return Err(RingError::BadLength);
         }
         let need = record_len(len);
+        let cap = self.mem.capacity;
+        let pos = (self.head as usize) & (cap - 1);
+        // The usual case, checked inline: the record fits before the end of the data area and in
+        // the space the cached tail already frees.
+        if (need > cap - pos || need > self.free_cached()) && !self.make_room(need)? {
+            return Ok(false);
+        }
+        // Copies of the fields in locals: the stores into the ring below would otherwise make
+        // the compiler load them again after each one.
+        let (mem, head) = (self.mem, self.head);
+        let pos = (head as usize) & (cap - 1);
+        // SAFETY: `pos..pos + need` lies inside the data area (checked above or by `make_room`:
+        // it fits before the end, or we skipped to 0 and need <= cap / 2) and is free space: the
+        // consumer does not read its payload before the header store below makes the record
+        // current.
+        write(unsafe { mem.data().add(pos + RECORD_HEADER) });
+        // Release: the payload is visible before the header says the record is there.
+        mem.header(pos).store(header_word(len as u32, kind, mem.lap(head)), Ordering::Release);
+        let head = head + need as u64;
+        self.head = head;
+        // SeqCst (ordered before the flag load below): see the module docs on wakeups.
+        mem.head().store(head, Ordering::SeqCst);
+        if mem.sleeping().load(Ordering::SeqCst) != 0 {
+            self.claim_wake();
+        }
+        Ok(true)
+    }
+
+    /// Makes `need` contiguous bytes free at the head when the inline check found too few:
+    /// reloads the consumer's tail and, when the record does not fit before the end of the data
+    /// area, pads to the end with a skip record. `Ok(false)`: no room now, nothing written.
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self, need: usize) -> Result<bool, RingError> {
         let cap = self.mem.capacity;
         let pos = (self.head as usize) & (cap - 1);
         let to_end = cap - pos;
@@ -242,41 +300,34 @@ impl Producer {
                 return Ok(false);
             }
         }
-        let data = self.mem.data();
         if skip > 0 {
             // The skip's header is its only content: published at once.
             let lap = self.mem.lap(self.head);
             self.mem.header(pos).store(header_word(0, KIND_SKIP, lap), Ordering::Release);
             self.head += skip as u64;
         }
-        let pos = (self.head as usize) & (cap - 1);
-        // SAFETY: `pos..pos + need` lies inside the data area (checked above: it fits before the
-        // end, or we skipped to 0 and need <= cap / 2) and is free space: the consumer does not
-        // read its payload before the header store below makes the record current.
-        unsafe {
-            let mut at = data.add(pos + RECORD_HEADER);
-            for part in parts {
-                crate::copy::copy_bytes(part.as_ptr(), at, part.len());
-                at = at.add(part.len());
-            }
-        }
-        // Release: the payload is visible before the header says the record is there.
-        let lap = self.mem.lap(self.head);
-        self.mem.header(pos).store(header_word(len as u32, kind, lap), Ordering::Release);
-        self.head += need as u64;
-        // SeqCst (ordered before the flag load below): see the module docs on wakeups.
-        self.mem.head().store(self.head, Ordering::SeqCst);
-        if self.mem.sleeping().load(Ordering::SeqCst) != 0
-            && self.mem.sleeping().swap(0, Ordering::SeqCst) != 0
-        {
-            self.wake = true;
-        }
         Ok(true)
     }
 
+    /// The consumer announced sleep: clear its flag (once, if it is still set) and remember to
+    /// wake it.
+    #[cold]
+    #[inline(never)]
+    fn claim_wake(&mut self) {
+        if self.mem.sleeping().swap(0, Ordering::SeqCst) != 0 {
+            self.wake = true;
+        }
+    }
+
     /// True (once) when a push found the consumer asleep: the caller must wake it.
+    #[inline]
     pub fn take_wake(&mut self) -> bool {
-        std::mem::take(&mut self.wake)
+        // Stores only when set: the usual answer is a single load.
+        if self.wake {
+            self.wake = false;
+            return true;
+        }
+        false
     }
 
     /// True when the consumer has released everything we published (as last seen).
@@ -469,6 +520,39 @@ mod tests {
             c.release();
         }
         assert_eq!(p.push(KIND_FRAME, &[&big, &[1]]), Err(RingError::BadLength));
+    }
+
+    #[test]
+    fn push2_writes_head_then_body_and_wraps_like_push() {
+        let cap = 4096;
+        let mut area = Area::new(cap);
+        let (mut p, mut c) = pair(&mut area, cap);
+        let mut expected: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
+        for round in 0..3000u32 {
+            let head = round.to_le_bytes();
+            let body: Vec<u8> = (0..(round * 13) % 300).map(|i| (i ^ round) as u8).collect();
+            // Keep up to a few records in flight so that full rings and skips both happen.
+            while !p.push2(KIND_FRAME, &head, &body).unwrap() {
+                let (_, bytes) = c.next_record().unwrap().expect("a full ring has data");
+                assert_eq!(bytes, &expected.pop_front().unwrap()[..]);
+                c.release();
+            }
+            expected.push_back([&head[..], &body[..]].concat());
+            if round % 7 == 0 {
+                while let Some((_, bytes)) = c.next_record().unwrap() {
+                    assert_eq!(bytes, &expected.pop_front().unwrap()[..]);
+                }
+                c.release();
+            }
+        }
+        while let Some((_, bytes)) = c.next_record().unwrap() {
+            assert_eq!(bytes, &expected.pop_front().unwrap()[..]);
+        }
+        c.release();
+        assert!(expected.is_empty());
+        assert!(p.is_drained());
+        let big = vec![0u8; p.max_payload()];
+        assert_eq!(p.push2(KIND_FRAME, &big, &[1]), Err(RingError::BadLength));
     }
 
     #[test]

@@ -648,6 +648,36 @@ impl ShmTransport {
         Ok(())
     }
 
+    /// The link if a frame may go straight into its ring: live, not closed, not broken, and no
+    /// frame queued before it.
+    #[inline]
+    fn sendable_link(&mut self, link: LinkId) -> Option<&mut Link> {
+        let index = (link.0 & INDEX_MASK) as usize;
+        let l = self.links.get_mut(index)?.as_deref_mut()?;
+        let sendable = self.gens.get(index) == Some(&(link.0 >> INDEX_BITS))
+            && l.local_close.is_none()
+            && l.broken.is_none()
+            && l.queue.is_empty();
+        sendable.then_some(l)
+    }
+
+    /// [`Transport::send`] when [`ShmTransport::sendable_link`] refused or the ring was full: the
+    /// checks in their order, the queue flushed first, the frame written or queued behind it.
+    #[cold]
+    #[inline(never)]
+    fn send_general(&mut self, link: LinkId, header: &[u8], bytes: &[u8]) -> Result<SendOutcome, TlError> {
+        let (max_frame, max_queued) = (self.cfg.max_frame, self.cfg.max_queued_bytes);
+        let l = self.live_link(link)?;
+        if header.len() + bytes.len() > max_frame {
+            return Err(TlError::InvalidParam);
+        }
+        if !l.queue.is_empty() {
+            ShmTransport::flush_queue(l);
+        }
+        ShmTransport::push_or_queue(l, KIND_FRAME, &[header, bytes], max_queued)?;
+        Ok(SendOutcome::Done)
+    }
+
     fn live_link(&mut self, link: LinkId) -> Result<&mut Link, TlError> {
         let index = self.index(link).ok_or(TlError::InvalidParam)?;
         let l = self.links[index].as_mut().expect("index is live");
@@ -892,12 +922,8 @@ impl Transport for ShmTransport {
         (None, None)
     }
 
+    #[inline]
     fn send(&mut self, link: LinkId, header: &[u8], payload: Payload<'_>) -> Result<SendOutcome, TlError> {
-        let (max_frame, max_queued) = (self.cfg.max_frame, self.cfg.max_queued_bytes);
-        let l = self.live_link(link)?;
-        if header.len() + payload.len() > max_frame {
-            return Err(TlError::InvalidParam);
-        }
         let bytes = match &payload {
             Payload::None => &[][..],
             Payload::Copy(b) => b,
@@ -905,11 +931,23 @@ impl Transport for ShmTransport {
             // cannot come before this call returns; they are copied into the ring here.
             Payload::Zcopy(z) => unsafe { z.as_slice() },
         };
-        if !l.queue.is_empty() {
-            ShmTransport::flush_queue(l);
+        // The small-message path, inline: a live link with nothing queued and a frame that fits.
+        // Anything else (an error to report, a queue to keep in order, a full ring) goes the
+        // general way, which checks everything again in its own order.
+        let max_frame = self.cfg.max_frame;
+        if let Some(l) = self.sendable_link(link) {
+            if header.len() + bytes.len() <= max_frame {
+                // `Ok(false)` or `Err`: nothing was written, and the general path queues the frame
+                // (or fails the link).
+                if let Ok(true) = l.tx.push2(KIND_FRAME, header, bytes) {
+                    if l.tx.take_wake() {
+                        conn::wake(l.sock.as_raw_fd());
+                    }
+                    return Ok(SendOutcome::Done);
+                }
+            }
         }
-        ShmTransport::push_or_queue(l, KIND_FRAME, &[header, bytes], max_queued)?;
-        Ok(SendOutcome::Done)
+        self.send_general(link, header, bytes)
     }
 
     fn send_placed(
