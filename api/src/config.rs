@@ -62,6 +62,11 @@ const KNOWN: &[Known] = &[
         doc: "Let a kernel thread poll the io_uring submission queue (costs a core): y or n",
     },
     Known {
+        name: "URING_SPIN",
+        default: "y",
+        doc: "A busy-polled TCP link reads its socket with recv(2) on every poll instead of through the ring: y or n",
+    },
+    Known {
         name: "DPDK_EAL_ARGS",
         default: "",
         doc: "Whitespace-separated DPDK EAL arguments (e.g. --no-huge -m 512 --no-pci --vdev net_memif0,...); \
@@ -232,6 +237,11 @@ impl Config {
         parse_bool(self.get("URING_SQPOLL").unwrap_or("n")).unwrap_or(false)
     }
 
+    /// `ZCX_URING_SPIN`: busy-polled TCP links read their socket directly (spin mode).
+    pub fn uring_spin(&self) -> bool {
+        parse_bool(self.get("URING_SPIN").unwrap_or("y")).unwrap_or(true)
+    }
+
     /// Whether `ZCX_TLS` names `name` itself (not through `all`): the transport is required, so
     /// failing to start it fails `create_worker` instead of leaving it out with a warning.
     pub fn transport_required(&self, name: &str) -> bool {
@@ -343,7 +353,7 @@ fn validate(name: &str, value: &str) -> Result<()> {
     let ok = match name {
         "HUGEPAGES" => matches!(value, "try" | "yes" | "y" | "on" | "1" | "no" | "n" | "off" | "0"),
         "HUGEPAGE_SIZE" => matches!(value, "2M" | "2m" | "2MB" | "1G" | "1g" | "1GB"),
-        "RCACHE_ENABLE" | "URING_SQPOLL" => parse_bool(value).is_some(),
+        "RCACHE_ENABLE" | "URING_SQPOLL" | "URING_SPIN" => parse_bool(value).is_some(),
         "RNDV_THRESH" => parse_size(value).is_some(),
         "KEEPALIVE_INTERVAL" => parse_duration(value).is_some(),
         "TLS" => value.split(',').map(str::trim).filter(|s| !s.is_empty()).all(|t| {

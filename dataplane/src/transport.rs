@@ -397,6 +397,11 @@ pub trait Transport: Send {
     /// True when `poll` would report something now (completions waiting). Used by `arm`.
     fn has_events(&self) -> bool;
 
+    /// The worker is about to sleep on the event fds (`arm`): whatever the transport watches by
+    /// polling alone must be handed back to the kernel so that its events wake the worker.
+    /// Default: nothing to do.
+    fn prepare_sleep(&mut self) {}
+
     /// True when nothing but what [`Transport::doorbells`] shows can give `poll` work: no frame
     /// queued or in flight, no link opening or closing. A busy-polling worker may then skip
     /// polling it while no doorbell rings (and still polls it every few calls). Default: never.

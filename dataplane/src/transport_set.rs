@@ -271,6 +271,12 @@ impl Transport for TransportSet {
         self.members.iter().fold(0u64, |sum, m| sum.wrapping_add(m.doorbell_generation()))
     }
 
+    fn prepare_sleep(&mut self) {
+        for member in &mut self.members {
+            member.prepare_sleep();
+        }
+    }
+
     fn has_events(&self) -> bool {
         // Every member is asked: has_events may drain a notifier, which must happen for each.
         self.members.iter().fold(false, |any, m| m.has_events() | any)

@@ -718,3 +718,55 @@ fn a_send_waiting_for_room_survives_the_exit_of_the_thread_that_submitted_it() {
     assert!(!b.ev.iter().any(|e| matches!(e, Ev::Failed(..))), "{:?}", brief(&b.ev));
     pump(&mut a, &mut b, "send queue to drain", |_, b| !b.t.has_pending_sends(lb));
 }
+
+/// A busy-polled link moves its receives out of the ring (spin mode), keeps every frame in
+/// order across a large frame (bulk mode) and back, and returns to the ring before sleeping, so
+/// that a frame sent to a sleeper wakes it.
+#[test]
+fn spin_mode_keeps_order_across_bulk_frames_and_hands_back_for_sleep() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+    let mut sent = Vec::new();
+    let mut spun = (false, false);
+    let big = pattern(200 * 1024, 7);
+    for round in 0..2000usize {
+        // A ping-pong of small frames, with a large one now and then.
+        let ping = if round % 500 == 250 { big.clone() } else { pattern(8 + round % 40, round as u8) };
+        a.t.send(la, &(round as u32).to_le_bytes(), Payload::Copy(&ping)).unwrap();
+        sent.push([&(round as u32).to_le_bytes()[..], &ping].concat());
+        pump(&mut a, &mut b, "the ping", |_, b| b.frames(lb).len() == round + 1);
+        b.t.send(lb, b"pong", Payload::None).unwrap();
+        pump(&mut a, &mut b, "the pong", |a, _| a.frames(la).len() == round + 1);
+        spun.0 |= a.t.spinning_links() > 0;
+        spun.1 |= b.t.spinning_links() > 0;
+    }
+    assert!(spun.0 && spun.1, "no side went to spin mode: {spun:?}");
+    assert!(b.frames(lb) == sent, "frames arrived out of order or damaged");
+
+    b.t.prepare_sleep();
+    assert_eq!(b.t.spinning_links(), 0, "spin mode left for sleeping");
+    for _ in 0..10 {
+        b.poll();
+    }
+    assert!(!b.t.has_events());
+    let before = b.frames(lb).len();
+    let fd = b.t.event_fd().unwrap().as_raw_fd();
+    let start = Instant::now();
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        a.t.send(la, b"wake", Payload::None).unwrap();
+        // Keep the sender's transport alive (and flushing) until the frame is out.
+        for _ in 0..100 {
+            a.poll();
+        }
+        a
+    });
+    // SAFETY: one valid pollfd.
+    let rc = unsafe { libc::poll(&mut pfd, 1, 3000) };
+    assert!(rc > 0, "the sleeper was not woken (rc {rc})");
+    assert!(start.elapsed() >= Duration::from_millis(50), "woken before the frame was sent");
+    pump_one(&mut b, "the frame sent to the sleeper", |b| b.frames(lb).len() == before + 1);
+    assert_eq!(b.frames(lb).last().unwrap(), b"wake");
+    drop(sender.join().unwrap());
+}

@@ -112,7 +112,11 @@ impl Context {
     /// `ucp_worker_create`.
     pub fn create_worker(&self, params: &WorkerParams) -> Result<Worker> {
         let config = self.config();
-        let uring_config = UringConfig { sqpoll: config.uring_sqpoll(), ..UringConfig::default() };
+        let uring_config = UringConfig {
+            sqpoll: config.uring_sqpoll(),
+            spin_recv: config.uring_spin(),
+            ..UringConfig::default()
+        };
         // Shared memory first: it is polled first, and same-host endpoints use it. io_uring
         // always, since sockaddr listeners and connections (and the lane dial) go through it.
         let mut members: Vec<Box<dyn Transport>> = Vec::new();
@@ -495,7 +499,8 @@ impl WorkerShared {
         if self.wakeup.drain() {
             return Err(Status::Busy);
         }
-        let core = self.lock();
+        let mut core = self.lock();
+        core.tl.prepare_sleep();
         for fd in core.tl.event_fds() {
             wakeup::drain_eventfd(fd);
         }

@@ -65,6 +65,13 @@ pub struct Link {
     pub direct_round: u64,
     /// Switch to bulk mode once the multishot receive has ended (a cancel is out for it).
     pub want_bulk: bool,
+    /// Spin mode: no receive request is in the ring; each poll receives with a non-blocking
+    /// `recv(2)` into `rx` (see `UringTransport::spin_recv`).
+    pub spin: bool,
+    /// Switch to spin mode once the multishot receive has ended (a cancel is out for it).
+    pub want_spin: bool,
+    /// Consecutive spin-mode receives that found nothing.
+    pub spin_idle: u32,
     /// Cached addresses.
     pub local_addr: Option<SocketAddr>,
     /// Cached peer address.
@@ -82,6 +89,9 @@ impl Link {
             zc_enabled: true,
             connect_inflight: false,
             recv_armed: false,
+            spin: false,
+            want_spin: false,
+            spin_idle: 0,
             cancel_inflight: false,
             dirty: false,
             reader: FrameReader::new(max_frame),

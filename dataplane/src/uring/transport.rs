@@ -89,6 +89,14 @@ const DIRECT_ALWAYS: usize = 16 << 10;
 /// to it (see [`UringTransport::migrate`]); alternating threads do not make them bounce.
 const MIGRATE_AFTER_POLLS: u32 = 64;
 
+/// Polls since the worker last prepared to sleep before a link that receives data moves to spin
+/// mode: a worker that sleeps between messages keeps its receives in the ring.
+const SPIN_AFTER_POLLS: u64 = 256;
+
+/// Consecutive empty spin-mode receives after which a link goes back to the ring's receive: a
+/// link that went quiet costs no system call per poll for long.
+const SPIN_IDLE_RECVS: u32 = 4096;
+
 /// A cheap identity of the calling thread (never 0).
 fn thread_token() -> u64 {
     use std::cell::Cell;
@@ -129,6 +137,9 @@ pub struct UringConfig {
     pub recv_buffer_size: usize,
     /// Number of provided receive buffers (rounded up to a power of two).
     pub recv_buffer_count: u16,
+    /// Receive with a non-blocking `recv(2)` on every poll, instead of through the ring, on links
+    /// that carry traffic while the worker busy-polls (spin mode; see [`UringTransport`]).
+    pub spin_recv: bool,
 }
 
 impl Default for UringConfig {
@@ -140,6 +151,7 @@ impl Default for UringConfig {
             advertise_ip: None,
             recv_buffer_size: 64 << 10,
             recv_buffer_count: 64,
+            spin_recv: true,
         }
     }
 }
@@ -204,6 +216,10 @@ pub struct UringTransport {
     gens: Vec<u32>,
     free: Vec<u32>,
     dirty: Vec<u32>,
+    /// Links in spin mode (possibly stale: each is checked when polled).
+    spinning: Vec<u32>,
+    /// `polls` when the worker last prepared to sleep.
+    last_sleep_poll: u64,
     listeners: Vec<Option<Listener>>,
     deferred: Vec<Deferred>,
     cqes: Vec<cqueue::Entry>,
@@ -274,6 +290,8 @@ impl UringTransport {
             gens: Vec::new(),
             free: Vec::new(),
             dirty: Vec::new(),
+            spinning: Vec::new(),
+            last_sleep_poll: 0,
             listeners: Vec::new(),
             deferred: Vec::new(),
             cqes: Vec::with_capacity(entries as usize * 2),
@@ -290,6 +308,11 @@ impl UringTransport {
     /// The address peers connect to (the worker-address listener).
     pub fn worker_addr(&self) -> SocketAddr {
         self.address
+    }
+
+    /// How many links receive in spin mode now (their socket read by `recv(2)` on every poll).
+    pub fn spinning_links(&self) -> usize {
+        self.spinning.iter().filter(|&&i| self.links[i as usize].as_ref().is_some_and(|l| l.spin)).count()
     }
 
     fn link_id(&self, index: u32) -> LinkId {
@@ -342,7 +365,16 @@ impl UringTransport {
     fn arm_recv(&mut self, index: usize) {
         let id = self.link_id(index as u32).0;
         let Some(link) = self.links[index].as_mut() else { return };
-        if link.recv_armed || link.state != LinkState::Open {
+        if link.recv_armed || link.state != LinkState::Open || link.spin {
+            return;
+        }
+        if std::mem::take(&mut link.want_spin) && !link.want_bulk && !link.bulk && link.placing.is_none() {
+            // The multishot receive has ended: from now on `spin_recv` reads the socket, and
+            // nothing else does, so the stream's order is kept.
+            link.reader.drain_into(&mut link.rx);
+            link.spin = true;
+            link.spin_idle = 0;
+            self.spinning.push(index as u32);
             return;
         }
         link.recv_armed = true;
@@ -535,12 +567,95 @@ impl UringTransport {
     /// task work waiting in the kernel.
     #[inline]
     fn is_idle(&self) -> bool {
-        if !self.dirty.is_empty() || !self.deferred.is_empty() {
+        if !self.dirty.is_empty() || !self.deferred.is_empty() || !self.spinning.is_empty() {
             return false;
         }
         // SAFETY: only the ring indices and flags are read; no entry is popped or pushed.
         let (cq, sq) = unsafe { (self.ring.completion_shared(), self.ring.submission_shared()) };
         cq.is_empty() && sq.is_empty() && !(COOP_TASKRUN && sq.taskrun())
+    }
+
+    /// One non-blocking receive on every link in spin mode; links that left it drop off the list.
+    fn poll_spinning(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), count: &mut usize) {
+        let mut i = 0;
+        while i < self.spinning.len() {
+            let index = self.spinning[i] as usize;
+            if self.spin_recv(index, sink, count) {
+                i += 1;
+            } else {
+                self.spinning.swap_remove(i);
+            }
+        }
+    }
+
+    /// Spin mode's receive: a `recv(2)` that does not wait, into the link's own buffer, whose
+    /// frames go to `sink` at once. On a busy-polling worker this is a shorter path for each
+    /// message than the ring's: no poll wakeup queued by the sender's kernel path, no task work
+    /// to run, no completion to post and reap. Returns whether the link stays in spin mode; it
+    /// leaves it for the ring's receives when it is gone, failed, went quiet, or started a large
+    /// frame or a placed payload (bulk mode receives those).
+    fn spin_recv(&mut self, index: usize, sink: &mut dyn FnMut(TlEvent<'_>), count: &mut usize) -> bool {
+        let id = self.link_id(index as u32);
+        let recv_size = self.cfg.recv_buffer_size;
+        let Some(link) = self.links[index].as_mut().filter(|l| l.spin && l.state == LinkState::Open) else {
+            return false;
+        };
+        let (ptr, len) = link.rx.spare(recv_size);
+        // SAFETY: `ptr..ptr + len` is the spare room of the link's buffer, which nothing else
+        // touches during the call; the call does not block.
+        let got = unsafe { libc::recv(link.raw_fd(), ptr.cast(), len, libc::MSG_DONTWAIT) };
+        if got > 0 {
+            link.spin_idle = 0;
+            let mut events = LinkEvents { link: id, sink, count, placed: false };
+            let fed = link.rx.filled(got as usize, MAX_FRAME, &mut link.placing, &mut events);
+            let placed = events.placed;
+            if let Err(too_large) = fed {
+                tracing::debug!(len = too_large.len, "peer announced an oversized frame");
+                self.leave_spin(index);
+                self.kill(index, Some(TlError::InvalidParam));
+                return false;
+            }
+            if placed || link.placing.is_some() || link.rx.missing() >= BULK_MISSING {
+                // Large payloads: bulk mode receives them without a system call per poll.
+                link.placed_mode |= placed;
+                link.bulk = true;
+                self.leave_spin(index);
+                return false;
+            }
+            return true;
+        }
+        let error = match got {
+            0 => TlError::ConnectionReset,
+            _ => match std::io::Error::last_os_error().raw_os_error().unwrap_or(0) {
+                libc::EAGAIN | libc::EINTR => {
+                    link.spin_idle += 1;
+                    if link.spin_idle < SPIN_IDLE_RECVS {
+                        return true;
+                    }
+                    self.leave_spin(index);
+                    return false;
+                }
+                errno => TlError::from_errno(errno),
+            },
+        };
+        self.leave_spin(index);
+        self.kill(index, Some(error));
+        false
+    }
+
+    /// Takes a link out of spin mode and gives its receives back to the ring (single-shot into
+    /// its buffer while that holds part of a frame, as bulk mode does). The caller drops it from
+    /// `spinning`.
+    fn leave_spin(&mut self, index: usize) {
+        let Some(link) = self.links[index].as_mut() else { return };
+        if !link.spin {
+            return;
+        }
+        link.spin = false;
+        if link.rx.held() > 0 {
+            link.bulk = true;
+        }
+        self.arm_recv(index);
     }
 
     fn taskrun_pending(&self) -> bool {
@@ -723,16 +838,30 @@ impl UringTransport {
                             .placing
                             .as_ref()
                             .is_some_and(|p| p.next_dest().is_some() && p.remaining() >= BULK_MISSING);
-                        if (link.reader.missing() >= BULK_MISSING || placing_much) && !link.want_bulk {
-                            link.want_bulk = true;
-                            if more {
-                                let ud = user_data(KIND_RECV, id.0);
-                                self.push_sqe(
-                                    opcode::AsyncCancel::new(ud)
-                                        .build()
-                                        .user_data(user_data(KIND_QUIET_CANCEL, 0)),
-                                );
-                            }
+                        let spin = self.cfg.spin_recv
+                            && self.polls.wrapping_sub(self.last_sleep_poll) >= SPIN_AFTER_POLLS
+                            && link.placing.is_none()
+                            && !link.placed_mode;
+                        let cancel =
+                            if (link.reader.missing() >= BULK_MISSING || placing_much) && !link.want_bulk {
+                                link.want_bulk = true;
+                                link.want_spin = false;
+                                true
+                            } else if spin && !link.want_bulk && !link.want_spin {
+                                // Traffic while the worker busy-polls: stop the multishot receive and
+                                // read the socket directly from then on.
+                                link.want_spin = true;
+                                true
+                            } else {
+                                false
+                            };
+                        if cancel && more {
+                            let ud = user_data(KIND_RECV, id.0);
+                            self.push_sqe(
+                                opcode::AsyncCancel::new(ud)
+                                    .build()
+                                    .user_data(user_data(KIND_QUIET_CANCEL, 0)),
+                            );
                         }
                         fed
                     }
@@ -1115,6 +1244,12 @@ impl Transport for UringTransport {
             }
         }
         self.cqes = cqes;
+        // After the completions: a link's last multishot completion comes before what its
+        // spin-mode receives read.
+        if !self.spinning.is_empty() {
+            count += self.flush_deferred(sink);
+            self.poll_spinning(sink, &mut count);
+        }
         self.flush_dirty();
         self.submit();
         count += self.flush_deferred(sink);
@@ -1131,6 +1266,20 @@ impl Transport for UringTransport {
     /// socket's data has no doorbell, so any open link keeps the transport polled every time.
     fn is_quiet(&self) -> bool {
         self.links.iter().all(Option::is_none) && self.is_idle()
+    }
+
+    fn prepare_sleep(&mut self) {
+        self.last_sleep_poll = self.polls;
+        if self.spinning.is_empty() {
+            return;
+        }
+        // Spin-mode links have no receive in the ring, so their data would not wake a sleeper:
+        // hand them back and submit now, so that data already waiting completes at once and
+        // `has_events` sees it.
+        for index in std::mem::take(&mut self.spinning) {
+            self.leave_spin(index as usize);
+        }
+        self.submit();
     }
 
     fn has_events(&self) -> bool {
