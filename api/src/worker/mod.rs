@@ -422,7 +422,7 @@ impl WorkerShared {
     /// A full poll; `periodic`: the quiet watch's periodic one, which also runs the timers.
     #[inline(never)]
     fn full_progress(self: &Arc<Self>, periodic: bool) -> usize {
-        let (deferred, events) = {
+        let (deferred, handlers, events) = {
             let mut guard = self.lock();
             let core = &mut *guard;
             core.st.events = 0;
@@ -463,18 +463,23 @@ impl WorkerShared {
             // kept), so the next message's callback allocates no list and the list taken here
             // goes back without taking the lock again.
             let spare = SPARE_DEFERRED.take();
-            (std::mem::replace(&mut core.st.deferred, spare), events)
+            // The AM handlers as they are now, when the batch's messages arrived: one reference
+            // for the batch keeps them alive while they run unlocked.
+            let handlers = std::mem::take(&mut core.st.am_queued).then(|| Arc::clone(&core.st.am_handlers));
+            (std::mem::replace(&mut core.st.deferred, spare), handlers, events)
         };
         let mut deferred = deferred;
         let count = deferred.len();
         for item in deferred.drain(..) {
-            self.run_deferred(item);
+            self.run_deferred(item, handlers.as_deref());
         }
+        // Dropped here, without the lock: it may hold the last reference to a replaced handler.
+        drop(handlers);
         SPARE_DEFERRED.set(deferred);
         events.max(count)
     }
 
-    fn run_deferred(self: &Arc<Self>, item: Deferred) {
+    fn run_deferred(self: &Arc<Self>, item: Deferred, am_handlers: Option<&am::AmHandlers>) {
         match item {
             Deferred::Callback(callback, status, info) => callback(status, &info),
             Deferred::ErrHandler { ep, handler, status } => {
@@ -487,7 +492,10 @@ impl WorkerShared {
                 crate::listener::run_conn_handler(self, listener, request)
             }
             Deferred::Accepted { listener, ep } => crate::listener::run_accept_handler(self, listener, ep),
-            Deferred::Am(delivery) => am::run_am(self, delivery),
+            Deferred::Am(delivery) => match am_handlers {
+                Some(handlers) => am::run_am(self, handlers, delivery),
+                None => unreachable!("an active message queued without `am_queued`"),
+            },
         }
     }
 
