@@ -414,14 +414,14 @@ impl WorkerShared {
     pub(crate) fn progress(self: &Arc<Self>) -> usize {
         match self.quiet.check() {
             quiet::Check::Skip => 0,
-            quiet::Check::Periodic => self.full_progress(true),
-            quiet::Check::Poll => self.full_progress(false),
+            check => self.full_progress(check),
         }
     }
 
-    /// A full poll; `periodic`: the quiet watch's periodic one, which also runs the timers.
+    /// A full poll, of the kind `check` says (see [`quiet::Check`]): the periodic one runs the
+    /// timers, a doorbell's leaves them to the periodic one, any other looks at the clock.
     #[inline(never)]
-    fn full_progress(self: &Arc<Self>, periodic: bool) -> usize {
+    fn full_progress(self: &Arc<Self>, check: quiet::Check) -> usize {
         let (deferred, handlers, events) = {
             let mut guard = self.lock();
             let core = &mut *guard;
@@ -435,11 +435,23 @@ impl WorkerShared {
             // once the coarse clock moved. By time, not by a count of calls: a caller that spends
             // a second between calls (a validating debug benchmark on a loaded machine) must
             // still send its keepalives and stamp what it received, or a silence that is its own
-            // looks like the peer's.
-            let coarse = quiet::coarse_now();
-            if periodic || coarse != core.st.last_tick_coarse {
-                core.st.last_tick_coarse = coarse;
-                core.tick(Instant::now());
+            // looks like the peer's. A poll a doorbell brought to a quiet worker (a message at a
+            // latency benchmark's receiver) skips the clock (a vDSO call on the message's path):
+            // the watch counts it toward its next look at the clock, so the periodic poll still
+            // comes every few calls however often the doorbells ring.
+            match check {
+                quiet::Check::Periodic => {
+                    core.st.last_tick_coarse = quiet::coarse_now();
+                    core.tick(Instant::now());
+                }
+                quiet::Check::Poll => {
+                    let coarse = quiet::coarse_now();
+                    if coarse != core.st.last_tick_coarse {
+                        core.st.last_tick_coarse = coarse;
+                        core.tick(Instant::now());
+                    }
+                }
+                quiet::Check::Doorbell | quiet::Check::Skip => {}
             }
             let events = core.st.events;
             if core.st.deferred.is_empty() {
