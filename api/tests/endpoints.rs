@@ -317,6 +317,44 @@ macro_rules! suite {
             assert!(seen[1].0 == header && seen[1].1 == big);
         }
 
+        /// A handler that replaces itself while it runs keeps running on what it captured (the
+        /// progress call holds the handler table it took), and the rest of its batch still goes
+        /// to the handler registered when the batch's messages arrived; later messages go to the
+        /// new one.
+        #[test]
+        fn an_am_handler_may_replace_itself_while_it_runs() {
+            let pair = Pair::new();
+            let first: Arc<Mutex<Vec<u8>>> = Arc::default();
+            let second: Arc<Mutex<Vec<u8>>> = Arc::default();
+            let (f, s, server) = (Arc::clone(&first), Arc::clone(&second), pair.server.clone());
+            pair.server.set_am_handler(
+                7,
+                Some(Box::new(move |msg: &mut zcx::AmMessage| {
+                    let s = Arc::clone(&s);
+                    server.set_am_handler(
+                        7,
+                        Some(Box::new(move |msg: &mut zcx::AmMessage| {
+                            s.lock().unwrap().push(msg.header()[0]);
+                            Status::Ok
+                        })),
+                    );
+                    // Captured state, used after the replacement dropped this handler's entry.
+                    f.lock().unwrap().push(msg.header()[0]);
+                    Status::Ok
+                })),
+            );
+            for i in 0..4u8 {
+                pair.client_ep.am_send(7, &[i], Vec::new(), AmSendParams::default()).unwrap();
+            }
+            progress_until(&pair.both(), "four AMs", || {
+                first.lock().unwrap().len() + second.lock().unwrap().len() == 4
+            });
+            let (first, second) = (first.lock().unwrap().clone(), second.lock().unwrap().clone());
+            assert!(!first.is_empty(), "the first handler ran");
+            let all: Vec<u8> = first.iter().chain(&second).copied().collect();
+            assert_eq!(all, [0, 1, 2, 3], "in order, each message once");
+        }
+
         #[test]
         fn kept_and_declined_active_messages() {
             let pair = Pair::new();

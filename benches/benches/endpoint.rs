@@ -11,7 +11,8 @@
 //!
 //! Run: `cargo bench -p zcx-benches --bench endpoint`. The ping-pong times are full round trips.
 //! `ZCX_PINGPONG_ROUNDS=N cargo bench ... -- --profile-rounds` runs only N one-thread round trips
-//! (for an instruction-counting profiler); of active messages with `ZCX_PINGPONG_API=am`.
+//! (for an instruction-counting profiler); of active messages with `ZCX_PINGPONG_API=am`, of
+//! stream sends and WAITALL receives with `ZCX_PINGPONG_API=stream`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -166,6 +167,26 @@ impl OneThreadPingPong {
         OneThreadPingPong { client, server, ep, server_ep, bufs }
     }
 
+    /// The stream form: the same steps with `stream_recv` (WAITALL) and `stream_send`.
+    fn stream_round_trip(&mut self) {
+        let [ping, pong_in, ping_in, pong] = &mut self.bufs;
+        let server_recv = self
+            .server_ep
+            .stream_recv(ping_in.take().unwrap(), true, RequestParams::default())
+            .expect("stream_recv");
+        let send = self.ep.stream_send(ping.take().unwrap(), RequestParams::default()).expect("stream_send");
+        let client_recv = self
+            .ep
+            .stream_recv(pong_in.take().unwrap(), true, RequestParams::default())
+            .expect("stream_recv");
+        *ping = Some(wait(&self.client, send).buf);
+        *ping_in = Some(wait(&self.server, server_recv).buf);
+        let answer =
+            self.server_ep.stream_send(pong.take().unwrap(), RequestParams::default()).expect("stream_send");
+        *pong = Some(wait(&self.server, answer).buf);
+        *pong_in = Some(wait(&self.client, client_recv).buf);
+    }
+
     fn round_trip(&mut self) {
         let [ping, pong_in, ping_in, pong] = &mut self.bufs;
         let server_recv = self
@@ -237,7 +258,7 @@ impl OneThreadAmPingPong {
 }
 
 fn tag_ping_pong_one_thread(c: &mut Criterion) {
-    let ctx = Context::with_features(Features::TAG | Features::AM).expect("context");
+    let ctx = Context::with_features(Features::TAG | Features::AM | Features::STREAM).expect("context");
     let mut pp = OneThreadPingPong::new(&ctx);
     let transport = pp.ep.query().expect("query").transports.join(",");
     c.bench_function(&format!("endpoint/tag_ping_pong_8B_one_thread_{transport}"), |b| {
@@ -297,11 +318,17 @@ fn profile_rounds() -> bool {
     }
     let rounds: u64 =
         std::env::var("ZCX_PINGPONG_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let ctx = Context::with_features(Features::TAG | Features::AM).expect("context");
-    if std::env::var("ZCX_PINGPONG_API").is_ok_and(|api| api == "am") {
+    let ctx = Context::with_features(Features::TAG | Features::AM | Features::STREAM).expect("context");
+    let api = std::env::var("ZCX_PINGPONG_API").unwrap_or_default();
+    if api == "am" {
         let mut am = OneThreadAmPingPong::new(&ctx);
         for _ in 0..rounds {
             am.round_trip();
+        }
+    } else if api == "stream" {
+        let mut pp = OneThreadPingPong::new(&ctx);
+        for _ in 0..rounds {
+            pp.stream_round_trip();
         }
     } else {
         let mut pp = OneThreadPingPong::new(&ctx);

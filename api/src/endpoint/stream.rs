@@ -10,7 +10,7 @@ use crate::request::{CancelTarget, OpInfo, ReqCell, Request, RequestParams};
 use crate::status::Result;
 use crate::worker::state::StreamRecv;
 use crate::worker::state::{send_on_ep, send_ready, usable_in, BulkJob, Core, FragKind, OutKind};
-use crate::worker::stream::{queue_stream_recv, take_buffered};
+use crate::worker::stream::take_buffered;
 
 impl Endpoint {
     /// `ucp_stream_send_nbx`: appends `buf` to the endpoint's byte stream.
@@ -64,14 +64,16 @@ impl Endpoint {
         let shared = self.shared();
         let mut guard = shared.lock();
         let st = &mut guard.st;
-        st.usable_ep(self.id())?;
-        let (filled, done) = take_buffered(st, self.id(), ptr, cap, waitall);
+        // Taken before the endpoint is borrowed, so the receive looks its endpoint up once; an
+        // id a receive completed at once leaves unused costs nothing.
+        let id = st.new_id();
+        let (ep, _) = usable_in(&mut st.eps, self.id())?;
+        let (filled, done) = take_buffered(&mut ep.stream, &st.pool, ptr, cap, waitall);
         if done {
             return Ok(Request::ready(buf, OpInfo { length: filled, ..OpInfo::default() }));
         }
-        let id = st.new_id();
         let cell = ReqCell::new(shared, buf, params.callback);
-        queue_stream_recv(st, self.id(), StreamRecv { id, sink: cell.clone(), ptr, cap, filled, waitall });
+        ep.stream.posted.push_back(StreamRecv { id, sink: cell.clone(), ptr, cap, filled, waitall });
         cell.set_cancel(st, CancelTarget::StreamRecv { ep: self.id(), id });
         Ok(Request::pending(cell))
     }

@@ -7,7 +7,7 @@
 //! data past its return calls `keep` and returns `INPROGRESS`, as UCP's
 //! `UCP_AM_RECV_ATTR_FLAG_DATA` handlers do; the data is released when the [`AmDesc`] drops.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use zcx_dataplane::proto::wire::Op;
 
@@ -20,17 +20,27 @@ use crate::worker::WorkerShared;
 
 /// An AM handler (`ucp_am_recv_callback_t`). Returns `OK` when done with the message, or
 /// `INPROGRESS` after [`AmMessage::keep`] to hold on to the data.
-pub type AmHandler = Box<dyn FnMut(&mut AmMessage<'_>) -> Status + Send>;
+///
+/// `Fn + Sync`, like UCP's callbacks: a handler runs on whichever thread progresses the worker,
+/// and on several at once when several do. A handler that keeps mutable state keeps it in
+/// atomics or behind its own lock; the worker takes none per message.
+pub type AmHandler = Box<dyn Fn(&mut AmMessage<'_>) -> Status + Send + Sync>;
 
-pub(crate) struct AmHandlerEntry {
-    pub handler: Arc<Mutex<AmHandler>>,
+/// A registered handler, shared between the worker's table and the deliveries running it.
+type SharedAmHandler = Arc<dyn Fn(&mut AmMessage<'_>) -> Status + Send + Sync>;
+
+/// The worker's AM handlers by id. Never changed in place: `set_am_handler` installs a changed
+/// copy, so a progress call that took the table (one reference count per batch of deliveries,
+/// not one per message) runs its handlers without the worker's lock while another thread
+/// replaces them. A replaced handler is dropped with the last table that holds it, never under
+/// the worker's lock (see [`crate::worker::state::State::bury`]).
+#[derive(Clone, Default)]
+pub(crate) struct AmHandlers {
+    by_id: zcx_dataplane::FastMap<u16, SharedAmHandler>,
 }
 
 /// A message waiting for its handler to run.
 pub(crate) struct AmDelivery {
-    /// The handler registered for `am_id` when the message arrived, looked up under the lock the
-    /// arrival was dispatched under, so running it takes no lock again.
-    handler: Option<Arc<Mutex<AmHandler>>>,
     ep: u64,
     am_id: u16,
     reply: bool,
@@ -72,19 +82,11 @@ impl AmBytes {
 }
 
 impl AmDelivery {
-    pub fn eager(
-        st: &State,
-        ep: u64,
-        am_id: u16,
-        reply: bool,
-        header_len: usize,
-        bytes: AmBytes,
-    ) -> AmDelivery {
-        AmDelivery { handler: handler_of(st, am_id), ep, am_id, reply, header_len, bytes, rndv: None }
+    pub fn eager(ep: u64, am_id: u16, reply: bool, header_len: usize, bytes: AmBytes) -> AmDelivery {
+        AmDelivery { ep, am_id, reply, header_len, bytes, rndv: None }
     }
 
     pub fn rndv(
-        st: &State,
         ep: u64,
         am_id: u16,
         reply: bool,
@@ -93,20 +95,8 @@ impl AmDelivery {
         total_len: u64,
     ) -> AmDelivery {
         let header_len = header.as_slice().len();
-        AmDelivery {
-            handler: handler_of(st, am_id),
-            ep,
-            am_id,
-            reply,
-            header_len,
-            bytes: header,
-            rndv: Some((sender_req, total_len)),
-        }
+        AmDelivery { ep, am_id, reply, header_len, bytes: header, rndv: Some((sender_req, total_len)) }
     }
-}
-
-fn handler_of(st: &State, am_id: u16) -> Option<Arc<Mutex<AmHandler>>> {
-    st.am_handlers.get(&am_id).map(|entry| Arc::clone(&entry.handler))
 }
 
 /// The data of an active message, owned: eager bytes, or the right to fetch rendezvous bytes
@@ -261,21 +251,20 @@ impl Worker {
     /// removes the handler (later messages with `id` are dropped with a warning).
     pub fn set_am_handler(&self, id: u16, handler: Option<AmHandler>) {
         let mut core = self.shared.lock();
+        // A changed copy: deliveries running now keep the table they took (see `AmHandlers`).
+        let mut table = AmHandlers::clone(&core.st.am_handlers);
         match handler {
             Some(handler) => {
-                let old =
-                    core.st.am_handlers.insert(id, AmHandlerEntry { handler: Arc::new(Mutex::new(handler)) });
-                // A replaced handler may own endpoints, whose drop takes the lock.
-                if let Some(old) = old {
-                    core.st.bury(old);
-                }
+                table.by_id.insert(id, Arc::from(handler));
             }
             None => {
-                if let Some(old) = core.st.am_handlers.remove(&id) {
-                    core.st.bury(old);
-                }
+                table.by_id.remove(&id);
             }
         }
+        let old = std::mem::replace(&mut core.st.am_handlers, Arc::new(table));
+        // The old table may hold the last reference to a replaced handler, which may own
+        // endpoints, whose drop takes the lock.
+        core.st.bury(old);
     }
 
     /// `ucp_am_recv_data_nbx`: receives a kept message's data into `buf`. Eager data is copied at
@@ -327,9 +316,11 @@ impl Worker {
     }
 }
 
-/// Runs one message's handler (from progress, without the worker's lock).
-pub(crate) fn run_am(shared: &Arc<WorkerShared>, delivery: AmDelivery) {
-    let handler = delivery.handler;
+/// Runs one message's handler (from progress, without the worker's lock). `handlers`: the table
+/// as it was when the message's batch was taken, under the lock the message arrived under, so
+/// the handler is the one registered at its arrival.
+pub(crate) fn run_am(shared: &Arc<WorkerShared>, handlers: &AmHandlers, delivery: AmDelivery) {
+    let handler = handlers.by_id.get(&delivery.am_id);
     let desc = AmDesc {
         worker: None,
         ep: delivery.ep,
@@ -345,10 +336,7 @@ pub(crate) fn run_am(shared: &Arc<WorkerShared>, delivery: AmDelivery) {
         tracing::warn!(am_id = delivery.am_id, "active message without a handler dropped");
         return;
     };
-    let status = {
-        let mut handler = handler.lock().unwrap_or_else(|p| p.into_inner());
-        (*handler)(&mut message)
-    };
+    let status = handler(&mut message);
     if status == Status::InProgress && message.desc.is_some() {
         tracing::warn!(am_id = message.am_id, "AM handler returned INPROGRESS without keeping the data");
     }

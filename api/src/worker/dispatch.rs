@@ -178,8 +178,9 @@ fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
 
 fn on_am_eager(st: &mut State, ep: u64, am_id: u16, reply: bool, header_len: u16, payload: &[u8]) {
     let data = AmBytes::copy_of(st, payload);
-    let delivery = AmDelivery::eager(st, ep, am_id, reply, header_len as usize, data);
+    let delivery = AmDelivery::eager(ep, am_id, reply, header_len as usize, data);
     st.deferred.push(Deferred::Am(delivery));
+    st.am_queued = true;
 }
 
 /// Acts on a decoded frame from the endpoint `ep`.
@@ -205,8 +206,9 @@ fn on_op(st: &mut State, link: LinkId, ep: u64, op: Op, payload: &[u8]) {
         Op::AmEager { am_id, reply, header_len } => on_am_eager(st, ep, am_id, reply, header_len, payload),
         Op::AmRts { am_id, reply, header_len: _, sender_req, total_len } => {
             let header = AmBytes::copy_of(st, payload);
-            let delivery = AmDelivery::rndv(st, ep, am_id, reply, header, sender_req, total_len);
+            let delivery = AmDelivery::rndv(ep, am_id, reply, header, sender_req, total_len);
             st.deferred.push(Deferred::Am(delivery));
+            st.am_queued = true;
         }
         Op::Put { req, region, key, addr, ack } => {
             let result = rma_exec::put(&st.ctx.remote_access, region, &key, addr, payload);

@@ -418,15 +418,15 @@ impl WorkerShared {
     pub(crate) fn progress(self: &Arc<Self>) -> usize {
         match self.quiet.check() {
             quiet::Check::Skip => 0,
-            quiet::Check::Periodic => self.full_progress(true),
-            quiet::Check::Poll => self.full_progress(false),
+            check => self.full_progress(check),
         }
     }
 
-    /// A full poll; `periodic`: the quiet watch's periodic one, which also runs the timers.
+    /// A full poll, of the kind `check` says (see [`quiet::Check`]): the periodic one runs the
+    /// timers, a doorbell's leaves them to the periodic one, any other looks at the clock.
     #[inline(never)]
-    fn full_progress(self: &Arc<Self>, periodic: bool) -> usize {
-        let (deferred, events) = {
+    fn full_progress(self: &Arc<Self>, check: quiet::Check) -> usize {
+        let (deferred, handlers, events) = {
             let mut guard = self.lock();
             let core = &mut *guard;
             core.st.events = 0;
@@ -439,11 +439,23 @@ impl WorkerShared {
             // once the coarse clock moved. By time, not by a count of calls: a caller that spends
             // a second between calls (a validating debug benchmark on a loaded machine) must
             // still send its keepalives and stamp what it received, or a silence that is its own
-            // looks like the peer's.
-            let coarse = quiet::coarse_now();
-            if periodic || coarse != core.st.last_tick_coarse {
-                core.st.last_tick_coarse = coarse;
-                core.tick(Instant::now());
+            // looks like the peer's. A poll a doorbell brought to a quiet worker (a message at a
+            // latency benchmark's receiver) skips the clock (a vDSO call on the message's path):
+            // the watch counts it toward its next look at the clock, so the periodic poll still
+            // comes every few calls however often the doorbells ring.
+            match check {
+                quiet::Check::Periodic => {
+                    core.st.last_tick_coarse = quiet::coarse_now();
+                    core.tick(Instant::now());
+                }
+                quiet::Check::Poll => {
+                    let coarse = quiet::coarse_now();
+                    if coarse != core.st.last_tick_coarse {
+                        core.st.last_tick_coarse = coarse;
+                        core.tick(Instant::now());
+                    }
+                }
+                quiet::Check::Doorbell | quiet::Check::Skip => {}
             }
             let events = core.st.events;
             if core.st.deferred.is_empty() {
@@ -467,18 +479,23 @@ impl WorkerShared {
             // kept), so the next message's callback allocates no list and the list taken here
             // goes back without taking the lock again.
             let spare = SPARE_DEFERRED.take();
-            (std::mem::replace(&mut core.st.deferred, spare), events)
+            // The AM handlers as they are now, when the batch's messages arrived: one reference
+            // for the batch keeps them alive while they run unlocked.
+            let handlers = std::mem::take(&mut core.st.am_queued).then(|| Arc::clone(&core.st.am_handlers));
+            (std::mem::replace(&mut core.st.deferred, spare), handlers, events)
         };
         let mut deferred = deferred;
         let count = deferred.len();
         for item in deferred.drain(..) {
-            self.run_deferred(item);
+            self.run_deferred(item, handlers.as_deref());
         }
+        // Dropped here, without the lock: it may hold the last reference to a replaced handler.
+        drop(handlers);
         SPARE_DEFERRED.set(deferred);
         events.max(count)
     }
 
-    fn run_deferred(self: &Arc<Self>, item: Deferred) {
+    fn run_deferred(self: &Arc<Self>, item: Deferred, am_handlers: Option<&am::AmHandlers>) {
         match item {
             Deferred::Callback(callback, status, info) => callback(status, &info),
             Deferred::ErrHandler { ep, handler, status } => {
@@ -491,7 +508,10 @@ impl WorkerShared {
                 crate::listener::run_conn_handler(self, listener, request)
             }
             Deferred::Accepted { listener, ep } => crate::listener::run_accept_handler(self, listener, ep),
-            Deferred::Am(delivery) => am::run_am(self, delivery),
+            Deferred::Am(delivery) => match am_handlers {
+                Some(handlers) => am::run_am(self, handlers, delivery),
+                None => unreachable!("an active message queued without `am_queued`"),
+            },
         }
     }
 

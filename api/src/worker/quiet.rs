@@ -46,9 +46,17 @@ pub(crate) fn coarse_now() -> i64 {
 /// See [`QuietWatch::check`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Check {
+    /// Armed, nothing rang: nothing to do.
     Skip,
+    /// Armed, and the coarse clock moved since the last periodic poll: a full poll that runs the
+    /// timers.
     Periodic,
+    /// Not armed: a full poll that looks at the clock itself to decide on the timers.
     Poll,
+    /// Armed and a doorbell rang: a full poll that leaves the timers to the periodic poll. It
+    /// counts as a skipped call toward the next look at the clock, so a worker whose doorbells
+    /// ring at every call (a latency ping-pong) still gets a periodic poll every few calls.
+    Doorbell,
 }
 
 pub(crate) struct QuietWatch {
@@ -78,7 +86,9 @@ impl QuietWatch {
     /// What this `progress` call does: return at once (armed, no doorbell rang, not yet time for
     /// a full poll), a full poll that is the periodic one (the caller runs its timers then: with
     /// most calls skipped, counting full polls alone would make them rare), or a full poll.
-    #[inline]
+    // Always inlined into `progress`, as it was before the doorbell case had its own answer:
+    // a busy-polling caller's spin is this function.
+    #[inline(always)]
     pub fn check(&self) -> Check {
         if !self.armed.load(Ordering::Acquire) {
             return Check::Poll;
@@ -98,12 +108,14 @@ impl QuietWatch {
         }
         // A writer replacing the doorbells means a full poll is running: do one too.
         let Ok(bells) = self.bells.try_read() else { return Check::Poll };
-        if bells.iter().any(Doorbell::rang) {
-            return Check::Poll;
-        }
+        let rang = bells.iter().any(Doorbell::rang);
         drop(bells);
         self.skipped.store(skipped + 1, Ordering::Relaxed);
-        Check::Skip
+        if rang {
+            Check::Doorbell
+        } else {
+            Check::Skip
+        }
     }
 
     /// After a full poll that left everything quiet (call it without the worker's lock held).
@@ -150,6 +162,47 @@ mod tests {
             }
         }
         assert_eq!(watch.clock_interval.load(Ordering::Relaxed), FULL_POLL_EVERY);
+    }
+
+    /// A caller whose every call finds a doorbell rung still gets a periodic poll (its timers)
+    /// every few calls when it spends longer than a clock tick between calls: doorbell polls
+    /// count toward the next look at the clock like skipped ones.
+    #[test]
+    fn a_caller_whose_doorbell_rings_at_every_call_still_gets_periodic_polls() {
+        let watch = QuietWatch::new();
+        watch.replace_bells(vec![rung_doorbell()]);
+        watch.arm();
+        let mut periodic = 0;
+        for call in 1..=4 * (FULL_POLL_EVERY + 1) {
+            std::thread::sleep(Duration::from_millis(5));
+            match watch.check() {
+                Check::Periodic => periodic += 1,
+                Check::Doorbell => {}
+                other => panic!("call {call}: {other:?} with a doorbell rung"),
+            }
+            // The full poll left the worker quiet (and the record for the next call).
+            watch.arm();
+        }
+        assert!(periodic >= 3, "{periodic} periodic polls in {} slow calls", 4 * (FULL_POLL_EVERY + 1));
+    }
+
+    /// A doorbell on a ring in ordinary memory holding one record nobody consumes: it rings at
+    /// every look.
+    fn rung_doorbell() -> Doorbell {
+        use zcx_dataplane::shm::ring::{ring_bytes, Producer};
+
+        #[repr(C, align(64))]
+        struct Line([u8; 64]);
+        let capacity = 4096;
+        let mut lines: Vec<Line> = (0..ring_bytes(capacity) / 64).map(|_| Line([0; 64])).collect();
+        let base = lines.as_mut_ptr().cast::<u8>();
+        // SAFETY: `lines` is zeroed (a fresh ring), 64-byte aligned, `ring_bytes(capacity)` long,
+        // and moves into the doorbell's keep below without its heap buffer moving.
+        let mut producer = unsafe { Producer::new(base, capacity) };
+        assert!(producer.push(1, &[b"ping"]).expect("room in a fresh ring"));
+        let keep: std::sync::Arc<dyn Send + Sync> = std::sync::Arc::new(lines);
+        // SAFETY: as above; `keep` owns the ring for the doorbell's life.
+        unsafe { Doorbell::new(base, capacity, keep) }
     }
 
     /// A spinning caller looks at the clock less and less often until it ticks.

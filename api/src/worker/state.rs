@@ -22,7 +22,7 @@ use crate::endpoint::{EpHandle, ErrHandler};
 use crate::listener::ListenerHandlers;
 use crate::request::{Callback, OpInfo, OpSink};
 use crate::status::Status;
-use crate::worker::am::AmHandlerEntry;
+use crate::worker::am::AmHandlers;
 
 /// Largest payload of one fragment: the transport's frame minus our header.
 pub(crate) fn max_payload(max_frame: usize) -> usize {
@@ -345,7 +345,11 @@ pub(crate) struct State {
     pub incoming: FastMap<LinkId, Incoming>,
     pub listeners: FastMap<ListenerId, ListenerEntry>,
     pub tags: TagMatcher<PostedTagRecv, Unexpected>,
-    pub am_handlers: FastMap<u16, AmHandlerEntry>,
+    /// Replaced whole, never changed in place (see [`AmHandlers`]).
+    pub am_handlers: Arc<AmHandlers>,
+    /// An active message was queued in `deferred`: the progress call that takes the queue takes
+    /// the handler table with it.
+    pub am_queued: bool,
     pub ops: FastMap<u64, OutOp>,
     pub deferred: Vec<Deferred>,
     pub out: Vec<OutFrame>,
@@ -431,7 +435,8 @@ impl State {
             incoming: FastMap::default(),
             listeners: FastMap::default(),
             tags: TagMatcher::new(),
-            am_handlers: FastMap::default(),
+            am_handlers: Arc::default(),
+            am_queued: false,
             ops: FastMap::default(),
             deferred: Vec::new(),
             out: Vec::new(),

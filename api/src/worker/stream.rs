@@ -1,39 +1,41 @@
 //! The receive side of stream endpoints (`ucp_stream_recv_nbx`): an ordered byte stream per
 //! endpoint, handed to receives in the order they were posted.
 
-use std::sync::Arc;
+use std::sync::Mutex;
 
 use crate::request::OpInfo;
-use crate::worker::state::{State, StreamRecv};
+use crate::worker::state::{State, StreamRx};
 
 /// Bytes of a `Stream` frame arrived on endpoint `ep`: fill waiting receives, keep the rest.
+/// Each completed receive completes as soon as it is full, so a frame that fills one receive (a
+/// ping-pong's) costs one endpoint lookup and no list of completions; the worker's buffer pool
+/// is borrowed, not reference counted, so no atomic read-modify-write is spent on it.
 pub(crate) fn deliver_stream(st: &mut State, ep: u64, mut data: &[u8]) {
-    let pool = Arc::clone(&st.pool);
-    let mut completed = Vec::new();
-    {
+    while !data.is_empty() {
         let Some(state) = st.eps.get_mut(&ep) else { return };
         let rx = &mut state.stream;
-        while !data.is_empty() {
-            let Some(recv) = rx.posted.front_mut() else { break };
-            let n = (recv.cap - recv.filled).min(data.len());
-            // SAFETY: `recv.ptr..+cap` is the buffer of a posted receive, owned by its request until
-            // the sink completes; `filled + n <= cap`.
-            unsafe { zcx_dataplane::copy::copy_bytes(data.as_ptr(), recv.ptr.add(recv.filled), n) };
-            recv.filled += n;
-            data = &data[n..];
-            if recv.filled == recv.cap || !recv.waitall {
-                completed.push(rx.posted.pop_front().expect("front exists"));
-            }
-        }
-        if !data.is_empty() {
-            let mut chunk = pool.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
+        let Some(recv) = rx.posted.front_mut() else {
+            let mut chunk = st.pool.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
             chunk.clear();
             chunk.extend_from_slice(data);
             rx.chunks.push_back(chunk);
+            return;
+        };
+        let n = (recv.cap - recv.filled).min(data.len());
+        // SAFETY: `recv.ptr..+cap` is the buffer of a posted receive, owned by its request until
+        // the sink completes; `filled + n <= cap`.
+        unsafe { zcx_dataplane::copy::copy_bytes(data.as_ptr(), recv.ptr.add(recv.filled), n) };
+        recv.filled += n;
+        data = &data[n..];
+        if recv.filled == recv.cap || !recv.waitall {
+            let recv = rx.posted.pop_front().expect("front exists");
+            // Completing may change the endpoint table: the next round looks the endpoint up again.
+            st.complete_sink(
+                &recv.sink,
+                crate::Status::Ok,
+                OpInfo { length: recv.filled, ..OpInfo::default() },
+            );
         }
-    }
-    for recv in completed {
-        st.complete_sink(&recv.sink, crate::Status::Ok, OpInfo { length: recv.filled, ..OpInfo::default() });
     }
 }
 
@@ -41,15 +43,12 @@ pub(crate) fn deliver_stream(st: &mut State, ep: u64, mut data: &[u8]) {
 /// (only when no earlier receive waits, to keep order). Returns the bytes taken and whether the
 /// receive is complete (all of `cap` with `waitall`, anything otherwise).
 pub(crate) fn take_buffered(
-    st: &mut State,
-    ep: u64,
+    rx: &mut StreamRx,
+    pool: &Mutex<Vec<Vec<u8>>>,
     ptr: *mut u8,
     cap: usize,
     waitall: bool,
 ) -> (usize, bool) {
-    let pool = Arc::clone(&st.pool);
-    let Some(state) = st.eps.get_mut(&ep) else { return (0, false) };
-    let rx = &mut state.stream;
     let mut filled = 0;
     if !rx.posted.is_empty() {
         return (0, false);
@@ -65,17 +64,10 @@ pub(crate) fn take_buffered(
         if rx.head_offset == chunk.len() {
             let chunk = rx.chunks.pop_front().expect("front exists");
             rx.head_offset = 0;
-            State::recycle(&pool, chunk);
+            State::recycle(pool, chunk);
         }
     }
     (filled, filled == cap || (!waitall && filled > 0))
-}
-
-/// Queues a stream receive that `take_buffered` did not complete.
-pub(crate) fn queue_stream_recv(st: &mut State, ep: u64, recv: StreamRecv) {
-    if let Some(state) = st.eps.get_mut(&ep) {
-        state.stream.posted.push_back(recv);
-    }
 }
 
 /// Withdraws a waiting stream receive (`ucp_request_cancel`); true if it was still waiting.
