@@ -510,7 +510,10 @@ impl WorkerShared {
             Deferred::Accepted { listener, ep } => crate::listener::run_accept_handler(self, listener, ep),
             Deferred::Am(delivery) => match am_handlers {
                 Some(handlers) => am::run_am(self, handlers, delivery),
-                None => unreachable!("an active message queued without `am_queued`"),
+                // Cannot happen (queuing one sets `am_queued`); were it to, the message goes the
+                // way of one without a handler (released, a rendezvous declined), rather than
+                // taking the process down.
+                None => am::run_am(self, &am::AmHandlers::default(), delivery),
             },
         }
     }
