@@ -14,8 +14,9 @@ macro_rules! suite {
 
         use crate::common::net::{progress_until, wait};
         use zcx::{
-            AmProto, AmSendParams, AtomicOp, AtomicSize, CloseMode, Context, Endpoint, EpParams, Features,
-            ListenerParams, MemMapParams, Prot, RequestParams, Status, TagSendParams, Worker, WorkerParams,
+            AmProto, AmSendParams, AtomicOp, AtomicSize, CloseMode, Context, Endpoint, EpParams, EpRkey,
+            Features, ListenerParams, MemHandle, MemMapParams, Prot, RequestParams, Status, TagSendParams,
+            Worker, WorkerParams,
         };
 
         fn context() -> Context {
@@ -59,6 +60,16 @@ macro_rules! suite {
 
             fn both(&self) -> [&Worker; 2] {
                 [&self.client, &self.server]
+            }
+
+            /// `len` bytes the server mapped for remote reads and writes: the handle, its address
+            /// and the client's key to it.
+            fn server_region(&self, len: usize) -> (MemHandle, u64, EpRkey) {
+                let prot = Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE;
+                let memh = self.server.context().mem_map(&MemMapParams::alloc(len).prot(prot)).unwrap();
+                let rkey = self.client_ep.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap();
+                let base = memh.address() as u64;
+                (memh, base, rkey)
             }
         }
 
@@ -418,16 +429,8 @@ macro_rules! suite {
         #[test]
         fn put_get_and_atomics_through_the_target() {
             let pair = Pair::new();
-            let ctx = pair.server.context().clone();
             let len = 8 << 20;
-            let memh = ctx
-                .mem_map(
-                    &MemMapParams::alloc(len)
-                        .prot(Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE),
-                )
-                .unwrap();
-            let base = memh.address() as u64;
-            let rkey = pair.client_ep.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap();
+            let (memh, base, rkey) = pair.server_region(len);
             for &(off, n) in &[(0usize, 8usize), (100, 5000), (4096, 3 << 20)] {
                 let data = pattern(n, off as u8);
                 wait(
@@ -490,18 +493,10 @@ macro_rules! suite {
         #[test]
         fn implicit_puts_complete_with_a_flush_that_reports_refusals() {
             let pair = Pair::new();
-            let ctx = pair.server.context().clone();
             let len = 4 << 20;
-            let memh = ctx
-                .mem_map(
-                    &MemMapParams::alloc(len)
-                        .prot(Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE),
-                )
-                .unwrap();
-            let base = memh.address() as u64;
+            let (memh, base, rkey) = pair.server_region(len);
             // SAFETY: the handle maps `len` bytes for the whole test.
             let region = || unsafe { std::slice::from_raw_parts(memh.address(), len) }.to_vec();
-            let rkey = pair.client_ep.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap();
             // No key is vouched for yet, so this goes to the target, which refuses it: the call
             // succeeds, the next flush reports the refusal, and the flush after it is clean.
             let before = region();
