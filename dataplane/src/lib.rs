@@ -14,6 +14,7 @@ pub mod doorbell;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod fast_map;
+mod os_error;
 pub mod proto;
 pub mod rcache;
 pub mod shm;

@@ -64,9 +64,7 @@ impl Hello {
     }
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
-}
+use crate::os_error::last_errno as errno;
 
 /// An abstract socket address for `name` (no leading NUL in `name`).
 fn abstract_addr(name: &[u8]) -> Result<(libc::sockaddr_un, libc::socklen_t), i32> {

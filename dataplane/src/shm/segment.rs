@@ -62,9 +62,7 @@ impl std::fmt::Display for SegmentError {
 
 impl std::error::Error for SegmentError {}
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
-}
+use crate::os_error::last_errno as errno;
 
 /// The length of a segment with two rings of `capacity` bytes (before huge page rounding).
 pub fn segment_len(capacity: usize) -> usize {

@@ -204,9 +204,7 @@ pub struct ShmTransport {
     epoll_events: Vec<libc::epoll_event>,
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
-}
+use crate::os_error::last_errno as errno;
 
 fn random_u64() -> u64 {
     let mut v = 0u64;

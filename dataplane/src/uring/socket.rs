@@ -1,16 +1,12 @@
 //! Thin wrappers over the socket calls the io_uring transport makes outside the ring.
 
-use std::io;
 use std::mem;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::transport::TlError;
 
-/// The errno of the last failed libc call.
-pub fn last_errno() -> i32 {
-    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
-}
+pub(crate) use crate::os_error::last_errno;
 
 /// A `sockaddr_storage` and its length, for calls that take a C socket address.
 #[derive(Clone, Copy)]

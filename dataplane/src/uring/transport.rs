@@ -626,7 +626,7 @@ impl UringTransport {
         }
         let error = match got {
             0 => TlError::ConnectionReset,
-            _ => match std::io::Error::last_os_error().raw_os_error().unwrap_or(0) {
+            _ => match socket::last_errno() {
                 libc::EAGAIN | libc::EINTR => {
                     link.spin_idle += 1;
                     if link.spin_idle < SPIN_IDLE_RECVS {
