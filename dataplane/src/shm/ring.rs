@@ -18,8 +18,12 @@
 //! `lap` is how many times the producer had gone round the data area when it wrote the record,
 //! plus one (mod 2^16; fresh zeroes are no record). The producer writes the payload first and the header last, with one Release store
 //! of its 8 bytes; the consumer polls the header at its tail with an Acquire load and takes the
-//! record once the lap is the one its tail is on. Until then the slot holds a record from the
-//! previous lap (or zeroes). So an 8-byte message costs the consumer one cache line from the other
+//! record once the lap is the one its tail is on. Until then the slot holds zeroes: an earlier
+//! lap may have left payload bytes there (records of other sizes put line starts inside
+//! payloads), and those could read as a header of the coming lap, so the producer clears the
+//! slot after each record before it publishes that record, and the slot at offset 0 before a
+//! skip. That slot must be free, so the producer never fills the last line of the ring. So an
+//! 8-byte message costs the consumer one cache line from the other
 //! core, header and payload together, which is the floor for any shared-memory transport; a
 //! separate index line would cost a second transfer on every message. The producer still
 //! publishes `head` after each record, for the sleep protocol only.
@@ -209,9 +213,10 @@ impl Producer {
         self.max_payload
     }
 
-    /// Free bytes, as far as the last loaded tail says.
+    /// Free bytes a record may take, as far as the last loaded tail says: all but one line,
+    /// the slot after the newest record, which the producer keeps cleared (see `push_with`).
     fn free_cached(&self) -> usize {
-        self.mem.capacity - (self.head - self.cached_tail) as usize
+        (self.mem.capacity - (self.head - self.cached_tail) as usize).saturating_sub(RECORD_ALIGN)
     }
 
     fn reload_tail(&mut self) -> Result<(), RingError> {
@@ -272,7 +277,12 @@ impl Producer {
         // consumer does not read its payload before the header store below makes the record
         // current.
         write(unsafe { mem.data().add(pos + RECORD_HEADER) });
-        // Release: the payload is visible before the header says the record is there.
+        // The slot after this record is where the consumer looks next. It still holds whatever
+        // an earlier lap left there, which may be payload bytes that read as a header of the
+        // coming lap: cleared first (it is free: `free_cached` keeps that line out of reach).
+        mem.header((pos + need) & (cap - 1)).store(0, Ordering::Relaxed);
+        // Release: the payload and the cleared next slot are visible before the header says the
+        // record is there.
         mem.header(pos).store(header_word(len as u32, kind, mem.lap(head)), Ordering::Release);
         let head = head + need as u64;
         self.head = head;
@@ -301,6 +311,9 @@ impl Producer {
             }
         }
         if skip > 0 {
+            // The consumer goes on at offset 0, which may hold stale bytes of an earlier lap:
+            // cleared first (free: the record that follows fits there).
+            self.mem.header(0).store(0, Ordering::Relaxed);
             // The skip's header is its only content: published at once.
             let lap = self.mem.lap(self.head);
             self.mem.header(pos).store(header_word(0, KIND_SKIP, lap), Ordering::Release);
@@ -522,6 +535,35 @@ mod tests {
         assert_eq!(p.push(KIND_FRAME, &[&big, &[1]]), Err(RingError::BadLength));
     }
 
+    /// Payload bytes of an earlier lap at a line where a later lap puts a record start must not
+    /// be taken for that record while the consumer waits there: here a payload of lap 0 carries,
+    /// at each line start, a well-formed header stamped for lap 1.
+    #[test]
+    fn stale_payload_bytes_are_never_taken_for_a_record_of_a_later_lap() {
+        let cap = 4096;
+        let mut area = Area::new(cap);
+        let (mut p, mut c) = pair(&mut area, cap);
+        let fake = header_word(8, KIND_FRAME, 2).to_le_bytes();
+        let mut payload = vec![0u8; 200];
+        for line in [64usize, 128, 192] {
+            payload[line - RECORD_HEADER..line].copy_from_slice(&fake);
+        }
+        assert!(p.push(KIND_FRAME, &[&payload]).unwrap());
+        assert_eq!(c.next_record().unwrap().unwrap().1, &payload[..]);
+        c.release();
+        // One-line records to the end of lap 0 and into lap 1, where they start at offset 0.
+        let small = [7u8; 56];
+        while p.head < cap as u64 + 64 {
+            assert!(p.push(KIND_FRAME, &[&small]).unwrap());
+            assert_eq!(c.next_record().unwrap().unwrap().1, &small[..]);
+            c.release();
+        }
+        // The consumer now waits at offset 64 of lap 1, where lap 0 left the fake header.
+        assert_eq!(c.next_record().unwrap(), None, "stale bytes read as a record");
+        assert!(p.push(KIND_FRAME, &[&small]).unwrap());
+        assert_eq!(c.next_record().unwrap().unwrap().1, &small[..]);
+    }
+
     #[test]
     fn push2_writes_head_then_body_and_wraps_like_push() {
         let cap = 4096;
@@ -564,8 +606,9 @@ mod tests {
         while p.push(KIND_FRAME, &[&[7u8; 8]]).unwrap() {
             n += 1;
         }
-        // An 8-byte frame takes exactly one cache line.
-        assert_eq!(n, cap / RECORD_ALIGN);
+        // An 8-byte frame takes exactly one cache line, and the last line stays free (the
+        // cleared slot the consumer looks at next).
+        assert_eq!(n, cap / RECORD_ALIGN - 1);
         assert!(c.next_record().unwrap().is_some());
         // Read but not released: still no room.
         assert!(!p.push(KIND_FRAME, &[&[7u8; 8]]).unwrap());
