@@ -63,6 +63,10 @@ pub const KIND_PLACED: u32 = 0x5303;
 /// Record kind: the receiver is done with the oldest placed payload (release it).
 pub const KIND_PLACE_DONE: u32 = 0x5304;
 
+/// How far ahead of the newest record the producer keeps line starts cleared (see
+/// `Producer::clear_ahead`).
+const CLEAR_AHEAD: usize = 512;
+
 /// Smallest data area a ring may have.
 pub const MIN_CAPACITY: usize = 4096;
 /// Largest data area a ring may have.
@@ -187,6 +191,9 @@ pub struct Producer {
     max_payload: usize,
     /// The consumer announced sleep and we cleared the flag: it needs a wakeup.
     wake: bool,
+    /// Every line start from `head` up to this index (exclusive) is cleared: the slots the
+    /// consumer will look at next hold zeroes until a record is published there.
+    cleared: u64,
 }
 
 // SAFETY: the producer only touches shared memory through its raw pointer, which stays valid for
@@ -205,7 +212,14 @@ impl Producer {
         let mem = RingMem { base, capacity, lap_shift: capacity.trailing_zeros() };
         let head = mem.head().load(Ordering::Relaxed);
         let cached_tail = mem.tail().load(Ordering::Acquire);
-        Producer { mem, head, cached_tail, max_payload: max_record_payload(capacity), wake: false }
+        Producer {
+            mem,
+            head,
+            cached_tail,
+            max_payload: max_record_payload(capacity),
+            wake: false,
+            cleared: head,
+        }
     }
 
     /// The largest payload one record may carry.
@@ -277,10 +291,15 @@ impl Producer {
         // consumer does not read its payload before the header store below makes the record
         // current.
         write(unsafe { mem.data().add(pos + RECORD_HEADER) });
-        // The slot after this record is where the consumer looks next. It still holds whatever
-        // an earlier lap left there, which may be payload bytes that read as a header of the
-        // coming lap: cleared first (it is free: `free_cached` keeps that line out of reach).
-        mem.header((pos + need) & (cap - 1)).store(0, Ordering::Relaxed);
+        // The slot after this record is where the consumer looks next. It may still hold payload
+        // bytes of an earlier lap that read as a header of the coming lap: it must be cleared
+        // before this record is published. Usually `clear_ahead` did that after an earlier push;
+        // otherwise now (it is free: `free_cached` keeps that line out of reach).
+        let next = head + need as u64;
+        if self.cleared < next + RECORD_ALIGN as u64 {
+            mem.header((next as usize) & (cap - 1)).store(0, Ordering::Relaxed);
+            self.cleared = next + RECORD_ALIGN as u64;
+        }
         // Release: the payload and the cleared next slot are visible before the header says the
         // record is there.
         mem.header(pos).store(header_word(len as u32, kind, mem.lap(head)), Ordering::Release);
@@ -291,7 +310,26 @@ impl Producer {
         if mem.sleeping().load(Ordering::SeqCst) != 0 {
             self.claim_wake();
         }
+        // After the record is out: these stores cannot delay its visibility (stores become
+        // visible in order), and the next pushes find their following slot cleared already.
+        if self.cleared < head + CLEAR_AHEAD as u64 {
+            self.clear_ahead();
+        }
         Ok(true)
+    }
+
+    /// Clears the line starts of the free space after `head`, up to [`CLEAR_AHEAD`] bytes ahead.
+    #[inline(never)]
+    fn clear_ahead(&mut self) {
+        let cap = self.mem.capacity;
+        // Free space ends where the consumer's released tail (as last loaded) plus a lap is.
+        let end = (self.head + CLEAR_AHEAD as u64).min(self.cached_tail + cap as u64);
+        let mut at = self.cleared.max(self.head);
+        while at < end {
+            self.mem.header((at as usize) & (cap - 1)).store(0, Ordering::Relaxed);
+            at += RECORD_ALIGN as u64;
+        }
+        self.cleared = self.cleared.max(at);
     }
 
     /// Makes `need` contiguous bytes free at the head when the inline check found too few:
