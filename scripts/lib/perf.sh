@@ -131,6 +131,12 @@ ucx_value() {
     fi
 }
 
+# ucx_p50: the typical (50th percentile) latency in $ucx_line (column 3), in us.
+ucx_p50() { awk '{ print $3 }' <<<"$ucx_line"; }
+
+# zcx_p50: the 50th percentile latency in $zcx_line, in us.
+zcx_p50() { field p50_us "$zcx_line"; }
+
 # zcx_run ZCX_TLS TEST SIZE ITERS WARMUP: sets $zcx_line to zcx perf's result line of TEST.
 zcx_run() {
     local tls=$1 test=$2 size=$3 iters=$4 warmup=$5 out pid
