@@ -38,7 +38,8 @@
 //! outside the ring. The producer checks the peer's `tail` against its own head and the capacity.
 //!
 //! Wakeups: a consumer about to sleep sets `sleeping` and then compares `head` with its tail once
-//! more; the producer stores `head` (after the record's header) and then looks at `sleeping`. Both sides use sequentially consistent
+//! more; the producer stores `head` (before it writes the record, so that its full barrier never
+//! waits for the record's cache line) and then looks at `sleeping`. Both sides use sequentially consistent
 //! accesses, so at least one of them sees the other (no lost wakeup): either the consumer finds
 //! the record and does not sleep, or the producer finds the flag, clears it and reports through
 //! [`Producer::take_wake`] that the peer must be woken (the transport writes a byte to the link
@@ -286,6 +287,17 @@ impl Producer {
         // the compiler load them again after each one.
         let (mem, head) = (self.mem, self.head);
         let pos = (head as usize) & (cap - 1);
+        let next = head + need as u64;
+        // The sleep handshake comes before the record, not after it. `head` only tells a consumer
+        // about to sleep that a record is published or about to be (see `announce_sleep`), so it
+        // may run ahead of the record's header. The SeqCst store is a full barrier on x86: made
+        // after the record, it would hold this thread until the record's line came back from the
+        // consumer's cache (a cross-core round trip on every message); made here, it only waits
+        // for the stores of earlier pushes, long since done.
+        mem.head().store(next, Ordering::SeqCst);
+        if mem.sleeping().load(Ordering::SeqCst) != 0 {
+            self.claim_wake();
+        }
         // SAFETY: `pos..pos + need` lies inside the data area (checked above or by `make_room`:
         // it fits before the end, or we skipped to 0 and need <= cap / 2) and is free space: the
         // consumer does not read its payload before the header store below makes the record
@@ -295,7 +307,6 @@ impl Producer {
         // bytes of an earlier lap that read as a header of the coming lap: it must be cleared
         // before this record is published. Usually `clear_ahead` did that after an earlier push;
         // otherwise now (it is free: `free_cached` keeps that line out of reach).
-        let next = head + need as u64;
         if self.cleared < next + RECORD_ALIGN as u64 {
             mem.header((next as usize) & (cap - 1)).store(0, Ordering::Relaxed);
             self.cleared = next + RECORD_ALIGN as u64;
@@ -303,13 +314,8 @@ impl Producer {
         // Release: the payload and the cleared next slot are visible before the header says the
         // record is there.
         mem.header(pos).store(header_word(len as u32, kind, mem.lap(head)), Ordering::Release);
-        let head = head + need as u64;
+        let head = next;
         self.head = head;
-        // SeqCst (ordered before the flag load below): see the module docs on wakeups.
-        mem.head().store(head, Ordering::SeqCst);
-        if mem.sleeping().load(Ordering::SeqCst) != 0 {
-            self.claim_wake();
-        }
         // After the record is out: these stores cannot delay its visibility (stores become
         // visible in order), and the next pushes find their following slot cleared already.
         if self.cleared < head + CLEAR_AHEAD as u64 {
@@ -442,8 +448,8 @@ impl Consumer {
     /// is waiting (do not sleep). Otherwise the producer's next push asks for a wakeup.
     pub fn announce_sleep(&self) -> bool {
         self.mem.sleeping().store(1, Ordering::SeqCst);
-        // The producer stores `head` after a record's header: a head past our tail means a
-        // record we have not read, or one whose header we are about to see.
+        // The producer stores `head` just before it writes a record: a head past our tail means a
+        // record we have not read, or one being written, whose header we are about to see.
         self.tail != self.mem.head().load(Ordering::SeqCst) || self.peek()
     }
 
@@ -727,6 +733,75 @@ mod tests {
         assert!(!p.take_wake(), "one wakeup per announcement");
         assert!(p.push(KIND_FRAME, &[b"z"]).unwrap());
         assert!(!p.take_wake());
+    }
+
+    /// The wakeup handshake between two threads: a consumer that drains the ring and then sleeps
+    /// (here: waits for the producer's wakeup flag) whenever `announce_sleep` lets it, against a
+    /// producer pushing with pauses of varying length. A lost wakeup leaves the consumer asleep
+    /// with records waiting, which the deadline catches; every record arrives, in order.
+    #[test]
+    fn no_wakeup_is_lost_between_two_threads() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        const RECORDS: u32 = 20_000;
+        let cap = 4096;
+        let mut area = Area::new(cap);
+        let (mut p, mut c) = pair(&mut area, cap);
+        let woken = Arc::new(AtomicBool::new(false));
+        let bell = Arc::clone(&woken);
+        let producer = std::thread::scope(|scope| {
+            let producer = scope.spawn(move || {
+                let mut wakeups = 0u32;
+                for i in 0..RECORDS {
+                    // A consumer that failed stops draining: give up rather than hang the test.
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while !p.push(KIND_FRAME, &[&i.to_le_bytes()]).unwrap() {
+                        if Instant::now() > deadline {
+                            return wakeups;
+                        }
+                        std::hint::spin_loop();
+                    }
+                    if p.take_wake() {
+                        wakeups += 1;
+                        bell.store(true, Ordering::SeqCst);
+                    }
+                    // Pauses of 0 to 127 spins, so the consumer goes to sleep at every phase of
+                    // a push.
+                    for _ in 0..(i.wrapping_mul(2_654_435_761) >> 25) {
+                        std::hint::spin_loop();
+                    }
+                }
+                wakeups
+            });
+            let mut expected = 0u32;
+            let mut sleeps = 0u32;
+            while expected < RECORDS {
+                while let Some((_, bytes)) = c.next_record().unwrap() {
+                    assert_eq!(bytes, expected.to_le_bytes());
+                    expected += 1;
+                }
+                c.release();
+                if expected == RECORDS || c.announce_sleep() {
+                    c.awake();
+                    continue;
+                }
+                sleeps += 1;
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while !woken.swap(false, Ordering::SeqCst) {
+                    assert!(Instant::now() < deadline, "asleep with record {expected} unseen: a lost wakeup");
+                    std::hint::spin_loop();
+                }
+                c.awake();
+            }
+            (producer.join().unwrap(), sleeps)
+        });
+        let (wakeups, sleeps) = producer;
+        // Every sleep was ended by a wakeup (a wakeup may come for an announcement the consumer
+        // then withdrew, so there may be more of them).
+        assert!(wakeups >= sleeps, "{wakeups} wakeups for {sleeps} sleeps");
+        assert!(sleeps > 0, "the consumer never slept: the test did not test anything");
     }
 
     #[test]
