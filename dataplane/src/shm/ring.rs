@@ -26,7 +26,7 @@
 //! 8-byte message costs the consumer one cache line from the other
 //! core, header and payload together, which is the floor for any shared-memory transport; a
 //! separate index line would cost a second transfer on every message. The producer still
-//! publishes `head` after each record, for the sleep protocol only.
+//! publishes `head` with each record (just before writing it), for the sleep protocol only.
 //!
 //! The consumer releases space by storing `tail` (Release) after it is done with the bytes. The
 //! producer caches the consumer's tail and reloads it only when the cached value says the ring is
