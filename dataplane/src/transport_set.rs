@@ -7,6 +7,7 @@
 //! Which member a new connection uses is the caller's choice ([`TransportSet::connect_with`]);
 //! plain [`Transport::connect`] goes to the first member that accepts the target.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 
@@ -28,6 +29,9 @@ pub struct TransportSet {
     members: Vec<Box<dyn Transport>>,
     /// What the protocol layer may assume of any link: the most restrictive of every member.
     caps: Caps,
+    /// Bit `i`: member `i` gave at least one doorbell at the last [`Transport::doorbells`] call
+    /// (see [`TransportSet::poll_rung`]).
+    belled: Cell<u32>,
 }
 
 /// The id a member's local id has in the set.
@@ -47,6 +51,34 @@ pub fn member_of(link: LinkId) -> usize {
 }
 
 impl TransportSet {
+    /// A poll because a doorbell rang while every member was quiet (see
+    /// [`Transport::is_quiet`]): only the members that gave doorbells at the last
+    /// [`Transport::doorbells`] call are polled. A quiet member without doorbells has no link,
+    /// so nothing can reach it but a listener's connection, and those wait for the next full poll
+    /// as they do while no doorbell rings. It saves an idle io_uring transport's look at its
+    /// rings on every shared-memory message.
+    pub fn poll_rung(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
+        self.poll_members(self.belled.get(), sink)
+    }
+
+    /// Polls the members whose bit is set in `mask`.
+    fn poll_members(&mut self, mask: u32, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
+        let mut count = 0;
+        for (index, tl) in self.members.iter_mut().enumerate() {
+            if mask & (1 << index) == 0 {
+                continue;
+            }
+            count += if index == 0 {
+                // Member 0's ids are the set's ids (its member bits are zero): no renaming, and
+                // no closure between the first member's events and the sink.
+                tl.poll(sink)
+            } else {
+                tl.poll(&mut |event| sink(renamed(index, event)))
+            };
+        }
+        count
+    }
+
     /// A set of `members`, in order of preference for [`Transport::connect`]. At least one, at
     /// most [`MAX_MEMBERS`].
     pub fn new(members: Vec<Box<dyn Transport>>) -> Result<TransportSet, TlError> {
@@ -54,7 +86,7 @@ impl TransportSet {
             return Err(TlError::InvalidParam);
         }
         let caps = merged_caps(members[0].caps(), members[1..].iter().map(|m| m.caps()));
-        Ok(TransportSet { members, caps })
+        Ok(TransportSet { members, caps, belled: Cell::new(0) })
     }
 
     /// The members' short names, in order (`"uring"`, `"shm"`, ...).
@@ -238,17 +270,7 @@ impl Transport for TransportSet {
     }
 
     fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
-        let mut count = 0;
-        for (index, tl) in self.members.iter_mut().enumerate() {
-            count += if index == 0 {
-                // Member 0's ids are the set's ids (its member bits are zero): no renaming, and
-                // no closure between the first member's events and the sink.
-                tl.poll(sink)
-            } else {
-                tl.poll(&mut |event| sink(renamed(index, event)))
-            };
-        }
-        count
+        self.poll_members(u32::MAX, sink)
     }
 
     /// The first member's notifier; the worker waits on all of them ([`Self::event_fds`]).
@@ -261,9 +283,15 @@ impl Transport for TransportSet {
     }
 
     fn doorbells(&self, out: &mut Vec<crate::doorbell::Doorbell>) {
-        for member in &self.members {
+        let mut belled = 0;
+        for (index, member) in self.members.iter().enumerate() {
+            let before = out.len();
             member.doorbells(out);
+            if out.len() > before {
+                belled |= 1 << index;
+            }
         }
+        self.belled.set(belled);
     }
 
     fn doorbell_generation(&self) -> u64 {

@@ -432,7 +432,12 @@ impl WorkerShared {
             core.st.events = 0;
             {
                 let Core { tl, st } = core;
-                tl.poll(&mut |event| dispatch::on_event(st, event));
+                let mut sink = |event: zcx_dataplane::TlEvent<'_>| dispatch::on_event(st, event);
+                if check == quiet::Check::Doorbell {
+                    tl.poll_rung(&mut sink);
+                } else {
+                    tl.poll(&mut sink);
+                }
             }
             core.after_poll();
             // Timers: on every periodic poll of a quiet worker, and on a busy worker's full poll
