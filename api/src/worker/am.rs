@@ -36,7 +36,46 @@ type SharedAmHandler = Arc<dyn Fn(&mut AmMessage<'_>) -> Status + Send + Sync>;
 /// the worker's lock (see [`crate::worker::state::State::bury`]).
 #[derive(Clone, Default)]
 pub(crate) struct AmHandlers {
+    /// Handlers of ids below [`DIRECT_IDS`], indexed by id: a message finds its handler without a
+    /// hash (UCX's AM ids are small, a few per protocol).
+    direct: Vec<Option<SharedAmHandler>>,
+    /// Handlers of larger ids.
     by_id: zcx_dataplane::FastMap<u16, SharedAmHandler>,
+}
+
+/// Ids whose handlers [`AmHandlers`] keeps in its direct table.
+const DIRECT_IDS: usize = 256;
+
+impl AmHandlers {
+    #[inline]
+    fn get(&self, id: u16) -> Option<&SharedAmHandler> {
+        match self.direct.get(usize::from(id)) {
+            Some(slot) => slot.as_ref(),
+            None if usize::from(id) < DIRECT_IDS => None,
+            None => self.by_id.get(&id),
+        }
+    }
+
+    fn set(&mut self, id: u16, handler: Option<SharedAmHandler>) {
+        let index = usize::from(id);
+        if index >= DIRECT_IDS {
+            match handler {
+                Some(handler) => self.by_id.insert(id, handler),
+                None => self.by_id.remove(&id),
+            };
+            return;
+        }
+        if self.direct.len() <= index {
+            if handler.is_none() {
+                return;
+            }
+            self.direct.resize(index + 1, None);
+        }
+        self.direct[index] = handler;
+        while self.direct.last().is_some_and(Option::is_none) {
+            self.direct.pop();
+        }
+    }
 }
 
 /// A message waiting for its handler to run.
@@ -253,14 +292,7 @@ impl Worker {
         let mut core = self.shared.lock();
         // A changed copy: deliveries running now keep the table they took (see `AmHandlers`).
         let mut table = AmHandlers::clone(&core.st.am_handlers);
-        match handler {
-            Some(handler) => {
-                table.by_id.insert(id, Arc::from(handler));
-            }
-            None => {
-                table.by_id.remove(&id);
-            }
-        }
+        table.set(id, handler.map(Arc::from));
         let old = std::mem::replace(&mut core.st.am_handlers, Arc::new(table));
         // The old table may hold the last reference to a replaced handler, which may own
         // endpoints, whose drop takes the lock.
@@ -320,7 +352,7 @@ impl Worker {
 /// as it was when the message's batch was taken, under the lock the message arrived under, so
 /// the handler is the one registered at its arrival.
 pub(crate) fn run_am(shared: &Arc<WorkerShared>, handlers: &AmHandlers, delivery: AmDelivery) {
-    let handler = handlers.by_id.get(&delivery.am_id);
+    let handler = handlers.get(delivery.am_id);
     let desc = AmDesc {
         worker: None,
         ep: delivery.ep,
@@ -339,5 +371,57 @@ pub(crate) fn run_am(shared: &Arc<WorkerShared>, handlers: &AmHandlers, delivery
     let status = handler(&mut message);
     if status == Status::InProgress && message.desc.is_some() {
         tracing::warn!(am_id = message.am_id, "AM handler returned INPROGRESS without keeping the data");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handler() -> SharedAmHandler {
+        Arc::new(|_: &mut AmMessage<'_>| Status::Ok)
+    }
+
+    /// Which handler `table` has for `id`, by identity.
+    fn found(table: &AmHandlers, id: u16) -> Option<*const ()> {
+        table.get(id).map(|h| Arc::as_ptr(h) as *const ())
+    }
+
+    fn ptr(h: &SharedAmHandler) -> Option<*const ()> {
+        Some(Arc::as_ptr(h) as *const ())
+    }
+
+    /// Small ids live in the direct table and large ones in the map; both are found, replaced
+    /// and removed, and the direct table shrinks back when its last handlers go.
+    #[test]
+    fn handlers_of_small_and_large_ids_are_found_replaced_and_removed() {
+        let mut table = AmHandlers::default();
+        for id in [0u16, 7, 255, 256, 4000, u16::MAX] {
+            assert!(table.get(id).is_none());
+        }
+        let (a, b, c, d, e) = (handler(), handler(), handler(), handler(), handler());
+        table.set(7, Some(a.clone()));
+        table.set(255, Some(b.clone()));
+        table.set(256, Some(c.clone()));
+        table.set(u16::MAX, Some(d.clone()));
+        assert_eq!(found(&table, 7), ptr(&a));
+        assert_eq!(found(&table, 255), ptr(&b));
+        assert_eq!(found(&table, 256), ptr(&c));
+        assert_eq!(found(&table, u16::MAX), ptr(&d));
+        assert_eq!(found(&table, 8), None);
+        assert_eq!(found(&table, 300), None);
+        table.set(7, Some(e.clone()));
+        assert_eq!(found(&table, 7), ptr(&e));
+        table.set(255, None);
+        assert_eq!(found(&table, 255), None);
+        assert_eq!(table.direct.len(), 8, "trailing empty slots are dropped");
+        table.set(7, None);
+        assert!(table.direct.is_empty());
+        table.set(256, None);
+        assert_eq!(found(&table, 256), None);
+        assert_eq!(found(&table, u16::MAX), ptr(&d));
+        // Removing what was never set changes nothing.
+        table.set(100, None);
+        assert!(table.direct.is_empty());
     }
 }

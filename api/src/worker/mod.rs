@@ -480,23 +480,37 @@ impl WorkerShared {
                 }
                 return events;
             }
-            // The worker gets this thread's spare list (emptied by an earlier progress, capacity
-            // kept), so the next message's callback allocates no list and the list taken here
-            // goes back without taking the lock again.
-            let spare = SPARE_DEFERRED.take();
             // The AM handlers as they are now, when the batch's messages arrived: one reference
             // for the batch keeps them alive while they run unlocked.
             let handlers = std::mem::take(&mut core.st.am_queued).then(|| Arc::clone(&core.st.am_handlers));
-            (std::mem::replace(&mut core.st.deferred, spare), handlers, events)
+            let batch = if core.st.deferred.len() == 1 {
+                // One item (a latency benchmark's message, a request's callback): taken out on
+                // its own, so its list stays with the worker.
+                Batch::One(core.st.deferred.pop().expect("one item"))
+            } else {
+                // The worker gets this thread's spare list (emptied by an earlier progress,
+                // capacity kept), so the next batch allocates no list and the list taken here
+                // goes back without taking the lock again.
+                Batch::Many(std::mem::replace(&mut core.st.deferred, SPARE_DEFERRED.take()))
+            };
+            (batch, handlers, events)
         };
-        let mut deferred = deferred;
-        let count = deferred.len();
-        for item in deferred.drain(..) {
-            self.run_deferred(item, handlers.as_deref());
-        }
+        let count = match deferred {
+            Batch::One(item) => {
+                self.run_deferred(item, handlers.as_deref());
+                1
+            }
+            Batch::Many(mut items) => {
+                let count = items.len();
+                for item in items.drain(..) {
+                    self.run_deferred(item, handlers.as_deref());
+                }
+                SPARE_DEFERRED.set(items);
+                count
+            }
+        };
         // Dropped here, without the lock: it may hold the last reference to a replaced handler.
         drop(handlers);
-        SPARE_DEFERRED.set(deferred);
         events.max(count)
     }
 
@@ -575,6 +589,12 @@ impl DerefMut for CoreGuard<'_> {
     fn deref_mut(&mut self) -> &mut Core {
         self.guard.as_mut().expect("present until drop")
     }
+}
+
+/// The deferred work a poll took out of the worker, to run without the lock.
+enum Batch {
+    One(Deferred),
+    Many(Vec<Deferred>),
 }
 
 thread_local! {
