@@ -218,7 +218,10 @@ impl<B: Send + 'static> OpSink for ReqCell<B> {
 }
 
 enum Inner<B> {
-    Ready(Option<Result<Completion<B>>>),
+    /// Completed when issued; not yet taken.
+    Ready(Completion<B>),
+    /// The completion was taken (by a `Future` poll that returned it).
+    Taken,
     Pending(Arc<ReqCell<B>>),
 }
 
@@ -233,7 +236,7 @@ pub struct Request<B> {
 impl<B: Send + 'static> Request<B> {
     #[inline]
     pub(crate) fn ready(buf: B, info: OpInfo) -> Request<B> {
-        Request { inner: Inner::Ready(Some(Ok(Completion { buf, info }))) }
+        Request { inner: Inner::Ready(Completion { buf, info }) }
     }
 
     pub(crate) fn pending(cell: Arc<ReqCell<B>>) -> Request<B> {
@@ -243,15 +246,14 @@ impl<B: Send + 'static> Request<B> {
     /// True when the operation completed when it was issued (UCP returned `UCS_OK`, not a
     /// request).
     pub fn completed_at_once(&self) -> bool {
-        matches!(self.inner, Inner::Ready(_))
+        matches!(self.inner, Inner::Ready(_) | Inner::Taken)
     }
 
     /// `ucp_request_check_status`: `InProgress`, or the final status.
     pub fn status(&self) -> Status {
         match &self.inner {
-            Inner::Ready(Some(Ok(_))) => Status::Ok,
-            Inner::Ready(Some(Err(status))) => *status,
-            Inner::Ready(None) => Status::InvalidParam,
+            Inner::Ready(_) => Status::Ok,
+            Inner::Taken => Status::InvalidParam,
             Inner::Pending(cell) => cell.outcome().map_or(Status::InProgress, |(status, _)| status),
         }
     }
@@ -280,8 +282,8 @@ impl<B: Send + 'static> Request<B> {
     #[inline]
     pub fn try_take(self) -> std::result::Result<Result<Completion<B>>, Request<B>> {
         match self.inner {
-            Inner::Ready(Some(result)) => Ok(result),
-            Inner::Ready(None) => Ok(Err(Status::InvalidParam)),
+            Inner::Ready(completion) => Ok(Ok(completion)),
+            Inner::Taken => Ok(Err(Status::InvalidParam)),
             Inner::Pending(cell) => match cell.take() {
                 Some(result) => {
                     pool::put(cell);
@@ -323,7 +325,10 @@ impl<B: Send + 'static> Future for Request<B> {
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         match &mut this.inner {
-            Inner::Ready(result) => Poll::Ready(result.take().unwrap_or(Err(Status::InvalidParam))),
+            Inner::Ready(_) | Inner::Taken => match std::mem::replace(&mut this.inner, Inner::Taken) {
+                Inner::Ready(completion) => Poll::Ready(Ok(completion)),
+                _ => Poll::Ready(Err(Status::InvalidParam)),
+            },
             Inner::Pending(cell) => {
                 if let Some(result) = cell.take() {
                     return Poll::Ready(result);
@@ -349,9 +354,8 @@ impl<B: Send + 'static> Future for Request<B> {
 impl<B> std::fmt::Debug for Request<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let status = match &self.inner {
-            Inner::Ready(Some(Ok(_))) => Status::Ok,
-            Inner::Ready(Some(Err(s))) => *s,
-            Inner::Ready(None) => Status::InvalidParam,
+            Inner::Ready(_) => Status::Ok,
+            Inner::Taken => Status::InvalidParam,
             Inner::Pending(cell) => cell.outcome().map_or(Status::InProgress, |(status, _)| status),
         };
         f.debug_struct("Request").field("status", &status).finish()
