@@ -136,6 +136,24 @@ impl AmDelivery {
         let header_len = header.as_slice().len();
         AmDelivery { ep, am_id, reply, header_len, bytes: header, rndv: Some((sender_req, total_len)) }
     }
+
+    /// Whether releasing what it holds needs the worker (a pooled buffer, a rendezvous to
+    /// decline).
+    fn needs_worker(&self) -> bool {
+        self.rndv.is_some() || matches!(self.bytes, AmBytes::Pooled(_))
+    }
+
+    /// Moves what the delivery holds into a descriptor, leaving it empty. `worker`: `None` while
+    /// the descriptor stays inside the handler call (see [`AmDesc::worker`]).
+    fn take_desc(&mut self, worker: Option<Arc<WorkerShared>>) -> AmDesc {
+        AmDesc {
+            worker,
+            ep: self.ep,
+            header_len: self.header_len,
+            bytes: std::mem::replace(&mut self.bytes, AmBytes::Pooled(Vec::new())),
+            rndv: self.rndv.take(),
+        }
+    }
 }
 
 /// The data of an active message, owned: eager bytes, or the right to fetch rendezvous bytes
@@ -220,18 +238,23 @@ impl std::fmt::Debug for AmDesc {
 
 /// What an AM handler receives (`ucp_am_recv_param_t` plus header and data), for the length of
 /// the handler call.
+///
+/// It borrows the worker's record of the message, so a handler that only reads the message (the
+/// usual one) costs no copy and no reference count; `keep` and `recv_data` move the data out.
 pub struct AmMessage<'a> {
-    am_id: u16,
-    desc: Option<AmDesc>,
+    delivery: &'a mut AmDelivery,
+    /// The data went to an [`AmDesc`] (`keep`, `recv_data`): the delivery is empty.
+    taken: bool,
     reply_ep: Option<Endpoint>,
     worker: &'a Arc<WorkerShared>,
 }
 
 impl Drop for AmMessage<'_> {
     fn drop(&mut self) {
-        // Whatever the handler left (or a panic did) is released through the worker.
-        if let Some(desc) = self.desc.as_mut().filter(|desc| desc.needs_worker()) {
-            desc.worker = Some(Arc::clone(self.worker));
+        // Whatever the handler left (or a panic did) is released through the worker: a pooled
+        // buffer recycled, a rendezvous declined.
+        if !self.taken && self.delivery.needs_worker() {
+            drop(self.delivery.take_desc(Some(Arc::clone(self.worker))));
         }
     }
 }
@@ -239,27 +262,41 @@ impl Drop for AmMessage<'_> {
 impl AmMessage<'_> {
     /// The AM id the handler was registered for.
     pub fn id(&self) -> u16 {
-        self.am_id
+        self.delivery.am_id
+    }
+
+    /// The message's bytes (header, then eager data) while the handler has not taken them.
+    fn bytes(&self) -> Option<&[u8]> {
+        (!self.taken).then(|| self.delivery.bytes.as_slice())
     }
 
     /// The user header; empty after `keep`.
     pub fn header(&self) -> &[u8] {
-        self.desc.as_ref().map(AmDesc::header).unwrap_or(&[])
+        self.bytes().map_or(&[], |bytes| &bytes[..self.delivery.header_len])
     }
 
     /// The eager data (`None` for rendezvous, or after `keep`).
     pub fn data(&self) -> Option<&[u8]> {
-        self.desc.as_ref().and_then(AmDesc::data)
+        match self.delivery.rndv {
+            None => self.bytes().map(|bytes| &bytes[self.delivery.header_len..]),
+            Some(_) => None,
+        }
     }
 
-    /// Length of the data, eager or rendezvous.
+    /// Length of the data, eager or rendezvous (0 after `keep`).
     pub fn data_len(&self) -> usize {
-        self.desc.as_ref().map_or(0, AmDesc::data_len)
+        if self.taken {
+            return 0;
+        }
+        match self.delivery.rndv {
+            None => self.delivery.bytes.as_slice().len() - self.delivery.header_len,
+            Some((_, total)) => usize::try_from(total).unwrap_or(usize::MAX),
+        }
     }
 
     /// True for a rendezvous message (`UCP_AM_RECV_ATTR_FLAG_RNDV`).
     pub fn is_rndv(&self) -> bool {
-        self.desc.as_ref().is_some_and(AmDesc::is_rndv)
+        !self.taken && self.delivery.rndv.is_some()
     }
 
     /// The endpoint to reply on, when the sender asked for one (`UCP_AM_SEND_FLAG_REPLY`).
@@ -270,15 +307,19 @@ impl AmMessage<'_> {
     /// Takes the message's data out of the handler (return `INPROGRESS`): the data stays valid
     /// until the returned descriptor drops. `None` when already kept.
     pub fn keep(&mut self) -> Option<AmDesc> {
-        let mut desc = self.desc.take()?;
-        desc.worker = Some(Arc::clone(self.worker));
-        Some(desc)
+        if std::mem::replace(&mut self.taken, true) {
+            return None;
+        }
+        Some(self.delivery.take_desc(Some(Arc::clone(self.worker))))
     }
 
     /// `ucp_am_recv_data_nbx` from inside the handler: receives the data into `buf`.
     pub fn recv_data<B: RecvBuf>(&mut self, buf: B) -> Result<Request<B>> {
-        let desc =
-            self.desc.take().ok_or_else(|| fail_with(Status::NoElem, "AM data already taken".into()))?;
+        if std::mem::replace(&mut self.taken, true) {
+            return Err(fail_with(Status::NoElem, "AM data already taken".into()));
+        }
+        // Lent: `am_recv_data_inner` takes the worker only when the descriptor outlives it.
+        let desc = self.delivery.take_desc(None);
         Worker::am_recv_data_inner(self.worker, desc, buf)
     }
 }
@@ -350,27 +391,21 @@ impl Worker {
 
 /// Runs one message's handler (from progress, without the worker's lock). `handlers`: the table
 /// as it was when the message's batch was taken, under the lock the message arrived under, so
-/// the handler is the one registered at its arrival.
-pub(crate) fn run_am(shared: &Arc<WorkerShared>, handlers: &AmHandlers, delivery: AmDelivery) {
+/// the handler is the one registered at its arrival. The message is borrowed from the batch, not
+/// moved: what the handler does not take is released when its [`AmMessage`] drops.
+pub(crate) fn run_am(shared: &Arc<WorkerShared>, handlers: &AmHandlers, delivery: &mut AmDelivery) {
     let handler = handlers.get(delivery.am_id);
-    let desc = AmDesc {
-        worker: None,
-        ep: delivery.ep,
-        header_len: delivery.header_len,
-        bytes: delivery.bytes,
-        rndv: delivery.rndv,
-    };
     let reply_ep = (delivery.reply && handler.is_some()).then(|| Endpoint::attach(shared, delivery.ep));
     // Dropped without a handler run, the message still releases what it holds (declines a
     // rendezvous) through the worker.
-    let mut message = AmMessage { am_id: delivery.am_id, desc: Some(desc), reply_ep, worker: shared };
+    let mut message = AmMessage { delivery, taken: false, reply_ep, worker: shared };
     let Some(handler) = handler else {
-        tracing::warn!(am_id = delivery.am_id, "active message without a handler dropped");
+        tracing::warn!(am_id = message.id(), "active message without a handler dropped");
         return;
     };
     let status = handler(&mut message);
-    if status == Status::InProgress && message.desc.is_some() {
-        tracing::warn!(am_id = message.am_id, "AM handler returned INPROGRESS without keeping the data");
+    if status == Status::InProgress && !message.taken {
+        tracing::warn!(am_id = message.id(), "AM handler returned INPROGRESS without keeping the data");
     }
 }
 

@@ -527,12 +527,12 @@ impl WorkerShared {
                 crate::listener::run_conn_handler(self, listener, request)
             }
             Deferred::Accepted { listener, ep } => crate::listener::run_accept_handler(self, listener, ep),
-            Deferred::Am(delivery) => match am_handlers {
-                Some(handlers) => am::run_am(self, handlers, delivery),
+            Deferred::Am(mut delivery) => match am_handlers {
+                Some(handlers) => am::run_am(self, handlers, &mut delivery),
                 // Cannot happen (queuing one sets `am_queued`); were it to, the message goes the
                 // way of one without a handler (released, a rendezvous declined), rather than
                 // taking the process down.
-                None => am::run_am(self, &am::AmHandlers::default(), delivery),
+                None => am::run_am(self, &am::AmHandlers::default(), &mut delivery),
             },
         }
     }
