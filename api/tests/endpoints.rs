@@ -426,6 +426,41 @@ macro_rules! suite {
             wait(&pair.both(), kept_rndv).unwrap();
         }
 
+        /// Messages to an id with no handler are dropped, whatever way they travel: a rendezvous
+        /// is declined so its sender completes, and the worker goes on delivering what follows
+        /// (a handler registered later gets only later messages, in order).
+        #[test]
+        fn active_messages_without_a_handler_are_dropped_and_release_their_sender() {
+            let pair = Pair::new();
+            let rndv = AmSendParams { proto: AmProto::Rndv, ..Default::default() };
+            let small = pair.client_ep.am_send(9, b"h", pattern(8, 1), AmSendParams::default()).unwrap();
+            let pooled = pair.client_ep.am_send(9, b"h", pattern(4000, 2), AmSendParams::default()).unwrap();
+            let declined = pair.client_ep.am_send(9, b"h", pattern(2 << 20, 3), rndv).unwrap();
+            for request in [small, pooled, declined] {
+                let done = wait(&pair.both(), request).expect("the sender of an unhandled AM completes");
+                assert!(!done.buf.is_empty());
+            }
+            let seen: Arc<Mutex<Vec<HeaderAndData>>> = Arc::default();
+            let s = Arc::clone(&seen);
+            pair.server.set_am_handler(
+                9,
+                Some(Box::new(move |msg: &mut zcx::AmMessage| {
+                    s.lock().unwrap().push((msg.header().to_vec(), msg.data().unwrap_or(&[]).to_vec()));
+                    Status::Ok
+                })),
+            );
+            pair.client_ep.am_send(9, b"later", pattern(16, 4), AmSendParams::default()).unwrap();
+            progress_until(&pair.both(), "the AM sent after the handler", || {
+                !seen.lock().unwrap().is_empty()
+            });
+            // Give any stray delivery of the dropped ones a chance to show up.
+            for _ in 0..100 {
+                pair.client.progress();
+                pair.server.progress();
+            }
+            assert_eq!(*seen.lock().unwrap(), vec![(b"later".to_vec(), pattern(16, 4))]);
+        }
+
         #[test]
         fn put_get_and_atomics_through_the_target() {
             let pair = Pair::new();
