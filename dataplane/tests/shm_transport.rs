@@ -197,6 +197,33 @@ fn frames_of_every_size_both_ways_in_order() {
     assert!(!a.ev.iter().any(|e| matches!(e, Ev::SendDone(..))), "no SendDone after Done");
 }
 
+/// A poll after an empty one takes one record and leaves the slot after it unread (a lone
+/// message's answer goes out without waiting for that line); the next poll drains the burst.
+#[test]
+fn a_poll_after_an_empty_one_takes_one_record_and_the_next_drains_the_rest() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    b.poll();
+    assert!(b.frames(lb).is_empty());
+    for i in 0..5u8 {
+        a.t.send(la, &[i], Payload::Copy(&[i; 8])).unwrap();
+    }
+    b.poll();
+    assert_eq!(b.frames(lb), vec![[&[0u8][..], &[0; 8]].concat()], "one record after an empty poll");
+    b.poll();
+    let frames = b.frames(lb);
+    assert_eq!(frames.len(), 5, "the next poll drains the burst");
+    for (i, frame) in frames.iter().enumerate() {
+        assert_eq!(frame[0], i as u8, "in order");
+    }
+    // Empty again, then a lone message: one poll delivers it.
+    b.poll();
+    b.ev.clear();
+    a.t.send(la, b"x", Payload::None).unwrap();
+    b.poll();
+    assert_eq!(b.frames(lb), vec![b"x".to_vec()]);
+}
+
 #[test]
 fn more_than_a_ring_holds_is_queued_without_loss_or_reorder() {
     let (mut a, mut b) = (Side::new(), Side::new());
