@@ -83,10 +83,56 @@ pub(crate) struct AmDelivery {
     ep: u64,
     am_id: u16,
     reply: bool,
+    payload: AmPayload,
+}
+
+/// What an active message carries, wherever it is held (waiting for its handler, lent to it,
+/// kept in an [`AmDesc`]): the user header, and the eager data or the right to fetch rendezvous
+/// data.
+struct AmPayload {
     header_len: usize,
     /// Eager: header then data. Rendezvous: the header only.
     bytes: AmBytes,
+    /// Rendezvous: the sender's request and the data's length.
     rndv: Option<(u64, u64)>,
+}
+
+impl AmPayload {
+    fn header(&self) -> &[u8] {
+        &self.bytes.as_slice()[..self.header_len]
+    }
+
+    fn data(&self) -> Option<&[u8]> {
+        match self.rndv {
+            None => Some(&self.bytes.as_slice()[self.header_len..]),
+            Some(_) => None,
+        }
+    }
+
+    fn data_len(&self) -> usize {
+        match self.rndv {
+            None => self.bytes.as_slice().len() - self.header_len,
+            Some((_, total)) => usize::try_from(total).unwrap_or(usize::MAX),
+        }
+    }
+
+    fn is_rndv(&self) -> bool {
+        self.rndv.is_some()
+    }
+
+    /// Whether releasing it needs the worker (a pooled buffer, a rendezvous to decline).
+    fn needs_worker(&self) -> bool {
+        self.rndv.is_some() || matches!(self.bytes, AmBytes::Pooled(_))
+    }
+
+    /// Moves the payload out, leaving an empty one that needs nothing released.
+    fn take(&mut self) -> AmPayload {
+        AmPayload {
+            header_len: self.header_len,
+            bytes: std::mem::replace(&mut self.bytes, AmBytes::Pooled(Vec::new())),
+            rndv: self.rndv.take(),
+        }
+    }
 }
 
 /// The bytes of an arrived active message: inline when small, so the common small message
@@ -122,7 +168,7 @@ impl AmBytes {
 
 impl AmDelivery {
     pub fn eager(ep: u64, am_id: u16, reply: bool, header_len: usize, bytes: AmBytes) -> AmDelivery {
-        AmDelivery { ep, am_id, reply, header_len, bytes, rndv: None }
+        AmDelivery { ep, am_id, reply, payload: AmPayload { header_len, bytes, rndv: None } }
     }
 
     pub fn rndv(
@@ -134,25 +180,14 @@ impl AmDelivery {
         total_len: u64,
     ) -> AmDelivery {
         let header_len = header.as_slice().len();
-        AmDelivery { ep, am_id, reply, header_len, bytes: header, rndv: Some((sender_req, total_len)) }
-    }
-
-    /// Whether releasing what it holds needs the worker (a pooled buffer, a rendezvous to
-    /// decline).
-    fn needs_worker(&self) -> bool {
-        self.rndv.is_some() || matches!(self.bytes, AmBytes::Pooled(_))
+        let payload = AmPayload { header_len, bytes: header, rndv: Some((sender_req, total_len)) };
+        AmDelivery { ep, am_id, reply, payload }
     }
 
     /// Moves what the delivery holds into a descriptor, leaving it empty. `worker`: `None` while
     /// the descriptor stays inside the handler call (see [`AmDesc::worker`]).
     fn take_desc(&mut self, worker: Option<Arc<WorkerShared>>) -> AmDesc {
-        AmDesc {
-            worker,
-            ep: self.ep,
-            header_len: self.header_len,
-            bytes: std::mem::replace(&mut self.bytes, AmBytes::Pooled(Vec::new())),
-            rndv: self.rndv.take(),
-        }
+        AmDesc { worker, ep: self.ep, payload: self.payload.take() }
     }
 }
 
@@ -165,53 +200,38 @@ pub struct AmDesc {
     /// message lends it, so a message that is only read costs no reference count traffic.
     worker: Option<Arc<WorkerShared>>,
     ep: u64,
-    header_len: usize,
-    bytes: AmBytes,
-    rndv: Option<(u64, u64)>,
+    payload: AmPayload,
 }
 
 impl AmDesc {
     /// The user header the sender passed.
     pub fn header(&self) -> &[u8] {
-        &self.bytes.as_slice()[..self.header_len]
+        self.payload.header()
     }
 
     /// The eager data; `None` for a rendezvous message (fetch it with `am_recv_data`).
     pub fn data(&self) -> Option<&[u8]> {
-        match self.rndv {
-            None => Some(&self.bytes.as_slice()[self.header_len..]),
-            Some(_) => None,
-        }
+        self.payload.data()
     }
 
     /// Length of the data, whichever way it travels.
     pub fn data_len(&self) -> usize {
-        match self.rndv {
-            None => self.bytes.as_slice().len() - self.header_len,
-            Some((_, total)) => usize::try_from(total).unwrap_or(usize::MAX),
-        }
+        self.payload.data_len()
     }
 
     /// True for a rendezvous message (`UCP_AM_RECV_ATTR_FLAG_RNDV`).
     pub fn is_rndv(&self) -> bool {
-        self.rndv.is_some()
-    }
-}
-
-impl AmDesc {
-    /// Whether dropping it needs the worker (see [`AmDesc::worker`]).
-    fn needs_worker(&self) -> bool {
-        self.rndv.is_some() || matches!(self.bytes, AmBytes::Pooled(_))
+        self.payload.is_rndv()
     }
 }
 
 impl Drop for AmDesc {
     fn drop(&mut self) {
         let Some(worker) = self.worker.take() else {
-            debug_assert!(!self.needs_worker(), "an AM descriptor that needs its worker has none");
+            debug_assert!(!self.payload.needs_worker(), "an AM descriptor that needs its worker has none");
             return;
         };
-        if let Some((sender_req, _)) = self.rndv.take() {
+        if let Some((sender_req, _)) = self.payload.rndv.take() {
             // Declined: tell the sender no bytes are wanted, so its request completes.
             let mut core = worker.lock();
             let link =
@@ -221,7 +241,7 @@ impl Drop for AmDesc {
                 core.send_out();
             }
         }
-        if let AmBytes::Pooled(bytes) = &mut self.bytes {
+        if let AmBytes::Pooled(bytes) = &mut self.payload.bytes {
             State::recycle(&worker.pool, std::mem::take(bytes));
         }
     }
@@ -230,7 +250,7 @@ impl Drop for AmDesc {
 impl std::fmt::Debug for AmDesc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmDesc")
-            .field("header_len", &self.header_len)
+            .field("header_len", &self.payload.header_len)
             .field("data_len", &self.data_len())
             .finish()
     }
@@ -253,7 +273,7 @@ impl Drop for AmMessage<'_> {
     fn drop(&mut self) {
         // Whatever the handler left (or a panic did) is released through the worker: a pooled
         // buffer recycled, a rendezvous declined.
-        if !self.taken && self.delivery.needs_worker() {
+        if !self.taken && self.delivery.payload.needs_worker() {
             drop(self.delivery.take_desc(Some(Arc::clone(self.worker))));
         }
     }
@@ -265,38 +285,29 @@ impl AmMessage<'_> {
         self.delivery.am_id
     }
 
-    /// The message's bytes (header, then eager data) while the handler has not taken them.
-    fn bytes(&self) -> Option<&[u8]> {
-        (!self.taken).then(|| self.delivery.bytes.as_slice())
+    /// The message's payload while the handler has not taken it.
+    fn payload(&self) -> Option<&AmPayload> {
+        (!self.taken).then_some(&self.delivery.payload)
     }
 
     /// The user header; empty after `keep`.
     pub fn header(&self) -> &[u8] {
-        self.bytes().map_or(&[], |bytes| &bytes[..self.delivery.header_len])
+        self.payload().map_or(&[], AmPayload::header)
     }
 
     /// The eager data (`None` for rendezvous, or after `keep`).
     pub fn data(&self) -> Option<&[u8]> {
-        match self.delivery.rndv {
-            None => self.bytes().map(|bytes| &bytes[self.delivery.header_len..]),
-            Some(_) => None,
-        }
+        self.payload().and_then(AmPayload::data)
     }
 
     /// Length of the data, eager or rendezvous (0 after `keep`).
     pub fn data_len(&self) -> usize {
-        if self.taken {
-            return 0;
-        }
-        match self.delivery.rndv {
-            None => self.delivery.bytes.as_slice().len() - self.delivery.header_len,
-            Some((_, total)) => usize::try_from(total).unwrap_or(usize::MAX),
-        }
+        self.payload().map_or(0, AmPayload::data_len)
     }
 
     /// True for a rendezvous message (`UCP_AM_RECV_ATTR_FLAG_RNDV`).
     pub fn is_rndv(&self) -> bool {
-        !self.taken && self.delivery.rndv.is_some()
+        self.payload().is_some_and(AmPayload::is_rndv)
     }
 
     /// The endpoint to reply on, when the sender asked for one (`UCP_AM_SEND_FLAG_REPLY`).
@@ -352,11 +363,11 @@ impl Worker {
         mut desc: AmDesc,
         mut buf: B,
     ) -> Result<Request<B>> {
-        if desc.worker.is_none() && desc.needs_worker() {
+        if desc.worker.is_none() && desc.payload.needs_worker() {
             // Taken from inside its handler: it is released through this worker.
             desc.worker = Some(Arc::clone(shared));
         }
-        let Some((sender_req, total_len)) = desc.rndv.take() else {
+        let Some((sender_req, total_len)) = desc.payload.rndv.take() else {
             let data = desc.data().unwrap_or(&[]);
             let dst = buf.as_mut_bytes();
             if data.len() > dst.len() {
