@@ -671,6 +671,105 @@ macro_rules! suite {
             wait(&pair.both(), big_send).unwrap();
         }
 
+        /// `len` bytes whose first four say `seq`.
+        fn numbered(seq: u32, len: usize) -> Vec<u8> {
+            let mut data = pattern(len, seq as u8);
+            data[..4].copy_from_slice(&seq.to_le_bytes());
+            data
+        }
+
+        /// Eager tag and AM sends in bursts far larger than a shared-memory ring, with the
+        /// receiver polled only now and then: some go straight into the ring, some queue behind a
+        /// full one and go out as it drains. Every message still arrives once, whole and in the
+        /// order it was sent, whichever way it went.
+        #[test]
+        fn bursts_past_a_full_ring_keep_their_order() {
+            let pair = Pair::new();
+            progress_until(&pair.both(), "the client to connect", || {
+                pair.client_ep.query().unwrap().status == Status::Ok
+            });
+            let count = 1500u32;
+            let len = 8 << 10;
+            let seen: Arc<Mutex<Vec<u32>>> = Arc::default();
+            let s = Arc::clone(&seen);
+            pair.server.set_am_handler(
+                6,
+                Some(Box::new(move |msg: &mut zcx::AmMessage| {
+                    let data = msg.data().unwrap();
+                    let seq = u32::from_le_bytes(data[..4].try_into().unwrap());
+                    assert!(data == numbered(seq, len).as_slice(), "AM {seq} arrived damaged");
+                    s.lock().unwrap().push(seq);
+                    Status::Ok
+                })),
+            );
+            let mut sends = Vec::new();
+            for seq in 0..count {
+                let tag = pair.client_ep.tag_send(numbered(seq, len), 5, TagSendParams::default()).unwrap();
+                let am = pair.client_ep.am_send(6, &[], numbered(seq, len), AmSendParams::default()).unwrap();
+                sends.push((tag, am));
+                // Now and then the client drains its queue, and the server its ring, a little.
+                if seq % 97 == 0 {
+                    pair.client.progress();
+                }
+                if seq % 131 == 0 {
+                    pair.server.progress();
+                }
+            }
+            for seq in 0..count {
+                let recv =
+                    pair.server.tag_recv(vec![0u8; len], 5, u64::MAX, RequestParams::default()).unwrap();
+                let got = wait(&pair.both(), recv).unwrap();
+                let got_seq = u32::from_le_bytes(got.buf[..4].try_into().unwrap());
+                assert_eq!(got_seq, seq, "tag message out of order");
+                assert!(got.buf == numbered(seq, len), "tag message {seq} arrived damaged");
+            }
+            progress_until(&pair.both(), "every AM", || seen.lock().unwrap().len() == count as usize);
+            assert!(seen.lock().unwrap().iter().copied().eq(0..count), "AMs out of order");
+            for (tag, am) in sends {
+                wait(&pair.both(), tag).unwrap();
+                wait(&pair.both(), am).unwrap();
+            }
+        }
+
+        /// A stream send too large for one frame goes out in fragments over many polls; small
+        /// stream sends made meanwhile wait behind it, so the receiver reads one byte stream in
+        /// the order of the sends.
+        #[test]
+        fn small_stream_sends_wait_behind_a_fragmented_one() {
+            let pair = Pair::new();
+            progress_until(&pair.both(), "the client to connect", || {
+                pair.client_ep.query().unwrap().status == Status::Ok
+            });
+            // A first small send, so later ones find the endpoint settled.
+            let mut expected = b"start".to_vec();
+            let mut sends =
+                vec![pair.client_ep.stream_send(b"start".to_vec(), RequestParams::default()).unwrap()];
+            for round in 0..4u8 {
+                let big = pattern(3 << 20, round);
+                expected.extend_from_slice(&big);
+                sends.push(pair.client_ep.stream_send(big, RequestParams::default()).unwrap());
+                for i in 0..20u8 {
+                    let small = vec![round.wrapping_mul(20).wrapping_add(i); 100];
+                    expected.extend_from_slice(&small);
+                    sends.push(pair.client_ep.stream_send(small, RequestParams::default()).unwrap());
+                    pair.client.progress();
+                }
+            }
+            let got = wait(
+                &pair.both(),
+                pair.server_ep
+                    .stream_recv(vec![0u8; expected.len()], true, RequestParams::default())
+                    .unwrap(),
+            )
+            .unwrap();
+            assert_eq!(got.info.length, expected.len());
+            let first_difference = got.buf.iter().zip(&expected).position(|(a, b)| a != b);
+            assert_eq!(first_difference, None, "the byte stream is out of order");
+            for send in sends {
+                wait(&pair.both(), send).unwrap();
+            }
+        }
+
         #[test]
         fn worker_params_are_reported_back() {
             let ctx = context();

@@ -416,4 +416,11 @@ pub trait Transport: Send {
     fn doorbell_generation(&self) -> u64 {
         0
     }
+
+    /// The link's sending end for an endpoint to write eager frames through without the worker
+    /// (see [`crate::shm::ShmSendLane`]), opened on the endpoint's side. `None` when the
+    /// transport has no such lane (only shared memory has one) or the link is not live.
+    fn open_send_lane(&mut self, _link: LinkId) -> Option<std::sync::Arc<crate::shm::ShmSendLane>> {
+        None
+    }
 }

@@ -265,6 +265,11 @@ impl Transport for TransportSet {
         }
     }
 
+    fn open_send_lane(&mut self, link: LinkId) -> Option<std::sync::Arc<crate::shm::ShmSendLane>> {
+        let (tl, local) = self.member_mut(link.0)?;
+        tl.open_send_lane(LinkId(local))
+    }
+
     fn has_pending_sends(&self, link: LinkId) -> bool {
         self.member(link.0).is_some_and(|(tl, local)| tl.has_pending_sends(LinkId(local)))
     }

@@ -52,6 +52,25 @@ impl Endpoint {
         }
         let bytes = buf.as_bytes();
         let (ptr, len) = (bytes.as_ptr(), bytes.len());
+        let header_len = header.len() as u16;
+        if let Some(direct) = self.direct() {
+            let whole = header.len() + len;
+            let eager = match params.proto {
+                AmProto::Auto => whole < direct.rndv_thresh,
+                AmProto::Eager => whole <= direct.max_payload,
+                AmProto::Rndv => false,
+            };
+            let frame = Op::am_eager_header(id, params.reply, header_len);
+            let sent = eager
+                && if header.is_empty() {
+                    direct.lane.send(&frame, bytes)
+                } else {
+                    direct.lane.send_parts(&[&frame, header, bytes])
+                };
+            if sent {
+                return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
+            }
+        }
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
@@ -68,7 +87,6 @@ impl Endpoint {
             }
             AmProto::Rndv => false,
         };
-        let header_len = header.len() as u16;
         if eager && !connecting {
             let frame = Op::am_eager_header(id, params.reply, header_len);
             if header.is_empty() {
@@ -84,6 +102,7 @@ impl Endpoint {
                 st.scratch = scratch;
                 sent?;
             }
+            self.offer_direct(tl, st);
             return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
         }
         if eager {

@@ -6,19 +6,21 @@ mod stream;
 mod tag;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bitflags::bitflags;
 use zcx_control::{TransportAddress, WorkerAddressWire};
 use zcx_dataplane::proto::wire::Op;
+use zcx_dataplane::shm::ShmSendLane;
+use zcx_dataplane::transport_set::member_of;
 use zcx_dataplane::Transport as _;
-use zcx_dataplane::{ConnectTarget, Payload};
+use zcx_dataplane::{ConnectTarget, Payload, TransportSet};
 
 use crate::listener::ConnRequest;
 use crate::request::{OpInfo, OpSink, ReqCell, Request};
 use crate::status::{fail_with, Result, Status};
 use crate::worker::lifecycle::{self, EpSetup};
-use crate::worker::state::{send_on_ep, Core, OutKind, Phase};
+use crate::worker::state::{send_on_ep, Core, OutKind, Phase, State};
 use crate::worker::{Worker, WorkerShared};
 
 pub use am::{AmProto, AmSendParams};
@@ -169,6 +171,26 @@ pub(crate) struct EpHandle {
     pub worker: Arc<WorkerShared>,
     pub id: u64,
     owning: bool,
+    /// Set once the endpoint is ready on a shared-memory link: its eager sends skip the worker.
+    direct: OnceLock<DirectLane>,
+}
+
+/// An endpoint's direct way into its shared-memory link's ring (see `ShmSendLane`): an eager
+/// message is written there without the worker's lock, endpoint table or transport set, which
+/// is most of a small send's cost. It carries what decides that a message is eager, as the worker
+/// had it when the lane was opened (neither changes after the worker is created). Whenever the
+/// lane refuses (the endpoint closed or failed, a frame is queued behind a full ring), the send
+/// takes the worker's path, which reports or queues exactly as before.
+pub(crate) struct DirectLane {
+    pub lane: Arc<ShmSendLane>,
+    pub rndv_thresh: usize,
+    pub max_payload: usize,
+}
+
+impl EpHandle {
+    fn new(worker: &Arc<WorkerShared>, id: u64, owning: bool) -> EpHandle {
+        EpHandle { worker: Arc::clone(worker), id, owning, direct: OnceLock::new() }
+    }
 }
 
 impl Drop for EpHandle {
@@ -191,14 +213,13 @@ impl Endpoint {
     /// endpoint created by a peer's connection to the worker address).
     pub(crate) fn attach(worker: &Arc<WorkerShared>, id: u64) -> Endpoint {
         let existing = worker.lock().st.eps.get(&id).and_then(|ep| ep.handle.upgrade());
-        let handle =
-            existing.unwrap_or_else(|| Arc::new(EpHandle { worker: Arc::clone(worker), id, owning: false }));
+        let handle = existing.unwrap_or_else(|| Arc::new(EpHandle::new(worker, id, false)));
         Endpoint { handle }
     }
 
     /// A new owning handle for endpoint `id`.
     pub(crate) fn adopt(worker: &Arc<WorkerShared>, core: &mut Core, id: u64) -> Endpoint {
-        let handle = Arc::new(EpHandle { worker: Arc::clone(worker), id, owning: true });
+        let handle = Arc::new(EpHandle::new(worker, id, true));
         if let Some(ep) = core.st.eps.get_mut(&id) {
             ep.handle = Arc::downgrade(&handle);
         }
@@ -207,6 +228,42 @@ impl Endpoint {
 
     pub(crate) fn id(&self) -> u64 {
         self.handle.id
+    }
+
+    /// The endpoint's direct lane, once it has one (see [`DirectLane`]).
+    #[inline]
+    pub(crate) fn direct(&self) -> Option<&DirectLane> {
+        self.handle.direct.get()
+    }
+
+    /// Called after an eager send went through the worker: gives this handle the endpoint's
+    /// direct lane when it can have one (ready, nothing queued, on a shared-memory link). Cheap
+    /// when it cannot: the lane is only asked for on a shared-memory link.
+    #[inline]
+    pub(crate) fn offer_direct(&self, tl: &mut TransportSet, st: &mut State) {
+        if self.handle.direct.get().is_none() {
+            self.open_direct(tl, st);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn open_direct(&self, tl: &mut TransportSet, st: &mut State) {
+        let (rndv_thresh, max_payload, shm) = (st.rndv_thresh, st.max_payload, st.shm_member);
+        let Some(ep) = st.eps.get_mut(&self.id()) else { return };
+        if ep.phase != Phase::Ready || !ep.queued.is_empty() || shm != Some(member_of(ep.link)) {
+            return;
+        }
+        let lane = match &ep.lane {
+            Some(lane) => Arc::clone(lane),
+            None => {
+                let Some(lane) = tl.open_send_lane(ep.link) else { return };
+                ep.lane = Some(Arc::clone(&lane));
+                lane
+            }
+        };
+        lane.hold_streams(ep.stream_jobs > 0);
+        let _ = self.handle.direct.set(DirectLane { lane, rndv_thresh, max_payload });
     }
 
     pub(crate) fn shared(&self) -> &Arc<WorkerShared> {

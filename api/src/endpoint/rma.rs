@@ -312,7 +312,7 @@ impl Endpoint {
         let op = st.add_op(self.id(), sink, OutKind::Send { ptr, len, sent: 0, frag, acked: false });
         Self::vouch_with(st, op, rkey);
         if let Some(ep) = st.eps.get_mut(&self.id()) {
-            ep.bulk.push_back(BulkJob::Send { op });
+            ep.bulk.push_back(BulkJob::Send { op, stream: false });
         }
         st.bulk_active.insert(self.id());
         crate::worker::rndv::run_bulk(&mut guard);

@@ -17,14 +17,25 @@ impl Endpoint {
     pub fn stream_send<B: SendBuf>(&self, buf: B, params: RequestParams) -> Result<Request<B>> {
         let bytes = buf.as_bytes();
         let (ptr, len) = (bytes.as_ptr(), bytes.len());
+        if let Some(direct) = self.direct() {
+            if len <= direct.max_payload
+                && len < direct.rndv_thresh
+                && direct.lane.send_stream(&STREAM_HEADER, bytes)
+            {
+                return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
+            }
+        }
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
         let (rndv_thresh, max_payload) = (st.rndv_thresh, st.max_payload);
         let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
-        if len <= max_payload && len < rndv_thresh {
+        // Behind a stream send still in fragments, a small one joins the fragments' queue: sent at
+        // once, it would overtake them.
+        if len <= max_payload && len < rndv_thresh && ep.stream_jobs == 0 {
             if !connecting {
                 send_ready(tl, ep, &STREAM_HEADER, Payload::Copy(bytes))?;
+                self.offer_direct(tl, st);
                 return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
             }
             let cell = ReqCell::new(shared, buf, params.callback);
@@ -44,7 +55,8 @@ impl Endpoint {
             OutKind::Send { ptr, len, sent: 0, frag: FragKind::Stream, acked: true },
         );
         if let Some(ep) = st.eps.get_mut(&self.id()) {
-            ep.bulk.push_back(BulkJob::Send { op });
+            ep.bulk.push_back(BulkJob::Send { op, stream: true });
+            ep.hold_streams();
         }
         st.bulk_active.insert(self.id());
         crate::worker::rndv::run_bulk(&mut guard);

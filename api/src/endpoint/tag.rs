@@ -33,6 +33,14 @@ impl Endpoint {
     pub fn tag_send<B: SendBuf>(&self, buf: B, tag: u64, params: TagSendParams) -> Result<Request<B>> {
         let bytes = buf.as_bytes();
         let (ptr, len) = (bytes.as_ptr(), bytes.len());
+        if let Some(direct) = self.direct() {
+            if len < direct.rndv_thresh
+                && !params.sync
+                && direct.lane.send(&Op::tag_eager_header(tag, false, 0), bytes)
+            {
+                return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
+            }
+        }
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
@@ -43,6 +51,7 @@ impl Endpoint {
             if !params.sync && !connecting {
                 let header = Op::tag_eager_header(tag, false, 0);
                 send_ready(tl, ep, &header, Payload::Copy(bytes))?;
+                self.offer_direct(tl, st);
                 return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
             }
             let cell = ReqCell::new(shared, buf, callback);
@@ -72,6 +81,12 @@ impl Endpoint {
     /// buffer is an empty `Vec`), copied into an owned `Vec` first when the message needs a
     /// rendezvous.
     pub fn tag_send_bytes(&self, data: &[u8], tag: u64) -> Result<Request<Vec<u8>>> {
+        if let Some(direct) = self.direct() {
+            if data.len() < direct.rndv_thresh && direct.lane.send(&Op::tag_eager_header(tag, false, 0), data)
+            {
+                return Ok(Request::ready(Vec::new(), OpInfo { length: data.len(), ..OpInfo::default() }));
+            }
+        }
         {
             let shared = self.shared();
             let mut guard = shared.lock();
@@ -80,6 +95,7 @@ impl Endpoint {
             let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
             if data.len() < rndv_thresh && !connecting {
                 send_ready(tl, ep, &Op::tag_eager_header(tag, false, 0), Payload::Copy(data))?;
+                self.offer_direct(tl, st);
                 return Ok(Request::ready(Vec::new(), OpInfo { length: data.len(), ..OpInfo::default() }));
             }
         }

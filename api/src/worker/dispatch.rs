@@ -453,7 +453,7 @@ fn on_rtr(st: &mut State, ep: u64, sender_req: u64, recv_req: u64, accept_len: u
         acked: true,
     };
     if let Some(state) = st.eps.get_mut(&ep) {
-        state.bulk.push_back(BulkJob::Send { op: sender_req });
+        state.bulk.push_back(BulkJob::Send { op: sender_req, stream: false });
     }
     st.bulk_active.insert(ep);
 }

@@ -48,6 +48,8 @@ fn new_state(st: &mut State, id: u64, link: LinkId, phase: Phase, setup: EpSetup
         handle: Weak::new(),
         close_op: None,
         direct_ok: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        lane: None,
+        stream_jobs: 0,
         nbi: Default::default(),
         conn_token: 0,
     }
@@ -149,10 +151,11 @@ pub(crate) fn fail_ep(st: &mut State, ep_id: u64, status: Status, close_link: bo
     tracing::debug!(ep = ep_id, ?status, "endpoint failed");
     let was_closing = ep.phase == Phase::Closing;
     ep.phase = Phase::Dead(status);
-    ep.direct_ok.store(false, std::sync::atomic::Ordering::Release);
+    ep.stop_direct();
     let link = ep.link;
     let queued = std::mem::take(&mut ep.queued);
     ep.bulk.clear();
+    ep.stream_jobs = 0;
     let posted: Vec<_> = ep.stream.posted.drain(..).collect();
     let handler =
         if ep.err_mode_peer && !ep.err_reported && !was_closing { ep.err_handler.clone() } else { None };
@@ -255,7 +258,7 @@ pub(crate) fn begin_close(
         return None;
     }
     ep.phase = Phase::Closing;
-    ep.direct_ok.store(false, std::sync::atomic::Ordering::Release);
+    ep.stop_direct();
     st.closes_pending = true;
     let sink = sink?;
     let op = st.add_op(ep_id, sink, OutKind::Close);

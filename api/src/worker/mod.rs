@@ -704,9 +704,8 @@ impl Core {
                 ep.last_rx = now;
                 ep.rx_seen = false;
             }
-            if ep.tx_seen {
+            if ep.take_tx_seen() {
                 ep.last_tx = now;
-                ep.tx_seen = false;
             }
             match ep.phase {
                 Phase::Ready | Phase::Closing => {

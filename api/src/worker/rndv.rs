@@ -86,7 +86,7 @@ fn run_ep_bulk(core: &mut Core, ep: u64) {
         let link = state.link;
         let step = match state.bulk.front() {
             None => return,
-            Some(BulkJob::Send { op }) => {
+            Some(BulkJob::Send { op, .. }) => {
                 let op = *op;
                 send_fragments(core, link, op)
             }
@@ -97,7 +97,9 @@ fn run_ep_bulk(core: &mut Core, ep: u64) {
         match step {
             Step::Next => {
                 if let Some(state) = core.st.eps.get_mut(&ep) {
-                    state.bulk.pop_front();
+                    if let Some(BulkJob::Send { stream: true, .. }) = state.bulk.pop_front() {
+                        state.release_streams();
+                    }
                 }
             }
             Step::Wait => return,

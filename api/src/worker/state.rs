@@ -110,8 +110,9 @@ pub(crate) struct StreamRx {
 
 /// Work that sends many fragments, paced so it never floods the transport.
 pub(crate) enum BulkJob {
-    /// Fragments of an operation's own buffer (`OutOp::Send`).
-    Send { op: u64 },
+    /// Fragments of an operation's own buffer (`OutOp::Send`); `stream` for a stream send, which
+    /// later stream sends of the endpoint must not overtake.
+    Send { op: u64, stream: bool },
     /// The target side of a get: fragments of our registered memory, each checked again.
     GetReply { req: u64, region: u64, key: [u8; 16], addr: u64, len: u64, offset: u64 },
 }
@@ -142,6 +143,12 @@ pub(crate) struct EpState {
     /// Cleared when the endpoint fails or starts closing: remote keys unpacked on it stop their
     /// direct (lock-free) shared-memory accesses then (see `EpRkey`).
     pub direct_ok: Arc<std::sync::atomic::AtomicBool>,
+    /// The shared-memory link's send lane, once an application handle took it for direct eager
+    /// sends (see `DirectLane`); closed on the endpoint's side with `direct_ok`.
+    pub lane: Option<Arc<zcx_dataplane::shm::ShmSendLane>>,
+    /// Stream sends waiting in `bulk`: while there are any, a small stream send queues behind
+    /// them instead of going out at once (the byte stream keeps its order).
+    pub stream_jobs: u32,
     /// Where the target's refusal of an implicit put (`put_nbi`) waits for the endpoint's next
     /// flush, which reports it.
     pub nbi: Arc<NbiFailure>,
@@ -160,6 +167,44 @@ pub(crate) struct NbiFailure(std::sync::atomic::AtomicI32);
 /// The request id of an implicit put sent without acknowledgement. Operation ids start at 1, so
 /// the target's refusal answered with it is recorded as the endpoint's implicit-put failure.
 pub(crate) const UNTRACKED_PUT: u64 = 0;
+
+impl EpState {
+    /// The endpoint stops being usable (it closes or failed): direct remote-key accesses and
+    /// direct sends on its lane stop, so only the worker's checks decide from now on.
+    pub fn stop_direct(&self) {
+        self.direct_ok.store(false, std::sync::atomic::Ordering::Release);
+        if let Some(lane) = &self.lane {
+            lane.close_for_endpoint();
+        }
+    }
+
+    /// A stream send joined the bulk queue: later stream sends wait behind it.
+    pub fn hold_streams(&mut self) {
+        self.stream_jobs += 1;
+        if self.stream_jobs == 1 {
+            if let Some(lane) = &self.lane {
+                lane.hold_streams(true);
+            }
+        }
+    }
+
+    /// A stream send left the bulk queue (all its fragments are out, or it ended).
+    pub fn release_streams(&mut self) {
+        self.stream_jobs = self.stream_jobs.saturating_sub(1);
+        if self.stream_jobs == 0 {
+            if let Some(lane) = &self.lane {
+                lane.hold_streams(false);
+            }
+        }
+    }
+
+    /// Whether the endpoint sent anything since the last call: through the worker, or directly
+    /// on its lane.
+    pub fn take_tx_seen(&mut self) -> bool {
+        let direct = self.lane.as_ref().is_some_and(|lane| lane.take_sent());
+        std::mem::take(&mut self.tx_seen) || direct
+    }
+}
 
 impl NbiFailure {
     /// Records `status` unless it is `Ok` or a failure is recorded already.
@@ -474,6 +519,7 @@ impl State {
     /// Removes an endpoint's state, dropping it after the lock is released.
     pub fn remove_ep(&mut self, ep: u64) {
         if let Some(state) = self.eps.remove(&ep) {
+            state.stop_direct();
             self.bury(state);
         }
     }

@@ -9,8 +9,10 @@
 //!   read straight from the sender's memory (`process_vm_readv`).
 
 pub mod conn;
+mod lane;
 pub mod ring;
 pub mod segment;
 mod transport;
 
+pub use lane::ShmSendLane;
 pub use transport::{namespace_tag, ShmConfig, ShmTransport};

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use zcx_control::TransportAddress;
 
 use super::conn::{self, Hello, Received, SocketState, HELLO_LEN};
+use super::lane::{LaneState, ShmSendLane};
 use super::ring::{
     max_record_payload, valid_capacity, Consumer, Producer, KIND_FRAME, KIND_PLACED, KIND_PLACE_DONE,
 };
@@ -128,8 +129,9 @@ struct Placing {
 
 struct Link {
     sock: OwnedFd,
-    /// The rings point into `segment`, declared (and so dropped) after them.
-    tx: Producer,
+    /// Our ring's producer, which endpoints may also write through (see [`ShmSendLane`]). The
+    /// rings point into `segment`, declared (and so dropped) after them.
+    lane: Arc<ShmSendLane>,
     rx: Consumer,
     /// Held for its mapping; unmapped when the link and the last doorbell on it are dropped.
     segment: Arc<Segment>,
@@ -396,11 +398,12 @@ impl ShmTransport {
             return Err(err);
         }
         self.doorbell_generation += 1;
+        let segment = Arc::new(seg);
         self.links[index as usize] = Some(Box::new(Link {
             sock,
-            tx,
+            lane: Arc::new(ShmSendLane::new(tx, Arc::clone(&segment), self.cfg.max_frame)),
             rx,
-            segment: Arc::new(seg),
+            segment,
             rx_ring,
             peer_pid,
             tx_ring,
@@ -598,22 +601,29 @@ impl ShmTransport {
             tracing::debug!(?id, ?error, "shm link failed");
             self.deferred.push(Deferred::LinkFailed { link: id, error });
         }
-        // Dropping the link closes its socket (the peer sees end-of-file) and unmaps the segment.
+        // Dropping the link closes its socket (the peer sees end-of-file) and unmaps the segment;
+        // an endpoint still holding the lane holds neither.
+        link.lane.shut();
         drop(link);
         self.release_slot(index);
     }
 
     /// Moves queued frames into the ring while it has room.
     fn flush_queue(link: &mut Link) {
-        ShmTransport::flush_queue_quiet(link);
-        if link.tx.take_wake() {
+        let lane = Arc::clone(&link.lane);
+        let mut state = lane.lock();
+        ShmTransport::flush_queue_quiet(link, &mut state);
+        if state.tx.as_mut().is_some_and(Producer::take_wake) {
             conn::wake(link.sock.as_raw_fd());
         }
     }
 
-    fn flush_queue_quiet(link: &mut Link) {
+    /// Writes queued frames while the ring has room. Under the lane's lock, which opens the lane
+    /// to direct writes again once the queue is empty.
+    fn flush_queue_quiet(link: &mut Link, state: &mut LaneState) {
+        let Some(tx) = state.tx.as_mut() else { return };
         while let Some(q) = link.queue.front() {
-            match link.tx.push(q.kind, &[&q.bytes]) {
+            match tx.push(q.kind, &[&q.bytes]) {
                 Ok(true) => {
                     let q = link.queue.pop_front().expect("front exists");
                     link.queued_bytes -= q.bytes.len();
@@ -622,18 +632,26 @@ impl ShmTransport {
                 Err(err) => {
                     tracing::debug!(%err, "shm peer corrupted its ring index");
                     link.broken = Some(TlError::ConnectionReset);
+                    state.link_open = false;
                     return;
                 }
             }
         }
+        state.link_open = link.broken.is_none() && link.local_close.is_none();
     }
 
     /// Writes a record now, or queues it behind earlier ones.
+    ///
+    /// Under the lane's lock throughout: a frame that has to queue closes the lane to direct
+    /// writes in the same critical section, so none can overtake it.
     fn push_or_queue(link: &mut Link, kind: u32, parts: &[&[u8]], limit: usize) -> Result<(), TlError> {
+        let lane = Arc::clone(&link.lane);
+        let mut state = lane.lock();
+        let Some(tx) = state.tx.as_mut() else { return Err(TlError::ConnectionReset) };
         if link.queue.is_empty() {
-            match link.tx.push(kind, parts) {
+            match tx.push(kind, parts) {
                 Ok(true) => {
-                    if link.tx.take_wake() {
+                    if tx.take_wake() {
                         conn::wake(link.sock.as_raw_fd());
                     }
                     return Ok(());
@@ -641,6 +659,7 @@ impl ShmTransport {
                 Ok(false) => {}
                 Err(_) => {
                     link.broken = Some(TlError::ConnectionReset);
+                    state.link_open = false;
                     return Err(TlError::ConnectionReset);
                 }
             }
@@ -655,6 +674,7 @@ impl ShmTransport {
         }
         link.queued_bytes += len;
         link.queue.push_back(Queued { kind, bytes });
+        state.link_open = false;
         Ok(())
     }
 
@@ -715,7 +735,7 @@ impl ShmTransport {
         if failure.is_none() {
             if link.queue.is_empty() {
                 // Nothing queued (the common case): only a wakeup a push asked for may be left.
-                if link.tx.take_wake() {
+                if link.lane.lock().tx.as_mut().is_some_and(Producer::take_wake) {
                     conn::wake(link.sock.as_raw_fd());
                 }
             } else {
@@ -955,11 +975,14 @@ impl Transport for ShmTransport {
             if header.len() + bytes.len() <= max_frame {
                 // `Ok(false)` or `Err`: nothing was written, and the general path queues the frame
                 // (or fails the link).
-                if let Ok(true) = l.tx.push2(KIND_FRAME, header, bytes) {
-                    if l.tx.take_wake() {
-                        conn::wake(l.sock.as_raw_fd());
+                let mut state = l.lane.lock();
+                if let Some(tx) = state.tx.as_mut() {
+                    if let Ok(true) = tx.push2(KIND_FRAME, header, bytes) {
+                        if tx.take_wake() {
+                            conn::wake(l.sock.as_raw_fd());
+                        }
+                        return Ok(SendOutcome::Done);
                     }
-                    return Ok(SendOutcome::Done);
                 }
             }
         }
@@ -1016,9 +1039,19 @@ impl Transport for ShmTransport {
             _ => {}
         }
         l.local_close = Some(force);
+        l.lane.lock().link_open = false;
         if force || (l.idle() && l.placing.is_none()) {
             self.finish_link(index, TlError::Canceled);
         }
+    }
+
+    fn open_send_lane(&mut self, link: LinkId) -> Option<Arc<ShmSendLane>> {
+        let index = self.index(link)?;
+        let l = self.links[index].as_deref()?;
+        if l.local_close.is_some() || l.broken.is_some() || l.peer_gone {
+            return None;
+        }
+        l.lane.open_for_endpoint(&l.sock).then(|| Arc::clone(&l.lane))
     }
 
     fn has_pending_sends(&self, link: LinkId) -> bool {
