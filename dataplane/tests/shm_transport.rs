@@ -482,6 +482,10 @@ fn a_killed_peer_fails_the_link_and_leaks_nothing() {
     let before = fds_and_maps();
     let mut child = spawn_peer("a_killed_peer_fails_the_link_and_leaks_nothing", a.t.socket_name(), "wait");
     let la = receive_from_peer(&mut a);
+    // An endpoint's direct way into the ring, held across the kill as an application's endpoint
+    // handle would hold it.
+    let lane = a.t.open_send_lane(la).expect("a live link opens its lane");
+    assert!(lane.send(b"direct", b""), "a direct write into a live link's ring");
     let (fds, maps) = fds_and_maps();
     assert!(fds > before.0 && maps > before.1, "a link holds a socket and a mapping");
     // SAFETY: kill(2) on our own child.
@@ -491,7 +495,11 @@ fn a_killed_peer_fails_the_link_and_leaks_nothing() {
     assert!(killed.elapsed() < Duration::from_secs(2), "took {:?}", killed.elapsed());
     assert_eq!(a.failed(la), Some(TlError::ConnectionReset));
     let _ = child.wait();
+    // The lane outlives its link but holds neither the socket (its duplicate) nor the mapping.
     assert_eq!(fds_and_maps(), before, "descriptors or mappings leaked");
+    assert!(!lane.send(b"late", b""), "a lane wrote into a dead link's ring");
+    assert!(a.t.open_send_lane(la).is_none(), "a failed link opened a lane");
+    drop(lane);
 }
 
 #[test]
