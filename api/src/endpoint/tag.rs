@@ -33,13 +33,8 @@ impl Endpoint {
     pub fn tag_send<B: SendBuf>(&self, buf: B, tag: u64, params: TagSendParams) -> Result<Request<B>> {
         let bytes = buf.as_bytes();
         let (ptr, len) = (bytes.as_ptr(), bytes.len());
-        if let Some(direct) = self.direct() {
-            if len < direct.rndv_thresh
-                && !params.sync
-                && direct.lane.send(&Op::tag_eager_header(tag, false, 0), bytes)
-            {
-                return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
-            }
+        if !params.sync && self.tag_send_direct(bytes, tag) {
+            return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
         }
         let shared = self.shared();
         let mut guard = shared.lock();
@@ -77,15 +72,21 @@ impl Endpoint {
         Ok(Request::pending(cell))
     }
 
+    /// An eager tag message written straight into the endpoint's shared-memory ring (see
+    /// `DirectLane`); false when it has to go the worker's way.
+    #[inline]
+    fn tag_send_direct(&self, bytes: &[u8], tag: u64) -> bool {
+        self.direct().is_some_and(|direct| {
+            bytes.len() < direct.rndv_thresh && direct.lane.send(&Op::tag_eager_header(tag, false, 0), bytes)
+        })
+    }
+
     /// `ucp_tag_send_nbx` from borrowed bytes: copied when eager (no allocation; the completion's
     /// buffer is an empty `Vec`), copied into an owned `Vec` first when the message needs a
     /// rendezvous.
     pub fn tag_send_bytes(&self, data: &[u8], tag: u64) -> Result<Request<Vec<u8>>> {
-        if let Some(direct) = self.direct() {
-            if data.len() < direct.rndv_thresh && direct.lane.send(&Op::tag_eager_header(tag, false, 0), data)
-            {
-                return Ok(Request::ready(Vec::new(), OpInfo { length: data.len(), ..OpInfo::default() }));
-            }
+        if self.tag_send_direct(data, tag) {
+            return Ok(Request::ready(Vec::new(), OpInfo { length: data.len(), ..OpInfo::default() }));
         }
         {
             let shared = self.shared();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use zcx_control::TransportAddress;
 
 use super::conn::{self, Hello, Received, SocketState, HELLO_LEN};
-use super::lane::{LaneState, ShmSendLane};
+use super::lane::ShmSendLane;
 use super::ring::{
     max_record_payload, valid_capacity, Consumer, Producer, KIND_FRAME, KIND_PLACED, KIND_PLACE_DONE,
 };
@@ -608,19 +608,10 @@ impl ShmTransport {
         self.release_slot(index);
     }
 
-    /// Moves queued frames into the ring while it has room.
+    /// Moves queued frames into the ring while it has room. Under the lane's lock, which opens
+    /// the lane to direct writes again once the queue is empty.
     fn flush_queue(link: &mut Link) {
-        let lane = Arc::clone(&link.lane);
-        let mut state = lane.lock();
-        ShmTransport::flush_queue_quiet(link, &mut state);
-        if state.tx.as_mut().is_some_and(Producer::take_wake) {
-            conn::wake(link.sock.as_raw_fd());
-        }
-    }
-
-    /// Writes queued frames while the ring has room. Under the lane's lock, which opens the lane
-    /// to direct writes again once the queue is empty.
-    fn flush_queue_quiet(link: &mut Link, state: &mut LaneState) {
+        let mut state = link.lane.lock();
         let Some(tx) = state.tx.as_mut() else { return };
         while let Some(q) = link.queue.front() {
             match tx.push(q.kind, &[&q.bytes]) {
@@ -628,16 +619,18 @@ impl ShmTransport {
                     let q = link.queue.pop_front().expect("front exists");
                     link.queued_bytes -= q.bytes.len();
                 }
-                Ok(false) => return,
+                Ok(false) => break,
                 Err(err) => {
                     tracing::debug!(%err, "shm peer corrupted its ring index");
                     link.broken = Some(TlError::ConnectionReset);
-                    state.link_open = false;
-                    return;
+                    break;
                 }
             }
         }
-        state.link_open = link.broken.is_none() && link.local_close.is_none();
+        if tx.take_wake() {
+            conn::wake(link.sock.as_raw_fd());
+        }
+        state.link_open = link.queue.is_empty() && link.broken.is_none() && link.local_close.is_none();
     }
 
     /// Writes a record now, or queues it behind earlier ones.
@@ -645,8 +638,7 @@ impl ShmTransport {
     /// Under the lane's lock throughout: a frame that has to queue closes the lane to direct
     /// writes in the same critical section, so none can overtake it.
     fn push_or_queue(link: &mut Link, kind: u32, parts: &[&[u8]], limit: usize) -> Result<(), TlError> {
-        let lane = Arc::clone(&link.lane);
-        let mut state = lane.lock();
+        let mut state = link.lane.lock();
         let Some(tx) = state.tx.as_mut() else { return Err(TlError::ConnectionReset) };
         if link.queue.is_empty() {
             match tx.push(kind, parts) {
@@ -733,12 +725,9 @@ impl ShmTransport {
             }
         }
         if failure.is_none() {
-            if link.queue.is_empty() {
-                // Nothing queued (the common case): only a wakeup a push asked for may be left.
-                if link.lane.lock().tx.as_mut().is_some_and(Producer::take_wake) {
-                    conn::wake(link.sock.as_raw_fd());
-                }
-            } else {
+            // Nothing queued is the common case, and then nothing is left to do here: every push
+            // (ours or an endpoint's direct one) wakes a sleeping peer under the lane's lock.
+            if !link.queue.is_empty() {
                 ShmTransport::flush_queue(link);
                 failure = link.broken;
             }
