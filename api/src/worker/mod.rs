@@ -2,6 +2,7 @@
 //! operation in flight.
 
 pub(crate) mod am;
+mod bell_set;
 pub(crate) mod dispatch;
 pub(crate) mod lifecycle;
 mod quiet;

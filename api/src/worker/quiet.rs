@@ -13,9 +13,10 @@
 //! next poll.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
-use std::sync::RwLock;
 
 use zcx_dataplane::doorbell::Doorbell;
+
+use super::bell_set::BellSet;
 
 /// Skipped polls between two looks at the coarse clock while armed. Each periodic poll also runs
 /// the worker's timers, so a caller whose loop calls `progress` rarely (a slow, validating
@@ -69,7 +70,7 @@ pub(crate) struct QuietWatch {
     clock_interval: AtomicU32,
     /// The coarse clock at the last periodic poll.
     last_periodic: AtomicI64,
-    bells: RwLock<Vec<Doorbell>>,
+    bells: BellSet,
 }
 
 impl QuietWatch {
@@ -79,7 +80,7 @@ impl QuietWatch {
             skipped: AtomicU32::new(0),
             clock_interval: AtomicU32::new(FULL_POLL_EVERY),
             last_periodic: AtomicI64::new(0),
-            bells: RwLock::new(Vec::new()),
+            bells: BellSet::new(),
         }
     }
 
@@ -107,9 +108,7 @@ impl QuietWatch {
             self.clock_interval.store((interval * 2).min(MAX_CLOCK_INTERVAL), Ordering::Relaxed);
         }
         // A writer replacing the doorbells means a full poll is running: do one too.
-        let Ok(bells) = self.bells.try_read() else { return Check::Poll };
-        let rang = bells.iter().any(Doorbell::rang);
-        drop(bells);
+        let Some(rang) = self.bells.any_rang() else { return Check::Poll };
         self.skipped.store(skipped + 1, Ordering::Relaxed);
         if rang {
             Check::Doorbell
@@ -133,8 +132,7 @@ impl QuietWatch {
 
     /// New doorbells for a changed set of links (under the worker's lock, while disarmed).
     pub fn replace_bells(&self, bells: Vec<Doorbell>) {
-        let mut current = self.bells.write().unwrap_or_else(|p| p.into_inner());
-        *current = bells;
+        self.bells.replace(bells);
     }
 }
 
@@ -186,23 +184,8 @@ mod tests {
         assert!(periodic >= 3, "{periodic} periodic polls in {} slow calls", 4 * (FULL_POLL_EVERY + 1));
     }
 
-    /// A doorbell on a ring in ordinary memory holding one record nobody consumes: it rings at
-    /// every look.
     fn rung_doorbell() -> Doorbell {
-        use zcx_dataplane::shm::ring::{ring_bytes, Producer};
-
-        #[repr(C, align(64))]
-        struct Line([u8; 64]);
-        let capacity = 4096;
-        let mut lines: Vec<Line> = (0..ring_bytes(capacity) / 64).map(|_| Line([0; 64])).collect();
-        let base = lines.as_mut_ptr().cast::<u8>();
-        // SAFETY: `lines` is zeroed (a fresh ring), 64-byte aligned, `ring_bytes(capacity)` long,
-        // and moves into the doorbell's keep below without its heap buffer moving.
-        let mut producer = unsafe { Producer::new(base, capacity) };
-        assert!(producer.push(1, &[b"ping"]).expect("room in a fresh ring"));
-        let keep: std::sync::Arc<dyn Send + Sync> = std::sync::Arc::new(lines);
-        // SAFETY: as above; `keep` owns the ring for the doorbell's life.
-        unsafe { Doorbell::new(base, capacity, keep) }
+        super::super::bell_set::test_bells::ring_doorbell(true).0
     }
 
     /// A spinning caller looks at the clock less and less often until it ticks.

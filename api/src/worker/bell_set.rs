@@ -1,0 +1,224 @@
+//! The doorbells a quiet worker watches, readable by a spinning thread without an atomic
+//! read-modify-write.
+//!
+//! The set changes only when the worker's links change, but it is read on every skipped
+//! `progress` call. A lock there (even a reader's `try_read` and its release: two locked
+//! instructions) is most of the cost of a skipped call, and a spin that costs more notices a
+//! message later. So each thread keeps its own reference to the set it last read, in a small
+//! thread-local cache keyed by the set's generation: a skipped call compares one word and reads the
+//! doorbells through that reference. The lock is taken only when the generation moved.
+//!
+//! Why this is sound: the doorbells keep the ring memory they read mapped, and a thread reads only
+//! a set its own cache holds a reference to, so a replaced set (and a closed link's mapping) goes
+//! away only once no thread can still be reading it: when each thread that cached it polls this
+//! worker again, is done with the worker (its cache entry is reused), or exits. The thread that
+//! replaces a set drops its own reference at once.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use zcx_dataplane::doorbell::Doorbell;
+
+/// Generations and set ids, unique in the process. Generation 0 is every set's first, empty
+/// content.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Workers one thread can poll in turn without refetching their sets (a benchmark polling a
+/// client and a server worker from one thread needs two).
+const CACHED_SETS: usize = 4;
+
+pub(crate) struct BellSet {
+    /// Names this set in the caches (unique in the process, unlike an address, which a moved or
+    /// freed set gives up).
+    id: u64,
+    generation: AtomicU64,
+    current: RwLock<Arc<[Doorbell]>>,
+}
+
+struct CachedSet {
+    /// The [`BellSet::id`] of the set it was read from.
+    owner: u64,
+    generation: u64,
+    bells: Arc<[Doorbell]>,
+}
+
+struct Cache {
+    entries: [Option<CachedSet>; CACHED_SETS],
+    /// The entry a set not in the cache takes next.
+    next: usize,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = const { RefCell::new(Cache { entries: [const { None }; CACHED_SETS], next: 0 }) };
+}
+
+impl BellSet {
+    pub fn new() -> BellSet {
+        BellSet {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            generation: AtomicU64::new(0),
+            current: RwLock::new(Arc::from(Vec::new())),
+        }
+    }
+
+    /// Whether any doorbell rang; `None` when the set could not be read without waiting (a
+    /// writer is replacing it, so a full poll is running: the caller makes one too).
+    #[inline(always)]
+    pub fn any_rang(&self) -> Option<bool> {
+        let generation = self.generation.load(Ordering::Acquire);
+        let owner = self.id;
+        CACHE
+            .try_with(|cache| {
+                let mut cache = cache.try_borrow_mut().ok()?;
+                let slot = cache.entries.iter().position(|e| e.as_ref().is_some_and(|e| e.owner == owner));
+                if let Some(entry) = slot.and_then(|i| cache.entries[i].as_ref()) {
+                    if entry.generation == generation {
+                        return Some(entry.bells.iter().any(Doorbell::rang));
+                    }
+                }
+                self.refetch(&mut cache, slot)
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// The set moved on (or this thread never read it): takes a reference to the current one.
+    #[cold]
+    #[inline(never)]
+    fn refetch(&self, cache: &mut Cache, slot: Option<usize>) -> Option<bool> {
+        let current = self.current.try_read().ok()?;
+        // Read under the lock: the writer changes both under it.
+        let generation = self.generation.load(Ordering::Relaxed);
+        let bells = Arc::clone(&current);
+        drop(current);
+        let rang = bells.iter().any(Doorbell::rang);
+        let index = slot.unwrap_or_else(|| {
+            let index = cache.next;
+            cache.next = (index + 1) % CACHED_SETS;
+            index
+        });
+        cache.entries[index] = Some(CachedSet { owner: self.id, generation, bells });
+        Some(rang)
+    }
+
+    /// A new set for a changed set of links.
+    pub fn replace(&self, bells: Vec<Doorbell>) {
+        let bells: Arc<[Doorbell]> = Arc::from(bells);
+        {
+            let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+            *current = bells;
+            self.generation.store(NEXT_GENERATION.fetch_add(1, Ordering::Relaxed), Ordering::Release);
+        }
+        self.forget_here();
+    }
+
+    /// Drops this thread's reference to the set, if it has one: a replaced set's mappings go
+    /// as soon as the other threads that read it let go too.
+    fn forget_here(&self) {
+        let owner = self.id;
+        let _ = CACHE.try_with(|cache| {
+            if let Ok(mut cache) = cache.try_borrow_mut() {
+                for entry in cache.entries.iter_mut() {
+                    if entry.as_ref().is_some_and(|e| e.owner == owner) {
+                        *entry = None;
+                    }
+                }
+            }
+        });
+    }
+}
+
+impl Drop for BellSet {
+    fn drop(&mut self) {
+        self.forget_here();
+    }
+}
+
+/// Doorbells on rings in ordinary memory, for tests of what watches them.
+#[cfg(test)]
+pub(crate) mod test_bells {
+    use std::sync::{Arc, Weak};
+
+    use zcx_dataplane::doorbell::Doorbell;
+    use zcx_dataplane::shm::ring::{ring_bytes, Producer};
+
+    #[repr(C, align(64))]
+    struct Line([u8; 64]);
+
+    /// A doorbell on a fresh ring, holding one record nobody consumes when `rung` (it then rings
+    /// at every look), and a weak reference to the ring's memory: gone once no doorbell keeps it.
+    pub fn ring_doorbell(rung: bool) -> (Doorbell, Weak<dyn Send + Sync>) {
+        let capacity = 4096;
+        let mut lines: Vec<Line> = (0..ring_bytes(capacity) / 64).map(|_| Line([0; 64])).collect();
+        let base = lines.as_mut_ptr().cast::<u8>();
+        if rung {
+            // SAFETY: `lines` is zeroed (a fresh ring), 64-byte aligned, `ring_bytes(capacity)`
+            // long, and moves into the doorbell's keep below without its heap buffer moving.
+            let mut producer = unsafe { Producer::new(base, capacity) };
+            assert!(producer.push(1, &[b"ping"]).expect("room in a fresh ring"));
+        }
+        let keep: Arc<dyn Send + Sync> = Arc::new(lines);
+        let weak = Arc::downgrade(&keep);
+        // SAFETY: as above; `keep` owns the ring for the doorbell's life.
+        (unsafe { Doorbell::new(base, capacity, keep) }, weak)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_bells::ring_doorbell;
+    use super::*;
+
+    /// Another thread that read a set keeps it (and the memory its doorbells read) until it
+    /// reads the new one or exits; the replacing thread lets go at once; every thread's next look
+    /// reads the new set.
+    #[test]
+    fn a_replaced_set_lives_while_a_thread_may_read_it_and_no_longer() {
+        let set = BellSet::new();
+        assert_eq!(set.any_rang(), Some(false));
+        let (silent, silent_ring) = ring_doorbell(false);
+        set.replace(vec![silent]);
+        assert_eq!(set.any_rang(), Some(false));
+        let (read, replaced) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert_eq!(set.any_rang(), Some(false));
+                read.wait();
+                replaced.wait();
+                // Its cached set is stale now: it reads the new one (which rings).
+                assert_eq!(set.any_rang(), Some(true));
+            });
+            read.wait();
+            let (rung, _) = ring_doorbell(true);
+            set.replace(vec![rung]);
+            assert!(silent_ring.upgrade().is_some(), "freed while another thread may read it");
+            replaced.wait();
+        });
+        assert!(silent_ring.upgrade().is_none(), "kept after every thread let go");
+        assert_eq!(set.any_rang(), Some(true));
+        let (rung, rung_ring) = ring_doorbell(true);
+        set.replace(vec![rung]);
+        assert_eq!(set.any_rang(), Some(true));
+        drop(set);
+        assert!(rung_ring.upgrade().is_none(), "a dropped set is let go by the dropping thread");
+    }
+
+    /// One thread polling more workers than its cache holds still reads each one's own set.
+    #[test]
+    fn more_sets_than_the_cache_holds_each_read_right() {
+        let sets: Vec<(BellSet, bool)> = (0..2 * CACHED_SETS)
+            .map(|i| {
+                let set = BellSet::new();
+                set.replace(vec![ring_doorbell(i % 3 == 0).0]);
+                (set, i % 3 == 0)
+            })
+            .collect();
+        for _ in 0..3 {
+            for (set, rung) in &sets {
+                assert_eq!(set.any_rang(), Some(*rung));
+            }
+        }
+    }
+}
