@@ -67,6 +67,12 @@ fn idle_progress(c: &mut Criterion) {
     let ctx = Context::with_features(Features::TAG).expect("context");
     let w = worker(&ctx, "idle");
     c.bench_function("endpoint/idle_progress", |b| b.iter(|| w.progress()));
+    // With a connected link (over shared memory, this host's default): each skipped call also
+    // looks at the link's doorbell. A busy-polling receiver notices a message about half of this
+    // after it lands.
+    let linked = Context::with_features(Features::TAG).expect("context");
+    let (client, _server, _ep, _server_ep) = connected_pair(&linked);
+    c.bench_function("endpoint/idle_progress_one_link", |b| b.iter(|| client.progress()));
 }
 
 /// A client and a server worker of `ctx` with an endpoint each way, connected over loopback.
