@@ -2,17 +2,23 @@
 //! read-modify-write.
 //!
 //! The set changes only when the worker's links change, but it is read on every skipped
-//! `progress` call. A lock there (even a reader's `try_read` and its release: two locked
-//! instructions) is most of the cost of a skipped call, and a spin that costs more notices a
-//! message later. So each thread keeps its own reference to the set it last read, in a small
-//! thread-local cache keyed by the set's generation: a skipped call compares one word and reads the
-//! doorbells through that reference. The lock is taken only when the generation moved.
+//! `progress` call. A lock there (a reader's `try_read` and its release: two locked
+//! instructions) is the costliest part of a skipped call, and a locked instruction also holds
+//! back the loads after it: a caller spinning on its own memory (a put's flag) sees the peer's
+//! write later. So each thread keeps its own reference to the set it last read, in a small
+//! thread-local cache: a skipped call compares the set's generation with its entry's and reads
+//! the doorbells through its own reference. The lock is taken only when the generation moved.
 //!
-//! Why this is sound: the doorbells keep the ring memory they read mapped, and a thread reads only
-//! a set its own cache holds a reference to, so a replaced set (and a closed link's mapping) goes
-//! away only once no thread can still be reading it: when each thread that cached it polls this
-//! worker again, is done with the worker (its cache entry is reused), or exits. The thread that
-//! replaces a set drops its own reference at once.
+//! Why this is sound: the doorbells keep the ring memory they read mapped, and a thread reads
+//! only a set its own cache holds a reference to, so a replaced set (and a closed link's mapping)
+//! goes away only once no thread can still read it. The replacing thread and the thread that
+//! drops the worker let go at once; any other thread lets go when it next polls this worker,
+//! when polling other workers pushes the entry out of its cache, or when it exits.
+//!
+//! The price: a thread that polled a worker and then stopped for good without exiting (a setup
+//! thread that hands the worker to a progress thread) keeps the set it last read, and with it the
+//! mappings of the rings that were watched then, until it exits. No descriptor is kept: a link's
+//! socket and memfd close as usual.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
