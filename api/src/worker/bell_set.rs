@@ -6,7 +6,7 @@
 //! instructions) is the costliest part of a skipped call, and a locked instruction also holds
 //! back the loads after it: a caller spinning on its own memory (a put's flag) sees the peer's
 //! write later. So each thread keeps its own reference to the set it last read, in a small
-//! thread-local cache: a skipped call compares the set's generation with its entry's and reads
+//! thread-local cache: a skipped call looks for the set's generation among its entries and reads
 //! the doorbells through its own reference. The lock is taken only when the generation moved.
 //!
 //! Why this is sound: the doorbells keep the ring memory they read mapped, and a thread reads
@@ -74,33 +74,36 @@ impl BellSet {
     #[inline(always)]
     pub fn any_rang(&self) -> Option<bool> {
         let generation = self.generation.load(Ordering::Acquire);
-        let owner = self.id;
+        if generation == 0 {
+            // The first, empty set: nothing to read.
+            return Some(false);
+        }
         CACHE
             .try_with(|cache| {
                 let mut cache = cache.try_borrow_mut().ok()?;
-                let slot = cache.entries.iter().position(|e| e.as_ref().is_some_and(|e| e.owner == owner));
-                if let Some(entry) = slot.and_then(|i| cache.entries[i].as_ref()) {
-                    if entry.generation == generation {
-                        return Some(entry.bells.iter().any(Doorbell::rang));
-                    }
+                // Generations past 0 are unique in the process: a match is this set as it is now.
+                match cache.entries.iter().flatten().find(|e| e.generation == generation) {
+                    Some(entry) => Some(entry.bells.iter().any(Doorbell::rang)),
+                    None => self.refetch(&mut cache),
                 }
-                self.refetch(&mut cache, slot)
             })
             .ok()
             .flatten()
     }
 
-    /// The set moved on (or this thread never read it): takes a reference to the current one.
+    /// The set moved on (or this thread never read it): takes a reference to the current one,
+    /// in this set's old entry if it has one.
     #[cold]
     #[inline(never)]
-    fn refetch(&self, cache: &mut Cache, slot: Option<usize>) -> Option<bool> {
+    fn refetch(&self, cache: &mut Cache) -> Option<bool> {
         let current = self.current.try_read().ok()?;
         // Read under the lock: the writer changes both under it.
         let generation = self.generation.load(Ordering::Relaxed);
         let bells = Arc::clone(&current);
         drop(current);
         let rang = bells.iter().any(Doorbell::rang);
-        let index = slot.unwrap_or_else(|| {
+        let stale = cache.entries.iter().position(|e| e.as_ref().is_some_and(|e| e.owner == self.id));
+        let index = stale.unwrap_or_else(|| {
             let index = cache.next;
             cache.next = (index + 1) % CACHED_SETS;
             index
