@@ -366,6 +366,91 @@ macro_rules! suite {
             assert_eq!(all, [0, 1, 2, 3], "in order, each message once");
         }
 
+        /// A handler may close its own endpoint, which takes the connection under its message
+        /// away, and still read the message whole; keeping it afterwards gives an intact copy.
+        #[test]
+        fn an_am_handler_that_closes_its_endpoint_still_reads_its_message() {
+            let pair = Pair::new();
+            let seen: Arc<Mutex<Vec<HeaderAndData>>> = Arc::default();
+            let kept: Arc<Mutex<Vec<zcx::AmDesc>>> = Arc::default();
+            let (s, k) = (Arc::clone(&seen), Arc::clone(&kept));
+            pair.server.set_am_handler(
+                8,
+                Some(Box::new(move |msg: &mut zcx::AmMessage| {
+                    let ep = msg.reply_ep().expect("a reply endpoint").clone();
+                    let close = ep.close(CloseMode::Force).expect("close");
+                    drop((ep, close));
+                    s.lock().unwrap().push((msg.header().to_vec(), msg.data().unwrap().to_vec()));
+                    k.lock().unwrap().push(msg.keep().expect("data to keep"));
+                    Status::InProgress
+                })),
+            );
+            let reply = AmSendParams { reply: true, ..Default::default() };
+            pair.client_ep.am_send(8, b"hdr", pattern(40, 5), reply).unwrap();
+            progress_until(&pair.both(), "the AM", || !seen.lock().unwrap().is_empty());
+            for _ in 0..100 {
+                pair.client.progress();
+                pair.server.progress();
+            }
+            assert_eq!(*seen.lock().unwrap(), vec![(b"hdr".to_vec(), pattern(40, 5))]);
+            let desc = kept.lock().unwrap().pop().unwrap();
+            assert_eq!((desc.header(), desc.data()), (&b"hdr"[..], Some(&pattern(40, 5)[..])));
+        }
+
+        /// Two threads progressing the server's worker at once, while the client streams
+        /// messages, run each message's handler exactly once: none lost, none twice.
+        #[test]
+        fn two_threads_progressing_one_worker_run_each_am_handler_once() {
+            const COUNT: u32 = 20_000;
+            let pair = Pair::new();
+            let seen: Arc<Mutex<Vec<u32>>> = Arc::default();
+            let s = Arc::clone(&seen);
+            pair.server.set_am_handler(
+                10,
+                Some(Box::new(move |msg: &mut zcx::AmMessage| {
+                    let n = u32::from_le_bytes(msg.header().try_into().expect("4 bytes"));
+                    assert_eq!(msg.data().unwrap(), &pattern(8, n as u8)[..], "message {n}");
+                    s.lock().unwrap().push(n);
+                    Status::Ok
+                })),
+            );
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let helpers: Vec<_> = (0..2)
+                .map(|_| {
+                    let (server, stop) = (pair.server.clone(), Arc::clone(&stop));
+                    std::thread::spawn(move || {
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            server.progress();
+                        }
+                    })
+                })
+                .collect();
+            let mut sends = Vec::new();
+            for n in 0..COUNT {
+                sends.push(
+                    pair.client_ep
+                        .am_send(10, &n.to_le_bytes(), pattern(8, n as u8), AmSendParams::default())
+                        .unwrap(),
+                );
+                if sends.len() == 64 {
+                    for send in sends.drain(..) {
+                        wait(&[&pair.client], send).unwrap();
+                    }
+                }
+            }
+            for send in sends.drain(..) {
+                wait(&[&pair.client], send).unwrap();
+            }
+            progress_until(&[&pair.client], "every AM", || seen.lock().unwrap().len() >= COUNT as usize);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            for helper in helpers {
+                helper.join().expect("a progress thread panicked");
+            }
+            let mut seen = std::mem::take(&mut *seen.lock().unwrap());
+            seen.sort_unstable();
+            assert!(seen.iter().copied().eq(0..COUNT), "each message once");
+        }
+
         #[test]
         fn kept_and_declined_active_messages() {
             let pair = Pair::new();

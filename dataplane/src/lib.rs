@@ -14,6 +14,7 @@ pub mod doorbell;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod fast_map;
+pub mod lend;
 mod os_error;
 pub mod proto;
 pub mod rcache;
@@ -26,6 +27,7 @@ pub mod wakeup;
 
 pub use access::{AccessError, RegionEntry, RemoteAccess, RemoteAccessTable};
 pub use fast_map::{FastMap, FastSet};
+pub use lend::LendSlot;
 pub use rcache::{RcacheStats, RegistrationCache};
 pub use shm::{ShmConfig, ShmTransport};
 pub use transport::{

@@ -390,6 +390,18 @@ pub trait Transport: Send {
     /// number of events reported.
     fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize;
 
+    /// [`Transport::poll`], offering frames through `lend` so that the sink may keep one past
+    /// its event (see [`crate::lend`]). Default: lends nothing.
+    fn poll_lending(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: &crate::LendSlot) -> usize {
+        let _ = lend;
+        self.poll(sink)
+    }
+
+    /// Ends the loan of the frame taken on `link` (see [`crate::lend`]): its bytes may be reused
+    /// and the link is read again. Harmless for a link with no loan, or one that has since
+    /// closed or failed (its mapping is let go now).
+    fn end_lend(&mut self, _link: LinkId) {}
+
     /// A descriptor that becomes readable when `poll` has something to do, for the worker's
     /// `arm`/`wait`. Level or edge: the worker re-checks with `poll` after every wakeup.
     fn event_fd(&self) -> Option<BorrowedFd<'_>>;

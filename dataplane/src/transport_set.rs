@@ -13,6 +13,8 @@ use std::os::fd::BorrowedFd;
 
 use zcx_control::TransportAddress;
 
+use crate::LendSlot;
+
 use crate::transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport,
 };
@@ -57,23 +59,30 @@ impl TransportSet {
     /// so nothing can reach it but a listener's connection, and those wait for the next full poll
     /// as they do while no doorbell rings. It saves an idle io_uring transport's look at its
     /// rings on every shared-memory message.
-    pub fn poll_rung(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
-        self.poll_members(self.belled.get(), sink)
+    /// Frames are offered through `lend` when given (see [`crate::lend`]).
+    pub fn poll_rung(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: Option<&LendSlot>) -> usize {
+        self.poll_members(self.belled.get(), sink, lend)
     }
 
-    /// Polls the members whose bit is set in `mask`.
-    fn poll_members(&mut self, mask: u32, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
+    /// Polls the members whose bit is set in `mask`, offering frames through `lend` when given.
+    fn poll_members(
+        &mut self,
+        mask: u32,
+        sink: &mut dyn FnMut(TlEvent<'_>),
+        lend: Option<&LendSlot>,
+    ) -> usize {
         let mut count = 0;
         for (index, tl) in self.members.iter_mut().enumerate() {
             if mask & (1 << index) == 0 {
                 continue;
             }
-            count += if index == 0 {
+            count += match (index, lend) {
                 // Member 0's ids are the set's ids (its member bits are zero): no renaming, and
                 // no closure between the first member's events and the sink.
-                tl.poll(sink)
-            } else {
-                tl.poll(&mut |event| sink(renamed(index, event)))
+                (0, None) => tl.poll(sink),
+                (0, Some(lend)) => tl.poll_lending(sink, lend),
+                (_, None) => tl.poll(&mut |event| sink(renamed(index, event))),
+                (_, Some(lend)) => tl.poll_lending(&mut |event| sink(renamed(index, event)), lend),
             };
         }
         count
@@ -275,7 +284,17 @@ impl Transport for TransportSet {
     }
 
     fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
-        self.poll_members(u32::MAX, sink)
+        self.poll_members(u32::MAX, sink, None)
+    }
+
+    fn poll_lending(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: &LendSlot) -> usize {
+        self.poll_members(u32::MAX, sink, Some(lend))
+    }
+
+    fn end_lend(&mut self, link: LinkId) {
+        if let Some((tl, local)) = self.member_mut(link.0) {
+            tl.end_lend(LinkId(local));
+        }
     }
 
     /// The first member's notifier; the worker waits on all of them ([`Self::event_fds`]).

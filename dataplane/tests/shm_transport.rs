@@ -726,3 +726,82 @@ fn event_fd_wakes_a_sleeper_for_a_frame_and_for_a_dead_peer() {
     assert!(readable_within(efd, Duration::from_secs(5)), "not woken by the peer's close");
     pump_one(&mut a, "link failure", |a| a.failed(la).is_some());
 }
+
+/// Polls `side` once, offering its frames for loan; takes the first frame offered and returns
+/// where its bytes are, recording the others as usual.
+fn poll_taking_one(side: &mut Side) -> Option<(LinkId, *const u8, usize)> {
+    let slot = zcx_dataplane::LendSlot::new();
+    let mut taken = None;
+    let ev = &mut side.ev;
+    side.t.poll_lending(
+        &mut |e| match e {
+            TlEvent::Frame { link, bytes } if taken.is_none() && slot.take() => {
+                taken = Some((link, bytes.as_ptr(), bytes.len()));
+            }
+            TlEvent::Frame { link, bytes } => ev.push(Ev::Frame(link, bytes.to_vec())),
+            TlEvent::LinkFailed { link, error } => ev.push(Ev::Failed(link, error)),
+            _ => {}
+        },
+        &slot,
+    );
+    taken
+}
+
+/// A lent frame stays where it is, unchanged, while the rest of its link waits; ending the loan
+/// delivers the rest in order. A link closed while lent keeps its mapping until the loan ends,
+/// then leaves no mapping or descriptor behind.
+#[test]
+fn a_lent_frame_stays_in_place_until_its_loan_ends() {
+    if !run_alone("a_lent_frame_stays_in_place_until_its_loan_ends") {
+        return;
+    }
+    let before = fds_and_maps();
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    let frames: Vec<Vec<u8>> = (0..4u8).map(|i| pattern(100 + usize::from(i), i)).collect();
+    for f in &frames {
+        b.t.send(lb, b"", Payload::Copy(f)).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (link, ptr, len) = loop {
+        if let Some(taken) = poll_taking_one(&mut a) {
+            break taken;
+        }
+        assert!(Instant::now() < deadline, "no frame to lend");
+    };
+    assert_eq!(link, la);
+    assert!(a.frames(la).is_empty(), "nothing after the lent frame is read");
+    assert!(!a.t.is_quiet(), "a transport with a loan out is not quiet");
+    for _ in 0..100 {
+        a.poll();
+        assert!(poll_taking_one(&mut a).is_none(), "one loan per link");
+    }
+    assert!(a.frames(la).is_empty(), "the link waits for the loan's end");
+    // SAFETY: the loan is out, so the transport keeps these bytes as they are.
+    assert_eq!(unsafe { std::slice::from_raw_parts(ptr, len) }, &frames[0][..]);
+    a.t.end_lend(la);
+    pump_one(&mut a, "the rest", |a| a.frames(la).len() == 3);
+    assert_eq!(a.frames(la), frames[1..]);
+
+    // Lent again, then the link closes under the loan: the bytes stay mapped until it ends.
+    b.t.send(lb, b"", Payload::Copy(&frames[0])).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (_, ptr, len) = loop {
+        if let Some(taken) = poll_taking_one(&mut a) {
+            break taken;
+        }
+        assert!(Instant::now() < deadline, "no frame to lend");
+    };
+    a.t.close(la, true);
+    b.t.close(lb, true);
+    for _ in 0..10 {
+        a.poll();
+        b.poll();
+    }
+    // SAFETY: as above: the closed link's mapping is kept for the loan.
+    assert_eq!(unsafe { std::slice::from_raw_parts(ptr, len) }, &frames[0][..]);
+    assert!(fds_and_maps().1 > before.1, "the lent frame's segment is still mapped");
+    a.t.end_lend(la);
+    drop((a, b));
+    assert_eq!(fds_and_maps(), before, "descriptors or mappings left behind");
+}

@@ -6,8 +6,12 @@
 //! [`AmMessage::keep`], with [`crate::Worker::am_recv_data`]). A handler that wants to keep eager
 //! data past its return calls `keep` and returns `INPROGRESS`, as UCP's
 //! `UCP_AM_RECV_ATTR_FLAG_DATA` handlers do; the data is released when the [`AmDesc`] drops.
+//!
+//! Over shared memory, an eager message's handler usually reads it where it arrived, in the
+//! receive ring (see [`crate::worker::am_lent`]); `keep` then copies it.
 
-use std::sync::Arc;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
 
 use zcx_dataplane::proto::wire::Op;
 
@@ -137,11 +141,29 @@ impl AmPayload {
 
 /// The bytes of an arrived active message: inline when small, so the common small message
 /// neither takes the worker's buffer pool (a lock on arrival and another on release) nor
-/// allocates; a pooled buffer otherwise.
+/// allocates; a pooled buffer otherwise; or, for a message its handler reads in place, the
+/// transport's own bytes (see [`LentAm`]).
 pub(crate) enum AmBytes {
-    Inline { len: u8, buf: [u8; AM_INLINE] },
+    Inline {
+        len: u8,
+        buf: [u8; AM_INLINE],
+    },
     Pooled(Vec<u8>),
+    /// Bytes a transport lent past its poll, valid while the handler runs. Only ever inside the
+    /// delivery [`LentAm::deliver`] builds on its own stack: [`AmDelivery::take_desc`] copies
+    /// them before anything can take them elsewhere.
+    Lent {
+        ptr: NonNull<u8>,
+        len: usize,
+    },
 }
+
+// SAFETY: the `Lent` variant is the only one not `Send` and `Sync` by itself. It points at plain
+// bytes, which any thread may read, and it never leaves the stack frame of the handler call it
+// was made for (see the variant), so no other thread ever holds it.
+unsafe impl Send for AmBytes {}
+// SAFETY: as for `Send`: shared, it is only ever read.
+unsafe impl Sync for AmBytes {}
 
 /// Bytes of header and data kept inline in an [`AmBytes`].
 const AM_INLINE: usize = 64;
@@ -149,12 +171,17 @@ const AM_INLINE: usize = 64;
 impl AmBytes {
     /// A copy of `bytes`, inline when they fit.
     pub fn copy_of(st: &State, bytes: &[u8]) -> AmBytes {
+        AmBytes::copy_from_pool(&st.pool, bytes)
+    }
+
+    /// A copy of `bytes`, inline when they fit, else in a buffer from `pool`.
+    fn copy_from_pool(pool: &Mutex<Vec<Vec<u8>>>, bytes: &[u8]) -> AmBytes {
         if bytes.len() <= AM_INLINE {
             let mut buf = [0u8; AM_INLINE];
             buf[..bytes.len()].copy_from_slice(bytes);
             AmBytes::Inline { len: bytes.len() as u8, buf }
         } else {
-            AmBytes::Pooled(st.pooled_copy(bytes))
+            AmBytes::Pooled(State::pooled_copy_from(pool, bytes))
         }
     }
 
@@ -162,6 +189,9 @@ impl AmBytes {
         match self {
             AmBytes::Inline { len, buf } => &buf[..usize::from(*len)],
             AmBytes::Pooled(bytes) => bytes,
+            // SAFETY: a `Lent` value exists only while its loan is out (see the variant), and the
+            // transport keeps the `len` bytes at `ptr` mapped and unreused until then.
+            AmBytes::Lent { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *len) },
         }
     }
 }
@@ -184,10 +214,15 @@ impl AmDelivery {
         AmDelivery { ep, am_id, reply, payload }
     }
 
-    /// Moves what the delivery holds into a descriptor, leaving it empty. `worker`: `None` while
-    /// the descriptor stays inside the handler call (see [`AmDesc::worker`]).
-    fn take_desc(&mut self, worker: Option<Arc<WorkerShared>>) -> AmDesc {
-        AmDesc { worker, ep: self.ep, payload: self.payload.take() }
+    /// Moves what the delivery holds into a descriptor, leaving it empty; lent bytes are copied
+    /// (into `shared`'s pool when large), as the loan ends with the handler call. `worker`:
+    /// `None` while the descriptor stays inside the handler call (see [`AmDesc::worker`]).
+    fn take_desc(&mut self, shared: &WorkerShared, worker: Option<Arc<WorkerShared>>) -> AmDesc {
+        let mut payload = self.payload.take();
+        if let AmBytes::Lent { .. } = payload.bytes {
+            payload.bytes = AmBytes::copy_from_pool(&shared.pool, payload.bytes.as_slice());
+        }
+        AmDesc { worker, ep: self.ep, payload }
     }
 }
 
@@ -274,7 +309,7 @@ impl Drop for AmMessage<'_> {
         // Whatever the handler left (or a panic did) is released through the worker: a pooled
         // buffer recycled, a rendezvous declined.
         if !self.taken && self.delivery.payload.needs_worker() {
-            drop(self.delivery.take_desc(Some(Arc::clone(self.worker))));
+            drop(self.delivery.take_desc(self.worker, Some(Arc::clone(self.worker))));
         }
     }
 }
@@ -321,7 +356,7 @@ impl AmMessage<'_> {
         if std::mem::replace(&mut self.taken, true) {
             return None;
         }
-        Some(self.delivery.take_desc(Some(Arc::clone(self.worker))))
+        Some(self.delivery.take_desc(self.worker, Some(Arc::clone(self.worker))))
     }
 
     /// `ucp_am_recv_data_nbx` from inside the handler: receives the data into `buf`.
@@ -330,7 +365,7 @@ impl AmMessage<'_> {
             return Err(fail_with(Status::NoElem, "AM data already taken".into()));
         }
         // Lent: `am_recv_data_inner` takes the worker only when the descriptor outlives it.
-        let desc = self.delivery.take_desc(None);
+        let desc = self.delivery.take_desc(self.worker, None);
         Worker::am_recv_data_inner(self.worker, desc, buf)
     }
 }

@@ -10,17 +10,19 @@ use zcx_control::{HandshakeWire, TransportAddress};
 use zcx_dataplane::proto::rma_exec;
 use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::proto::Message;
-use zcx_dataplane::{LinkId, PlaceTarget, Placement, TlEvent};
+use zcx_dataplane::{LendSlot, LinkId, PlaceTarget, Placement, TlEvent};
 
 use crate::request::OpInfo;
 use crate::status::Status;
 use crate::worker::am::{AmBytes, AmDelivery};
+use crate::worker::am_lent::LentAm;
 use crate::worker::lifecycle::fail_ep;
 use crate::worker::state::{status_of, BulkJob, Deferred, Incoming, OutKind, Phase, State, Unexpected};
 use crate::worker::stream::deliver_stream;
 
-/// Handles one transport event.
-pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>) {
+/// Handles one transport event. `lend`: the poll's offer of frames to keep past the event (see
+/// [`crate::worker::am_lent`]), when the worker may take one.
+pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>, lend: Option<&LendSlot>) {
     st.events += 1;
     match event {
         TlEvent::Connected { link } => {
@@ -31,7 +33,7 @@ pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>) {
         TlEvent::Accepted { listener, link, peer } => {
             st.incoming.insert(link, Incoming { listener, peer });
         }
-        TlEvent::Frame { link, bytes } => on_frame(st, link, bytes),
+        TlEvent::Frame { link, bytes } => on_frame(st, link, bytes, lend),
         TlEvent::Placed { link, header, len, dest } => on_placed(st, link, header, len, dest),
         TlEvent::PlaceDone { token, result, .. } => match result {
             Ok(()) => crate::worker::state::return_token(st, token),
@@ -142,7 +144,7 @@ fn finish_if_received(st: &mut State, id: u64) {
     }
 }
 
-fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
+fn on_frame(st: &mut State, link: LinkId, bytes: &[u8], lend: Option<&LendSlot>) {
     // Small messages first: their headers decode without the general decoder's checked reads,
     // and they are handled here, without the general dispatch below.
     if let Some((op, payload)) = Op::decode_eager(bytes) {
@@ -152,7 +154,13 @@ fn on_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
                 on_tag_eager(st, link, ep, tag, sync.then_some(sender_req), payload)
             }
             Op::AmEager { am_id, reply, header_len } => {
-                on_am_eager(st, ep, am_id, reply, header_len, payload)
+                // Read in place when nothing from this poll waits to run before its handler and
+                // the transport lends it (see `am_lent`); copied out otherwise.
+                if st.deferred.is_empty() && lend.is_some_and(LendSlot::take) {
+                    st.lent = Some(LentAm::new(link, ep, am_id, reply, header_len, payload));
+                } else {
+                    on_am_eager(st, ep, am_id, reply, header_len, payload)
+                }
             }
             Op::Stream => deliver_stream(st, ep, payload),
             // `decode_eager` returns no other op; should it ever, the general dispatch is right.

@@ -2,6 +2,7 @@
 //! operation in flight.
 
 pub(crate) mod am;
+pub(crate) mod am_lent;
 mod bell_set;
 pub(crate) mod dispatch;
 pub(crate) mod lifecycle;
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 use zcx_control::WorkerAddressWire;
 use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::{
-    Payload, ShmConfig, ShmTransport, Transport, TransportSet, UringConfig, UringTransport, Wakeup,
+    LendSlot, Payload, ShmConfig, ShmTransport, Transport, TransportSet, UringConfig, UringTransport, Wakeup,
 };
 use zcx_hugepages::CpuSet;
 
@@ -107,6 +108,9 @@ pub(crate) struct WorkerShared {
     core: Mutex<Core>,
     /// The lock-free fast path of an empty `progress` call.
     quiet: quiet::QuietWatch,
+    /// The handler of the worker's lent active message (`State::lent`) may be running: the
+    /// loan must not end yet. Set under the lock; cleared without it when the handler returns.
+    lent_in_use: AtomicBool,
 }
 
 impl Context {
@@ -175,6 +179,7 @@ impl Context {
                 address: address_bytes,
                 core: Mutex::new(Core { tl, st }),
                 quiet: quiet::QuietWatch::new(),
+                lent_in_use: AtomicBool::new(false),
             }),
         })
     }
@@ -427,18 +432,21 @@ impl WorkerShared {
     /// timers, a doorbell's leaves them to the periodic one, any other looks at the clock.
     #[inline(never)]
     fn full_progress(self: &Arc<Self>, check: quiet::Check) -> usize {
-        let (deferred, handlers, events) = {
+        let slot = LendSlot::new();
+        let (deferred, lent, handlers, events) = {
             let mut guard = self.lock();
             let core = &mut *guard;
+            // A message lent to an earlier call's handler goes back once the handler returned.
+            let lend = (core.st.lent.is_none() || self.end_loan(core)).then_some(&slot);
             core.st.events = 0;
             {
                 let Core { tl, st } = core;
-                let mut sink = |event: zcx_dataplane::TlEvent<'_>| dispatch::on_event(st, event);
-                if check == quiet::Check::Doorbell {
-                    tl.poll_rung(&mut sink);
-                } else {
-                    tl.poll(&mut sink);
-                }
+                let mut sink = |event: zcx_dataplane::TlEvent<'_>| dispatch::on_event(st, event, lend);
+                match (check, lend) {
+                    (quiet::Check::Doorbell, _) => tl.poll_rung(&mut sink, lend),
+                    (_, Some(lend)) => tl.poll_lending(&mut sink, lend),
+                    (_, None) => tl.poll(&mut sink),
+                };
             }
             core.after_poll();
             // Timers: on every periodic poll of a quiet worker, and on a busy worker's full poll
@@ -464,7 +472,15 @@ impl WorkerShared {
                 quiet::Check::Doorbell | quiet::Check::Skip => {}
             }
             let events = core.st.events;
-            if core.st.deferred.is_empty() {
+            let lent = if slot.is_taken() {
+                // Its handler runs below, after the lock is released; until it returns, no other
+                // call may end the loan.
+                self.lent_in_use.store(true, Ordering::Relaxed);
+                core.st.lent
+            } else {
+                None
+            };
+            if core.st.deferred.is_empty() && lent.is_none() {
                 let quiet = events == 0 && core.is_quiet();
                 if quiet {
                     let generation = core.tl.doorbell_generation();
@@ -483,8 +499,11 @@ impl WorkerShared {
             }
             // The AM handlers as they are now, when the batch's messages arrived: one reference
             // for the batch keeps them alive while they run unlocked.
-            let handlers = std::mem::take(&mut core.st.am_queued).then(|| Arc::clone(&core.st.am_handlers));
-            let batch = if core.st.deferred.len() == 1 {
+            let am_queued = std::mem::take(&mut core.st.am_queued) || lent.is_some();
+            let handlers = am_queued.then(|| Arc::clone(&core.st.am_handlers));
+            let batch = if core.st.deferred.is_empty() {
+                Batch::Empty
+            } else if core.st.deferred.len() == 1 {
                 // One item (a latency benchmark's message, a request's callback): taken out on
                 // its own, so its list stays with the worker.
                 Batch::One(core.st.deferred.pop().expect("one item"))
@@ -494,22 +513,29 @@ impl WorkerShared {
                 // goes back without taking the lock again.
                 Batch::Many(std::mem::replace(&mut core.st.deferred, SPARE_DEFERRED.take()))
             };
-            (batch, handlers, events)
+            (batch, lent, handlers, events)
         };
-        let count = match deferred {
-            Batch::One(item) => {
-                self.run_deferred(item, handlers.as_deref());
-                1
-            }
-            Batch::Many(mut items) => {
-                let count = items.len();
-                for item in items.drain(..) {
+        if let (Some(lent), Some(handlers)) = (lent, handlers.as_deref()) {
+            // SAFETY: the loan is out (taken in this poll) and `lent_in_use` is set, so no call
+            // ends it before `deliver` returns.
+            unsafe { lent.deliver(self, handlers, &self.lent_in_use) };
+        }
+        let count = usize::from(lent.is_some())
+            + match deferred {
+                Batch::Empty => 0,
+                Batch::One(item) => {
                     self.run_deferred(item, handlers.as_deref());
+                    1
                 }
-                SPARE_DEFERRED.set(items);
-                count
-            }
-        };
+                Batch::Many(mut items) => {
+                    let count = items.len();
+                    for item in items.drain(..) {
+                        self.run_deferred(item, handlers.as_deref());
+                    }
+                    SPARE_DEFERRED.set(items);
+                    count
+                }
+            };
         // Dropped here, without the lock: it may hold the last reference to a replaced handler.
         drop(handlers);
         events.max(count)
@@ -543,6 +569,10 @@ impl WorkerShared {
             return Err(Status::Busy);
         }
         let mut core = self.lock();
+        if core.st.lent.is_some() && !self.end_loan(&mut core) {
+            // A handler reads a lent message: the loan must end (by a later call) first.
+            return Err(Status::Busy);
+        }
         core.tl.prepare_sleep();
         for fd in core.tl.event_fds() {
             wakeup::drain_eventfd(fd);
@@ -551,6 +581,21 @@ impl WorkerShared {
             return Err(Status::Busy);
         }
         Ok(())
+    }
+
+    /// Ends the loan of the worker's lent message (see [`am_lent`]) unless its handler may still
+    /// be reading it; true when ended.
+    #[cold]
+    fn end_loan(&self, core: &mut Core) -> bool {
+        // Acquire: pairs with the handler's Release, so its reads are done before the transport
+        // may reuse the bytes.
+        if self.lent_in_use.load(Ordering::Acquire) {
+            return false;
+        }
+        if let Some(lent) = core.st.lent.take() {
+            core.tl.end_lend(lent.link);
+        }
+        true
     }
 
     pub(crate) fn cancel(&self, core: &mut CoreGuard<'_>, target: CancelTarget) {
@@ -594,6 +639,7 @@ impl DerefMut for CoreGuard<'_> {
 
 /// The deferred work a poll took out of the worker, to run without the lock.
 enum Batch {
+    Empty,
     One(Deferred),
     Many(Vec<Deferred>),
 }
@@ -659,7 +705,11 @@ impl Core {
     /// [`quiet`]): the worker's own queues are empty and every transport is quiet.
     fn is_quiet(&self) -> bool {
         let st = &self.st;
-        st.nothing_after_poll() && st.deferred.is_empty() && st.incoming.is_empty() && self.tl.is_quiet()
+        st.nothing_after_poll()
+            && st.deferred.is_empty()
+            && st.incoming.is_empty()
+            && st.lent.is_none()
+            && self.tl.is_quiet()
     }
 
     /// [`Core::after_poll`] when the poll left something to do.

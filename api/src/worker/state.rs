@@ -23,6 +23,7 @@ use crate::listener::ListenerHandlers;
 use crate::request::{Callback, OpInfo, OpSink};
 use crate::status::Status;
 use crate::worker::am::AmHandlers;
+use crate::worker::am_lent::LentAm;
 
 /// Largest payload of one fragment: the transport's frame minus our header.
 pub(crate) fn max_payload(max_frame: usize) -> usize {
@@ -395,6 +396,9 @@ pub(crate) struct State {
     /// An active message was queued in `deferred`: the progress call that takes the queue takes
     /// the handler table with it.
     pub am_queued: bool,
+    /// The active message a transport lent to a handler (see [`crate::worker::am_lent`]), until
+    /// the loan ends.
+    pub lent: Option<LentAm>,
     pub ops: FastMap<u64, OutOp>,
     pub deferred: Vec<Deferred>,
     pub out: Vec<OutFrame>,
@@ -482,6 +486,7 @@ impl State {
             tags: TagMatcher::new(),
             am_handlers: Arc::default(),
             am_queued: false,
+            lent: None,
             ops: FastMap::default(),
             deferred: Vec::new(),
             out: Vec::new(),
@@ -533,7 +538,12 @@ impl State {
 
     /// A byte buffer from the pool holding a copy of `bytes`.
     pub fn pooled_copy(&self, bytes: &[u8]) -> Vec<u8> {
-        let mut buf = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
+        State::pooled_copy_from(&self.pool, bytes)
+    }
+
+    /// A copy of `bytes` in a buffer from `pool`.
+    pub fn pooled_copy_from(pool: &Mutex<Vec<Vec<u8>>>, bytes: &[u8]) -> Vec<u8> {
+        let mut buf = pool.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(bytes);
         buf

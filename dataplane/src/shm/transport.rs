@@ -16,6 +16,7 @@ use super::ring::{
 };
 use super::segment::Segment;
 use crate::doorbell::Doorbell;
+use crate::lend::LendSlot;
 use crate::transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
     Transport,
@@ -161,6 +162,10 @@ struct Link {
     /// stream_lat 0.92, am_lat 0.88 (shorter series on the same noisy day: 0.87 to 1.0); 1 MiB
     /// tag and AM bandwidth and 8-byte tag bandwidth unchanged (0.99 to 1.0).
     rx_streak: bool,
+    /// A received frame is lent past its poll (see [`crate::lend`]): its record is read but not
+    /// released, and the link is not read again (nor closed or failed, which would end what the
+    /// borrower reads) until `end_lend`.
+    lent: bool,
 }
 
 impl Link {
@@ -215,6 +220,9 @@ pub struct ShmTransport {
     /// When [`ShmTransport::check_sockets`] last ran.
     last_socket_check: Instant,
     epoll_events: Vec<libc::epoll_event>,
+    /// The segments of links that went while one of their frames was lent (a handler closed its
+    /// endpoint, say): mapped until the loan ends.
+    lent_gone: Vec<(LinkId, Arc<Segment>)>,
 }
 
 use crate::os_error::last_errno as errno;
@@ -303,6 +311,7 @@ impl ShmTransport {
             doorbell_generation: 0,
             last_socket_check: Instant::now(),
             epoll_events: vec![libc::epoll_event { events: 0, u64: 0 }; 32],
+            lent_gone: Vec::new(),
         };
         let listener_fd = this.listener.as_ref().map(|l| l.as_raw_fd()).unwrap_or(-1);
         this.epoll_add(listener_fd, KEY_LISTENER)?;
@@ -415,6 +424,7 @@ impl ShmTransport {
             peer_gone: false,
             broken: None,
             rx_streak: false,
+            lent: false,
         }));
         Ok(id)
     }
@@ -601,8 +611,11 @@ impl ShmTransport {
             tracing::debug!(?id, ?error, "shm link failed");
             self.deferred.push(Deferred::LinkFailed { link: id, error });
         }
-        // Dropping the link closes its socket (the peer sees end-of-file) and unmaps the segment;
-        // an endpoint still holding the lane holds neither.
+        if link.lent {
+            self.lent_gone.push((id, Arc::clone(&link.segment)));
+        }
+        // Dropping the link closes its socket (the peer sees end-of-file) and unmaps the segment
+        // (unless lent, above); an endpoint still holding the lane holds neither.
         link.lane.shut();
         drop(link);
         self.release_slot(index);
@@ -713,14 +726,26 @@ impl ShmTransport {
     }
 
     /// Progresses one link: its placement, its received records, its queue, its close.
-    fn poll_link(&mut self, index: usize, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
+    fn poll_link(
+        &mut self,
+        index: usize,
+        sink: &mut dyn FnMut(TlEvent<'_>),
+        lend: Option<&LendSlot>,
+    ) -> usize {
         let id = self.link_id(index as u32);
         let Some(link) = self.links[index].as_deref_mut() else { return 0 };
         let mut count = 0;
+        if link.lent {
+            // Sends go on; reading, closing and failing wait for the loan's end.
+            if !link.queue.is_empty() {
+                ShmTransport::flush_queue(link);
+            }
+            return 0;
+        }
         link.rx.awake();
         let mut failure = link.broken;
         if failure.is_none() {
-            if let Err(err) = poll_rx(link, id, sink, &mut count) {
+            if let Err(err) = poll_rx(link, id, sink, &mut count, lend) {
                 failure = Some(err);
             }
         }
@@ -782,6 +807,7 @@ fn poll_rx(
     id: LinkId,
     sink: &mut dyn FnMut(TlEvent<'_>),
     count: &mut usize,
+    lend: Option<&LendSlot>,
 ) -> Result<(), TlError> {
     let limit = if link.rx_streak { RECORDS_PER_POLL } else { 1 };
     let mut records = 0;
@@ -803,7 +829,15 @@ fn poll_rx(
         if kind == KIND_FRAME {
             // The one kind every small message comes as: straight to the sink.
             *count += 1;
+            let offered = lend.is_some_and(LendSlot::offer);
             sink(TlEvent::Frame { link: id, bytes });
+            if offered && lend.is_some_and(LendSlot::settle) {
+                // Taken: the record stays unreleased (with those read before it) until the
+                // loan ends, and nothing more is read here.
+                link.lent = true;
+                link.rx_streak = true;
+                return Ok(());
+            }
         } else {
             let (placing, inflight) = (&mut link.placing, &mut link.inflight);
             other_record(placing, inflight, link.peer_gone, id, sink, count, kind, bytes)?;
@@ -914,6 +948,35 @@ impl Drop for ShmTransport {
         // Links and their segments go with `self.links`; nothing is left to report.
         self.links.clear();
         self.pending.clear();
+    }
+}
+
+impl ShmTransport {
+    /// `poll`, offering frames through `lend` when given (see [`crate::lend`]).
+    #[inline]
+    fn poll_offering(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: Option<&LendSlot>) -> usize {
+        // A countdown, not a modulo: a division on every poll of a busy-polling worker shows.
+        if self.polls == 0 {
+            self.polls = u64::from(self.cfg.socket_check_interval.max(1));
+            let now = Instant::now();
+            if now.saturating_duration_since(self.last_socket_check) >= self.cfg.socket_check_period {
+                self.last_socket_check = now;
+                self.check_sockets();
+            }
+        }
+        self.polls -= 1;
+        // Connected/Accepted before the first frame of their link.
+        let mut count = 0;
+        if !self.deferred.is_empty() {
+            count += self.flush_deferred(sink);
+        }
+        for index in 0..self.links.len() {
+            count += self.poll_link(index, sink, lend);
+        }
+        if !self.deferred.is_empty() {
+            count += self.flush_deferred(sink);
+        }
+        count
     }
 }
 
@@ -1051,28 +1114,23 @@ impl Transport for ShmTransport {
     }
 
     fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
-        // A countdown, not a modulo: a division on every poll of a busy-polling worker shows.
-        if self.polls == 0 {
-            self.polls = u64::from(self.cfg.socket_check_interval.max(1));
-            let now = Instant::now();
-            if now.saturating_duration_since(self.last_socket_check) >= self.cfg.socket_check_period {
-                self.last_socket_check = now;
-                self.check_sockets();
+        self.poll_offering(sink, None)
+    }
+
+    fn poll_lending(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: &LendSlot) -> usize {
+        self.poll_offering(sink, Some(lend))
+    }
+
+    fn end_lend(&mut self, link: LinkId) {
+        match self.index(link) {
+            Some(index) => {
+                let l = self.links[index].as_mut().expect("index is live");
+                if std::mem::replace(&mut l.lent, false) {
+                    l.rx.release();
+                }
             }
+            None => self.lent_gone.retain(|(gone, _)| *gone != link),
         }
-        self.polls -= 1;
-        // Connected/Accepted before the first frame of their link.
-        let mut count = 0;
-        if !self.deferred.is_empty() {
-            count += self.flush_deferred(sink);
-        }
-        for index in 0..self.links.len() {
-            count += self.poll_link(index, sink);
-        }
-        if !self.deferred.is_empty() {
-            count += self.flush_deferred(sink);
-        }
-        count
     }
 
     fn event_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -1085,6 +1143,7 @@ impl Transport for ShmTransport {
             && self.pending.is_empty()
             && self.links.iter().flatten().all(|l| {
                 l.idle()
+                    && !l.lent
                     && l.placing.is_none()
                     && l.broken.is_none()
                     && !l.peer_gone
