@@ -747,6 +747,17 @@ fn poll_taking_one(side: &mut Side) -> Option<(LinkId, *const u8, usize)> {
     taken
 }
 
+/// Polls `side`, offering its frames for loan, until one is taken (see [`poll_taking_one`]).
+fn take_one(side: &mut Side) -> (LinkId, *const u8, usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(taken) = poll_taking_one(side) {
+            return taken;
+        }
+        assert!(Instant::now() < deadline, "no frame to lend");
+    }
+}
+
 /// A lent frame stays where it is, unchanged, while the rest of its link waits; ending the loan
 /// delivers the rest in order. A link closed while lent keeps its mapping until the loan ends,
 /// then leaves no mapping or descriptor behind.
@@ -762,13 +773,7 @@ fn a_lent_frame_stays_in_place_until_its_loan_ends() {
     for f in &frames {
         b.t.send(lb, b"", Payload::Copy(f)).unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (link, ptr, len) = loop {
-        if let Some(taken) = poll_taking_one(&mut a) {
-            break taken;
-        }
-        assert!(Instant::now() < deadline, "no frame to lend");
-    };
+    let (link, ptr, len) = take_one(&mut a);
     assert_eq!(link, la);
     assert!(a.frames(la).is_empty(), "nothing after the lent frame is read");
     assert!(!a.t.is_quiet(), "a transport with a loan out is not quiet");
@@ -785,13 +790,7 @@ fn a_lent_frame_stays_in_place_until_its_loan_ends() {
 
     // Lent again, then the link closes under the loan: the bytes stay mapped until it ends.
     b.t.send(lb, b"", Payload::Copy(&frames[0])).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (_, ptr, len) = loop {
-        if let Some(taken) = poll_taking_one(&mut a) {
-            break taken;
-        }
-        assert!(Instant::now() < deadline, "no frame to lend");
-    };
+    let (_, ptr, len) = take_one(&mut a);
     a.t.close(la, true);
     b.t.close(lb, true);
     for _ in 0..10 {
