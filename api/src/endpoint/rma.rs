@@ -130,10 +130,10 @@ impl Endpoint {
             return None;
         }
         if remote_addr < window.base || remote_addr.checked_add(len).is_none_or(|last| last > window.end) {
-            return Some(Err(fail_with(Status::InvalidAddr, "remote access outside the region".into())));
+            return Some(Err(refused_outside()));
         }
         if !window.prot.contains(need) {
-            return Some(Err(fail_with(Status::InvalidParam, format!("the region lacks {need:?}"))));
+            return Some(Err(refused_without(need)));
         }
         // `remote_addr - base < end - base`, the region's length, which the key's mapping covers.
         Some(Ok((window.local + (remote_addr - window.base) as usize) as *mut u8))
@@ -435,4 +435,19 @@ impl Endpoint {
         }
         Ok(Request::pending(cell))
     }
+}
+
+/// The refusal of a direct access outside the key's region. Out of line, like the next one: the
+/// message's formatting would otherwise keep the direct path from inlining into its caller.
+#[cold]
+#[inline(never)]
+fn refused_outside() -> Status {
+    fail_with(Status::InvalidAddr, "remote access outside the region".into())
+}
+
+/// The refusal of a direct access the region's protection does not allow.
+#[cold]
+#[inline(never)]
+fn refused_without(need: Prot) -> Status {
+    fail_with(Status::InvalidParam, format!("the region lacks {need:?}"))
 }
