@@ -72,7 +72,7 @@ fn signal_from_another_thread_wakes_wait() {
 /// Server and client workers connected over loopback.
 /// The fourth element is the server's endpoint, kept alive by the caller.
 fn connected() -> (Worker, Worker, Endpoint, (zcx::Listener, Endpoint)) {
-    let ctx = Context::with_features(Features::TAG | Features::WAKEUP).unwrap();
+    let ctx = Context::with_features(Features::TAG | Features::AM | Features::WAKEUP).unwrap();
     let server = ctx.create_worker(&WorkerParams::default()).unwrap();
     let client = ctx.create_worker(&WorkerParams::default()).unwrap();
     let accepted = Arc::new(Mutex::new(None));
@@ -140,4 +140,45 @@ fn wait_returns_when_a_message_arrives_from_another_thread() {
     }
     sender.join().unwrap();
     assert_eq!(recv.status(), Status::Ok);
+}
+
+/// Active messages already in the server's receive path keep `arm` busy until every one has run
+/// its handler, however they are delivered (over shared memory the handler reads each in place,
+/// and the link waits behind it until the next call): a worker never goes to sleep with a
+/// message waiting.
+#[test]
+fn arm_stays_busy_until_every_arrived_active_message_ran_its_handler() {
+    let (server, client, ep, _listener) = connected();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    server.set_am_handler(
+        3,
+        Some(Box::new(move |msg: &mut zcx::AmMessage| {
+            s.lock().unwrap().push(msg.header().to_vec());
+            Status::Ok
+        })),
+    );
+    for i in 0..3u8 {
+        ep.am_send(3, &[i], Vec::new(), zcx::AmSendParams::default()).unwrap();
+    }
+    // Until the client has nothing left to push, the messages may still be on its side.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client.arm() == Err(Status::Busy) {
+        client.progress();
+        assert!(Instant::now() < deadline, "the client never went quiet");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen.lock().unwrap().len() < 3 {
+        server.progress();
+        if seen.lock().unwrap().len() < 3 {
+            assert_eq!(server.arm(), Err(Status::Busy), "armed with {:?} delivered", seen.lock().unwrap());
+        }
+        assert!(Instant::now() < deadline, "the messages never all ran");
+    }
+    assert_eq!(*seen.lock().unwrap(), [[0u8], [1], [2]]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.arm() == Err(Status::Busy) {
+        server.progress();
+        assert!(Instant::now() < deadline, "the server never went quiet");
+    }
 }
