@@ -166,7 +166,7 @@ impl Endpoint {
     #[inline]
     fn check_rkey(&self, rkey: &EpRkey) -> Result<()> {
         if rkey.ep != self.id() {
-            return Err(fail_with(Status::InvalidParam, "remote key unpacked on another endpoint".into()));
+            return Err(refused_foreign_key());
         }
         Ok(())
     }
@@ -443,6 +443,13 @@ impl Endpoint {
 #[inline(never)]
 fn refused_outside() -> Status {
     fail_with(Status::InvalidAddr, "remote access outside the region".into())
+}
+
+/// The refusal of a key unpacked on another endpoint.
+#[cold]
+#[inline(never)]
+fn refused_foreign_key() -> Status {
+    fail_with(Status::InvalidParam, "remote key unpacked on another endpoint".into())
 }
 
 /// The refusal of a direct access the region's protection does not allow.
