@@ -80,13 +80,31 @@ impl Session {
     }
 
     /// Progresses until `request` completes and returns its completion.
+    // Inline, with the progress loop out of line: an operation that completed when it was issued
+    // (a direct get, an atomic on mapped memory) is then taken apart where it was made, without
+    // its request passing through memory.
+    #[inline]
     pub fn wait<B: Send + 'static>(&self, request: Request<B>, what: &str) -> Result<Completion<B>, String> {
+        match request.try_take() {
+            Ok(Ok(completion)) => Ok(completion),
+            Ok(Err(status)) => Err(failed(what, status)),
+            Err(request) => self.wait_pending(request, what),
+        }
+    }
+
+    /// [`Session::wait`] of a request still in progress.
+    #[inline(never)]
+    fn wait_pending<B: Send + 'static>(
+        &self,
+        request: Request<B>,
+        what: &str,
+    ) -> Result<Completion<B>, String> {
         let mut request = request;
         let mut deadline = None;
         let mut spins = 0u32;
         loop {
             request = match request.try_take() {
-                Ok(result) => return result.map_err(|s| format!("{what} failed: {}", detailed(s))),
+                Ok(result) => return result.map_err(|s| failed(what, s)),
                 Err(request) => request,
             };
             self.worker.progress();
@@ -181,4 +199,11 @@ impl Session {
         let base = rkey.remote_key().base();
         Ok((rkey, base))
     }
+}
+
+/// The error of a failed operation `what`.
+#[cold]
+#[inline(never)]
+fn failed(what: &str, status: zcx::Status) -> String {
+    format!("{what} failed: {}", detailed(status))
 }
