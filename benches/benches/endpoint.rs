@@ -56,6 +56,7 @@ fn wait<B: Send + 'static>(w: &Worker, request: zcx::Request<B>) -> zcx::Complet
 }
 
 /// The completion of an operation that must have completed when it was issued.
+#[inline(always)]
 fn done_at_once<B: Send + 'static>(request: zcx::Request<B>) -> zcx::Completion<B> {
     match request.try_take() {
         Ok(result) => result.expect("operation failed"),
@@ -306,6 +307,10 @@ fn rma_direct(c: &mut Criterion) {
             let get = ep.get(rbuf.take().unwrap(), base, &rkey, RequestParams::default()).expect("get");
             rbuf = Some(done_at_once(get).buf);
         })
+    });
+    let bytes = [0xA5u8; 8];
+    c.bench_function(&format!("endpoint/put_nbi_8B_{transport}"), |b| {
+        b.iter(|| ep.put_nbi(std::hint::black_box(&bytes), base, &rkey).expect("put_nbi"))
     });
     let mut sbuf = Some(vec![0xA5u8; 8]);
     c.bench_function(&format!("endpoint/put_8B_{transport}"), |b| {
