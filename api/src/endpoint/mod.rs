@@ -233,6 +233,7 @@ impl Endpoint {
     /// The endpoint's direct lane, once it has one (see [`DirectLane`]).
     #[inline]
     pub(crate) fn direct(&self) -> Option<&DirectLane> {
+        crate::worker::quiet::note_issued();
         self.handle.direct.get()
     }
 

@@ -135,6 +135,7 @@ impl Endpoint {
         if !window.prot.contains(need) {
             return Some(Err(refused_without(need)));
         }
+        crate::worker::quiet::note_issued();
         // `remote_addr - base < end - base`, the region's length, which the key's mapping covers.
         Some(Ok((window.local + (remote_addr - window.base) as usize) as *mut u8))
     }

@@ -6,7 +6,7 @@ pub(crate) mod am_lent;
 mod bell_set;
 pub(crate) mod dispatch;
 pub(crate) mod lifecycle;
-mod quiet;
+pub(crate) mod quiet;
 pub(crate) mod rndv;
 pub(crate) mod state;
 pub(crate) mod stream;
