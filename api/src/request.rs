@@ -321,9 +321,6 @@ impl<B: Send + 'static> Request<B> {
                 let Inner::Pending(cell) = request.inner else { unreachable!("still pending") };
                 return Request::take_done(cell);
             }
-            // No `pause` between calls: a skipped call already bounds the loads in flight, at a
-            // fraction of its cost (see `worker::quiet`).
-            worker.progress();
             let references = Arc::strong_count(&worker);
             // A leaving waiter counts itself out before it lets its reference go: once this sees
             // the reference gone, it sees the count lowered too, so another waiter's leaving never
@@ -332,6 +329,9 @@ impl<B: Send + 'static> Request<B> {
             if references <= worker.waiters.load(Ordering::Relaxed) {
                 return Err(Status::Canceled);
             }
+            // No `pause` between calls: a skipped call already bounds the loads in flight, at a
+            // fraction of its cost (see `worker::quiet`).
+            worker.progress();
         }
     }
 }
