@@ -14,7 +14,7 @@ mod wakeup;
 
 use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -111,9 +111,6 @@ pub(crate) struct WorkerShared {
     /// The handler of the worker's lent active message (`State::lent`) may be running: the
     /// loan must not end yet. Set under the lock; cleared without it when the handler returns.
     lent_in_use: AtomicBool,
-    /// Threads in [`crate::Request::wait`], each holding one strong reference for its whole wait:
-    /// when these are all the references left, the application let the worker go.
-    pub(crate) waiters: AtomicUsize,
 }
 
 impl Context {
@@ -183,7 +180,6 @@ impl Context {
                 core: Mutex::new(Core { tl, st }),
                 quiet: quiet::QuietWatch::new(),
                 lent_in_use: AtomicBool::new(false),
-                waiters: AtomicUsize::new(0),
             }),
         })
     }
