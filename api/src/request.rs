@@ -314,7 +314,9 @@ impl<B: Send + 'static> Request<B> {
             match cell.worker().upgrade() {
                 // No `pause` between calls: a skipped call already bounds the loads in flight, at
                 // a fraction of its cost (see `worker::quiet`).
-                Some(worker) => drop(worker.progress()),
+                Some(worker) => {
+                    worker.progress();
+                }
                 None => return Err(Status::Canceled),
             }
         }
