@@ -67,6 +67,11 @@ const KNOWN: &[Known] = &[
         doc: "A busy-polled TCP link reads its socket with recv(2) on every poll instead of through the ring: y or n",
     },
     Known {
+        name: "SPIN_WAIT",
+        default: "auto",
+        doc: "What a busy-polling caller's empty progress call waits with: pause, lfence, or auto (pause where it is short)",
+    },
+    Known {
         name: "DPDK_EAL_ARGS",
         default: "",
         doc: "Whitespace-separated DPDK EAL arguments (e.g. --no-huge -m 512 --no-pci --vdev net_memif0,...); \
@@ -240,6 +245,11 @@ impl Config {
     /// `ZCX_URING_SPIN`: busy-polled TCP links read their socket directly (spin mode).
     pub fn uring_spin(&self) -> bool {
         parse_bool(self.get("URING_SPIN").unwrap_or("y")).unwrap_or(true)
+    }
+
+    /// `ZCX_SPIN_WAIT`: `auto`, `pause` or `lfence`, as given.
+    pub fn spin_wait(&self) -> &str {
+        self.get("SPIN_WAIT").unwrap_or("auto")
     }
 
     /// Whether `ZCX_TLS` names `name` itself (not through `all`): the transport is required, so

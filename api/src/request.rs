@@ -312,8 +312,8 @@ impl<B: Send + 'static> Request<B> {
             };
             let Inner::Pending(cell) = &request.inner else { unreachable!("ready requests return above") };
             match cell.worker().upgrade() {
-                // No `pause` between calls: a skipped call already bounds the loads in flight, at
-                // a fraction of its cost (see `worker::quiet`).
+                // No `pause` of its own between calls: a waiting caller's skipped call runs the
+                // worker's spin-wait barrier (see `worker::spin_wait`).
                 Some(worker) => {
                     worker.progress();
                 }

@@ -8,6 +8,7 @@ pub(crate) mod dispatch;
 pub(crate) mod lifecycle;
 pub(crate) mod quiet;
 pub(crate) mod rndv;
+mod spin_wait;
 pub(crate) mod state;
 pub(crate) mod stream;
 mod wakeup;
@@ -144,6 +145,13 @@ impl Context {
             members.push(dpdk);
         }
         let tl = TransportSet::new(members).map_err(status_of)?;
+        let spin_wait = spin_wait::SpinWait::from_config(config.spin_wait()).unwrap_or_else(|| {
+            tracing::warn!(
+                value = config.spin_wait(),
+                "ZCX_SPIN_WAIT is not auto, pause or lfence; using auto"
+            );
+            spin_wait::SpinWait::measured()
+        });
         let shm_member = tl.member_named("shm");
         let dpdk_member = tl.member_named("dpdk");
         let uid = crate::context::random_bytes()?;
@@ -164,7 +172,7 @@ impl Context {
         st.shm_member = shm_member;
         st.dpdk_member = dpdk_member;
         let pool = Arc::clone(&st.pool);
-        tracing::debug!(name, transports = ?tl.names(), "worker created");
+        tracing::debug!(name, transports = ?tl.names(), ?spin_wait, "worker created");
         Ok(Worker {
             shared: Arc::new(WorkerShared {
                 ctx: self.clone(),
@@ -178,7 +186,7 @@ impl Context {
                 pool,
                 address: address_bytes,
                 core: Mutex::new(Core { tl, st }),
-                quiet: quiet::QuietWatch::new(),
+                quiet: quiet::QuietWatch::new(spin_wait),
                 lent_in_use: AtomicBool::new(false),
             }),
         })

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use zcx_dataplane::doorbell::Doorbell;
 
 use super::bell_set::BellSet;
+use super::spin_wait::SpinWait;
 
 /// Skipped polls between two looks at the coarse clock while armed. Each periodic poll also runs
 /// the worker's timers, so a caller whose loop calls `progress` rarely (a slow, validating
@@ -43,42 +44,20 @@ thread_local! {
 
 /// Marks an operation issued on this thread without the worker's lock (a shared-memory direct
 /// send, put, get or atomic): the next skipped `progress` call on this thread then goes without
-/// its speculation barrier, because its caller is issuing work, not waiting for it. Operations
-/// that take the lock need no mark: the lock disarms the watch, so their next call is a full poll.
+/// its spin-wait barrier ([`SpinWait`]), because its caller is issuing work, not waiting for it:
+/// a message-rate loop of direct puts relies on its operations overlapping, and a barrier at
+/// every call halved its rate. Operations that take the lock need no mark: the lock disarms the
+/// watch, so their next call is a full poll.
 #[inline(always)]
 pub(crate) fn note_issued() {
     ISSUED.set(true);
 }
 
 /// True when this thread issued nothing without the lock since its last skipped call, so the
-/// caller is waiting for something (see [`speculation_barrier`]); clears the mark.
+/// caller is waiting for something (see [`SpinWait`]); clears the mark.
 #[inline(always)]
 fn caller_is_waiting() -> bool {
     !ISSUED.replace(false)
-}
-
-/// Keeps the loads after it from starting before the ones ahead of it completed.
-///
-/// A caller waiting for a peer spins on `progress` and a word of its own (a flag a put writes, a
-/// request's completion), and the skipped call reads the doorbells. Without a barrier the core
-/// runs ahead into the next calls with several loads of those lines in flight at once. The
-/// likely cost (timing shows it; this VM has no performance counters to confirm the cause): the
-/// peer's write invalidates a line that loads already read out of order, and the core discards
-/// the work after them (a memory-ordering machine clear, tens of nanoseconds on the message's
-/// path). `pause` bounds the loads in flight too but costs about 140 cycles on recent x86 cores;
-/// `lfence` makes a skipped call about 10 ns slower (`endpoint/idle_progress_one_link`, 3.9 to
-/// 13.7 ns), which a waiting caller can spare: the message comes sooner all the same. Measured with `zcx perf` over shared
-/// memory, interleaved A/B against the unfenced spin: put_lat 0.84 to 0.90, stream_lat 0.94 to
-/// 0.98, am_lat 0.96, tag_lat within noise (0.97 to 1.02). A caller that issues an operation
-/// between calls (a message-rate loop) is not waiting, and the barrier would keep its operations
-/// from overlapping (half the rate): see [`note_issued`].
-#[inline(always)]
-fn speculation_barrier() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `lfence` is part of SSE2, which every x86_64 CPU has; it touches no memory.
-    unsafe {
-        core::arch::x86_64::_mm_lfence()
-    };
 }
 
 /// `CLOCK_MONOTONIC_COARSE` in nanoseconds: the time of the last timer tick, read from the vDSO
@@ -118,11 +97,14 @@ pub(crate) struct QuietWatch {
     /// The coarse clock at the last periodic poll.
     last_periodic: AtomicI64,
     bells: BellSet,
+    /// What a waiting caller's skipped call runs (see [`SpinWait`]).
+    spin_wait: SpinWait,
 }
 
 impl QuietWatch {
-    pub fn new() -> QuietWatch {
+    pub fn new(spin_wait: SpinWait) -> QuietWatch {
         QuietWatch {
+            spin_wait,
             armed: AtomicBool::new(false),
             skipped: AtomicU32::new(0),
             clock_interval: AtomicU32::new(FULL_POLL_EVERY),
@@ -155,7 +137,7 @@ impl QuietWatch {
             self.clock_interval.store((interval * 2).min(MAX_CLOCK_INTERVAL), Ordering::Relaxed);
         }
         if caller_is_waiting() {
-            speculation_barrier();
+            self.spin_wait.run();
         }
         // A writer replacing the doorbells means a full poll is running: do one too.
         let Some(rang) = self.bells.any_rang() else { return Check::Poll };
@@ -196,7 +178,7 @@ mod tests {
     /// clock moved and the interval stays the shortest.
     #[test]
     fn a_slow_caller_gets_a_periodic_poll_every_few_calls() {
-        let watch = QuietWatch::new();
+        let watch = QuietWatch::new(SpinWait::measured());
         watch.arm();
         for _ in 0..3 {
             let mut calls = 0;
@@ -217,7 +199,7 @@ mod tests {
     /// count toward the next look at the clock like skipped ones.
     #[test]
     fn a_caller_whose_doorbell_rings_at_every_call_still_gets_periodic_polls() {
-        let watch = QuietWatch::new();
+        let watch = QuietWatch::new(SpinWait::measured());
         watch.replace_bells(vec![rung_doorbell()]);
         watch.arm();
         let mut periodic = 0;
@@ -242,7 +224,7 @@ mod tests {
     /// as busy; the calls after it, with nothing issued in between, as waiting.
     #[test]
     fn a_caller_counts_as_waiting_once_it_stops_issuing() {
-        let watch = QuietWatch::new();
+        let watch = QuietWatch::new(SpinWait::measured());
         watch.arm();
         watch.check();
         assert!(caller_is_waiting(), "nothing was issued");
@@ -260,7 +242,7 @@ mod tests {
     /// A spinning caller looks at the clock less and less often until it ticks.
     #[test]
     fn a_fast_caller_looks_at_the_clock_less_often() {
-        let watch = QuietWatch::new();
+        let watch = QuietWatch::new(SpinWait::measured());
         watch.arm();
         let mut widest = 0;
         for _ in 0..100_000 {
