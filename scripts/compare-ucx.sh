@@ -2,8 +2,8 @@
 # zcx perf against ucx_perftest on this host, test by test, interleaved.
 #
 # For each test, R rounds of: ucx_perftest (server pinned to CPU 1, client to CPU 0, UCX_TLS set
-# by TRANSPORT), then `zcx perf` of the same test (its server child on CPU 1, client on CPU 0,
-# ZCX_TLS passed through with --tls). Prints one table with the median of each side over the
+# by TRANSPORT) and `zcx perf` of the same test (its server child on CPU 1, client on CPU 0,
+# ZCX_TLS passed through with --tls), back to back, UCX first in odd rounds and zcx in even ones. Prints one table with the median of each side over the
 # rounds and the median of the rounds' own zcx/UCX ratios. Interleaving spreads the machine's noise over both sides instead
 # of giving one a quiet minute.
 #
@@ -104,6 +104,19 @@ perf_start
 
 echo "== ucx_perftest (UCX_TLS=$UCX_SIDE_TLS) vs zcx perf (--tls $ZCX_SIDE_TLS): $ROUNDS rounds, interleaved; server CPU $SERVER_CPU, client CPU $CLIENT_CPU" >&2
 declare -A result_ucx result_zcx result_ratio result_p50_ratio
+# One round's run of each side: sets uv (zv) and appends it to the side's values.
+ucx_side() {
+    if ucx_run "$UCX_SIDE_TLS" "$ucx_test" "$size" "$iters" "$warmup"; then
+        uv=$(ucx_value "$metric")
+        echo "$uv" >>"$ucx_values"
+    fi
+}
+zcx_side() {
+    if zcx_run "$ZCX_SIDE_TLS" "$test" "$size" "$iters" "$warmup"; then
+        zv=$(zcx_value "$metric")
+        echo "$zv" >>"$zcx_values"
+    fi
+}
 failed=0
 for test in $TESTS; do
     spec "$test"
@@ -119,13 +132,14 @@ for test in $TESTS; do
         : >"$p50_ratio_values"
         for round in $(seq 1 "$ROUNDS"); do
             uv=FAILED zv=FAILED
-            if ucx_run "$UCX_SIDE_TLS" "$ucx_test" "$size" "$iters" "$warmup"; then
-                uv=$(ucx_value "$metric")
-                echo "$uv" >>"$ucx_values"
-            fi
-            if zcx_run "$ZCX_SIDE_TLS" "$test" "$size" "$iters" "$warmup"; then
-                zv=$(zcx_value "$metric")
-                echo "$zv" >>"$zcx_values"
+            # UCX first in odd rounds, zcx first in even ones: whatever running second does to
+            # a figure falls on both sides alike.
+            if [ $((round % 2)) -eq 1 ]; then
+                ucx_side
+                zcx_side
+            else
+                zcx_side
+                ucx_side
             fi
             # The pair of one round ran back to back, in the same mode of the machine: its ratio
             # is the comparison; the median of the rounds' ratios is what the table reports.
