@@ -3,8 +3,9 @@
 #
 # For each test, R rounds of: ucx_perftest (server pinned to CPU 1, client to CPU 0, UCX_TLS set
 # by TRANSPORT) and `zcx perf` of the same test (its server child on CPU 1, client on CPU 0,
-# ZCX_TLS passed through with --tls), back to back, UCX first in odd rounds and zcx in even ones. Prints one table with the median of each side over the
-# rounds and the median of the rounds' own zcx/UCX ratios. Interleaving spreads the machine's noise over both sides instead
+# ZCX_TLS passed through with --tls), back to back, UCX first in odd rounds and zcx in even
+# ones. Prints one table with the median of each side over the rounds and the median of the
+# rounds' own zcx/UCX ratios. Interleaving spreads the machine's noise over both sides instead
 # of giving one a quiet minute.
 #
 #   test            UCX test       size     compared
