@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib/perf.sh
 
 if [ $# -lt 2 ]; then
-    sed -n '2,25p' "$0" >&2
+    sed -n '2,23p' "$0" >&2
     exit 2
 fi
 A=$1 B=$2 TEST=${3:-am_lat}
