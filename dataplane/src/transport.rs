@@ -397,6 +397,20 @@ pub trait Transport: Send {
         self.poll(sink)
     }
 
+    /// Offers one frame waiting on a link of this transport to `take`, without the general
+    /// poll: for a worker whose doorbell rang while the transport was quiet (see
+    /// [`crate::doorbell`]), so a message on its own costs a read of its ring and nothing else.
+    /// `take` returns true when it consumed the frame, which is then gone from its link (and its
+    /// space given back); false leaves it for the next [`Transport::poll`]. True when a frame was
+    /// taken. False also whenever a link needs more than a read (a loan, a placement, a queue, a
+    /// failure or close to report) or the transport has events of its own: the caller then polls
+    /// as usual. Frames of one link are offered in order, and only the first waiting one.
+    /// Default: never takes.
+    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]) -> bool) -> bool {
+        let _ = take;
+        false
+    }
+
     /// Ends the loan of the frame taken on `link` (see [`crate::lend`]): its bytes may be reused
     /// and the link is read again. Harmless for a link with no loan, or one that has since
     /// closed or failed (its mapping is let go now).

@@ -224,6 +224,62 @@ fn a_poll_after_an_empty_one_takes_one_record_and_the_next_drains_the_rest() {
     assert_eq!(b.frames(lb), vec![b"x".to_vec()]);
 }
 
+/// `take_rung_frame` offers the frame at the head of a link and nothing past it: a declined
+/// frame stays for the next poll, in its place; a placement at the head is the general poll's,
+/// and so is the frame behind one in progress; frames taken and polled together keep their
+/// order.
+#[test]
+fn a_rung_take_offers_the_head_frame_and_leaves_the_rest_to_the_poll() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    let mut taken: Vec<Vec<u8>> = Vec::new();
+    let take_all = |t: &mut ShmTransport, taken: &mut Vec<Vec<u8>>| {
+        t.take_rung_frame(&mut |link, bytes| {
+            assert_eq!(link, lb);
+            taken.push(bytes.to_vec());
+            true
+        })
+    };
+    assert!(!take_all(&mut b.t, &mut taken), "nothing waiting");
+    for i in 0..4u8 {
+        a.t.send(la, &[i], Payload::Copy(&[i; 8])).unwrap();
+    }
+    // Declined: left in place, and offered again.
+    for _ in 0..2 {
+        let mut offered = Vec::new();
+        assert!(!b.t.take_rung_frame(&mut |_, bytes| {
+            offered.push(bytes.to_vec());
+            false
+        }));
+        assert_eq!(offered, vec![[&[0u8][..], &[0; 8]].concat()], "only the head frame");
+    }
+    assert!(take_all(&mut b.t, &mut taken));
+    assert!(take_all(&mut b.t, &mut taken));
+    assert_eq!(taken.len(), 2, "one frame per take");
+    pump_one(&mut b, "the rest", |b| b.frames(lb).len() == 2);
+    let order: Vec<u8> = taken.iter().chain(b.frames(lb).iter()).map(|frame| frame[0]).collect();
+    assert_eq!(order, [0, 1, 2, 3]);
+    // A placement at the head is not a frame: declined. Once the poll started copying it (more
+    // than one poll's worth), the frame behind it is not offered either: it would overtake it.
+    let buf = pattern(20 << 20, 5);
+    // SAFETY: `buf` lives and is unchanged until the SendDone awaited below.
+    let z = unsafe { ZcopyPayload::new(buf.as_ptr(), buf.len(), 9) };
+    assert_eq!(a.t.send_placed(la, &[2, 9], Payload::Zcopy(z)), Ok(SendOutcome::InFlight));
+    a.t.send(la, b"after", Payload::None).unwrap();
+    taken.clear();
+    b.ev.clear();
+    assert!(!take_all(&mut b.t, &mut taken), "a placement at the head was offered");
+    b.poll();
+    assert!(matches!(b.ev[..], [Ev::Placed(..)]), "the copy started and is not done: {:?}", brief(&b.ev));
+    assert!(!take_all(&mut b.t, &mut taken), "a frame overtook a placement in progress");
+    pump(&mut a, &mut b, "the placement and the frame after it", |a, b| {
+        a.ev.contains(&Ev::SendDone(la, 9, Ok(()))) && b.frames(lb).len() == 1
+    });
+    assert!(taken.is_empty());
+    assert!(b.dests.last().is_some_and(|dest| *dest == buf), "placed payload differs");
+    assert_eq!(b.frames(lb), vec![b"after".to_vec()]);
+}
+
 #[test]
 fn more_than_a_ring_holds_is_queued_without_loss_or_reorder() {
     let (mut a, mut b) = (Side::new(), Side::new());

@@ -499,6 +499,33 @@ impl Consumer {
         }
     }
 
+    /// The record at our tail when it is a well-formed frame: its bytes and the room it takes
+    /// (for [`Consumer::consume_peeked`]). Reads without consuming: `None` for an empty ring and
+    /// for anything [`Consumer::next_record`] must look at (padding, other kinds, a bad index or
+    /// length), which then reports it as usual.
+    #[inline]
+    pub fn peek_frame(&self) -> Option<(&[u8], usize)> {
+        let word = self.current(Ordering::Acquire).ok()??;
+        let cap = self.mem.capacity;
+        let pos = (self.tail as usize) & (cap - 1);
+        let (len, kind) = ((word & 0xFFFF_FFFF) as usize, u32::from((word >> 32) as u16));
+        let room = record_len(len);
+        if kind != KIND_FRAME || len > self.max_payload || room > cap - pos {
+            return None;
+        }
+        // SAFETY: `pos + 8 + len <= pos + room <= cap`: inside the data area, mapped as long as
+        // `self` (and so the borrow) lives.
+        Some((unsafe { std::slice::from_raw_parts(self.mem.data().add(pos + RECORD_HEADER), len) }, room))
+    }
+
+    /// Consumes the frame [`Consumer::peek_frame`] just returned (`room` as it said) and gives
+    /// its space back to the producer at once, with everything read before it.
+    #[inline]
+    pub fn consume_peeked(&mut self, room: usize) {
+        self.tail += room as u64;
+        self.release();
+    }
+
     /// Gives every record read so far back to the producer (one Release store, if anything moved).
     pub fn release(&mut self) {
         if self.released != self.tail {
@@ -644,6 +671,54 @@ mod tests {
         assert!(p.is_drained());
         let big = vec![0u8; p.max_payload()];
         assert_eq!(p.push2(KIND_FRAME, &big, &[1]), Err(RingError::BadLength));
+    }
+
+    /// `peek_frame` offers frames only, changes nothing until `consume_peeked`, and leaves
+    /// padding and other kinds to `next_record`; `consume_peeked` gives the space back at once.
+    #[test]
+    fn peeked_frames_are_consumed_only_when_asked() {
+        let cap = 4096;
+        let mut area = Area::new(cap);
+        let (mut p, mut c) = pair(&mut area, cap);
+        assert_eq!(c.peek_frame(), None, "empty ring");
+        let mut sent = 0u32;
+        let mut read = 0u32;
+        // Enough rounds to wrap several times, so skips come up at the tail.
+        for round in 0..400u32 {
+            let len = ((round * 53) % 700) as usize;
+            let kind = if round % 5 == 4 { KIND_PLACED } else { KIND_FRAME };
+            let payload: Vec<u8> = (0..len).map(|i| (i as u32 ^ sent) as u8).collect();
+            assert!(p.push(kind, &[&sent.to_le_bytes(), &payload]).unwrap(), "the consumer keeps up");
+            sent += 1;
+            loop {
+                let tail = c.tail;
+                match c.peek_frame() {
+                    Some((bytes, room)) => {
+                        assert_eq!(u32::from_le_bytes(bytes[..4].try_into().unwrap()), read);
+                        assert_eq!(c.peek_frame().map(|(b, r)| (b.len(), r)), Some((bytes.len(), room)));
+                        assert_eq!(c.tail, tail, "a peek consumed");
+                        c.consume_peeked(room);
+                        assert_eq!(c.tail, tail + room as u64);
+                        read += 1;
+                    }
+                    None => match c.next_record().unwrap() {
+                        // Not a frame, or a frame behind padding (which `next_record` skipped).
+                        Some((kind, bytes)) => {
+                            let (len, seq) =
+                                (bytes.len(), u32::from_le_bytes(bytes[..4].try_into().unwrap()));
+                            let skipped = c.tail - tail > record_len(len) as u64;
+                            assert!(kind == KIND_PLACED || skipped, "peek passed over a frame");
+                            assert_eq!(seq, read);
+                            read += 1;
+                            c.release();
+                        }
+                        None => break,
+                    },
+                }
+            }
+            assert!(p.is_drained(), "round {round}: consumed space not released");
+        }
+        assert_eq!(read, sent);
     }
 
     #[test]
@@ -851,9 +926,21 @@ mod tests {
             // SAFETY: the area outlives the consumer.
             let mut c = unsafe { Consumer::new(base, cap, 2000) };
             for _ in 0..200 {
+                // A frame `peek_frame` offers is exactly the record `next_record` reads next.
+                let peeked = c.peek_frame().map(|(bytes, room)| (bytes.as_ptr(), bytes.len(), room));
+                let tail = c.tail;
                 match c.next_record() {
-                    Ok(Some((_, bytes))) => { proptest::prop_assert!(bytes.len() <= 2000); }
-                    Ok(None) | Err(_) => break,
+                    Ok(Some((kind, bytes))) => {
+                        proptest::prop_assert!(bytes.len() <= 2000);
+                        if let Some((ptr, len, room)) = peeked {
+                            proptest::prop_assert_eq!((kind, bytes.as_ptr(), bytes.len()), (KIND_FRAME, ptr, len));
+                            proptest::prop_assert_eq!(c.tail, tail + room as u64);
+                        }
+                    }
+                    Ok(None) | Err(_) => {
+                        proptest::prop_assert!(peeked.is_none(), "peek offered what next_record refused");
+                        break;
+                    }
                 }
             }
         }

@@ -1121,6 +1121,38 @@ impl Transport for ShmTransport {
         self.poll_offering(sink, Some(lend))
     }
 
+    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]) -> bool) -> bool {
+        // Connections to report go first, and only the general poll reports them.
+        if !self.deferred.is_empty() {
+            return false;
+        }
+        for index in 0..self.links.len() {
+            let id = self.link_id(index as u32);
+            let Some(link) = self.links[index].as_deref_mut() else { continue };
+            // A link with more to do than a read (a loan, a placement, a queue, a failure or
+            // close to report) is the general poll's.
+            if link.lent
+                || link.placing.is_some()
+                || !link.queue.is_empty()
+                || link.broken.is_some()
+                || link.peer_gone
+                || link.local_close.is_some()
+            {
+                return false;
+            }
+            link.rx.awake();
+            // Empty, or a record that is not a frame (padding, a placement's): the next link.
+            // What is left here is read by the general poll the caller's next call makes.
+            let Some((bytes, room)) = link.rx.peek_frame() else { continue };
+            if !take(id, bytes) {
+                return false;
+            }
+            link.rx.consume_peeked(room);
+            return true;
+        }
+        false
+    }
+
     fn end_lend(&mut self, link: LinkId) {
         match self.index(link) {
             Some(index) => {
