@@ -8,6 +8,7 @@ pub(crate) mod dispatch;
 pub(crate) mod lifecycle;
 pub(crate) mod quiet;
 pub(crate) mod rndv;
+mod rung;
 mod spin_wait;
 pub(crate) mod state;
 pub(crate) mod stream;
@@ -432,6 +433,7 @@ impl WorkerShared {
     pub(crate) fn progress(self: &Arc<Self>) -> usize {
         match self.quiet.check() {
             quiet::Check::Skip => 0,
+            quiet::Check::Doorbell => self.rung_progress(),
             check => self.full_progress(check),
         }
     }
@@ -440,9 +442,15 @@ impl WorkerShared {
     /// timers, a doorbell's leaves them to the periodic one, any other looks at the clock.
     #[inline(never)]
     fn full_progress(self: &Arc<Self>, check: quiet::Check) -> usize {
+        self.full_progress_locked(self.lock(), check)
+    }
+
+    /// [`WorkerShared::full_progress`] with the worker's lock already taken (`guard`).
+    #[inline(always)]
+    fn full_progress_locked(self: &Arc<Self>, guard: CoreGuard<'_>, check: quiet::Check) -> usize {
         let slot = LendSlot::new();
         let (deferred, lent, handlers, events) = {
-            let mut guard = self.lock();
+            let mut guard = guard;
             let core = &mut *guard;
             // A message lent to an earlier call's handler goes back once the handler returned.
             let lend = (core.st.lent.is_none() || self.end_loan(core)).then_some(&slot);

@@ -413,6 +413,9 @@ pub(crate) struct State {
     /// The link and endpoint of the last frame received: most frames come on the link of the one
     /// before. Only a hint: a hit is checked against the endpoint's current link.
     pub rx_hint: (LinkId, u64),
+    /// Messages the rung path took (see `worker::rung`), for its tests.
+    #[cfg(test)]
+    pub rung_takes: u64,
     /// The coarse clock at the last run of the timers (see `WorkerShared::full_progress`).
     pub last_tick_coarse: i64,
     /// Set when an endpoint starts a flush close; cleared once none is closing.
@@ -497,6 +500,8 @@ impl State {
             doorbell_generation: u64::MAX,
             last_tick_coarse: 0,
             rx_hint: (LinkId(u32::MAX), 0),
+            #[cfg(test)]
+            rung_takes: 0,
             connecting: FastMap::default(),
             shm_member: None,
             dpdk_member: None,
