@@ -518,11 +518,12 @@ impl Consumer {
         Some((unsafe { std::slice::from_raw_parts(self.mem.data().add(pos + RECORD_HEADER), len) }, room))
     }
 
-    /// Consumes the frame [`Consumer::peek_frame`] just returned (`room` as it said). Like a
-    /// record [`Consumer::next_record`] read, its bytes stay lent until [`Consumer::release`].
+    /// Consumes the frame [`Consumer::peek_frame`] just returned (`room` as it said) and gives
+    /// its space back to the producer at once, with everything read before it.
     #[inline]
     pub fn consume_peeked(&mut self, room: usize) {
         self.tail += room as u64;
+        self.release();
     }
 
     /// Gives every record read so far back to the producer (one Release store, if anything moved).
@@ -673,7 +674,7 @@ mod tests {
     }
 
     /// `peek_frame` offers frames only, changes nothing until `consume_peeked`, and leaves
-    /// padding and other kinds to `next_record`.
+    /// padding and other kinds to `next_record`; `consume_peeked` gives the space back at once.
     #[test]
     fn peeked_frames_are_consumed_only_when_asked() {
         let cap = 4096;
@@ -698,7 +699,6 @@ mod tests {
                         assert_eq!(c.tail, tail, "a peek consumed");
                         c.consume_peeked(room);
                         assert_eq!(c.tail, tail + room as u64);
-                        c.release();
                         read += 1;
                     }
                     None => match c.next_record().unwrap() {
