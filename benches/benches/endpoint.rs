@@ -12,7 +12,11 @@
 //! Run: `cargo bench -p zcx-benches --bench endpoint`. The ping-pong times are full round trips.
 //! `ZCX_PINGPONG_ROUNDS=N cargo bench ... -- --profile-rounds` runs only N one-thread round trips
 //! (for an instruction-counting profiler); of active messages with `ZCX_PINGPONG_API=am`, of
-//! stream sends and WAITALL receives with `ZCX_PINGPONG_API=stream`.
+//! stream sends and WAITALL receives with `ZCX_PINGPONG_API=stream`, and with
+//! `ZCX_PINGPONG_API=rung` the tag messages of `zcx perf -t tag_lat`, each found by a rung
+//! doorbell as between two processes (the other forms find them in the general poll). Under
+//! callgrind, `rung_progress` inclusive over twice the rounds is what a message costs its
+//! receiver up to the completion, and `tag_send` over twice the rounds what the answer costs.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -194,6 +198,30 @@ impl OneThreadPingPong {
         *pong_in = Some(wait(&self.client, client_recv).buf);
     }
 
+    /// The steps of `zcx perf -t tag_lat` in order, each worker polled until quiet before its
+    /// peer sends, so each message is found by a rung doorbell (`worker/rung.rs`), as it is
+    /// between two processes.
+    fn rung_round_trip(&mut self) {
+        let [ping, pong_in, ping_in, pong] = &mut self.bufs;
+        let server_recv = self
+            .server
+            .tag_recv(ping_in.take().unwrap(), TAG, u64::MAX, RequestParams::default())
+            .expect("tag_recv");
+        self.server.progress();
+        let send = self.ep.tag_send(ping.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
+        let client_recv = self
+            .client
+            .tag_recv(pong_in.take().unwrap(), TAG, u64::MAX, RequestParams::default())
+            .expect("tag_recv");
+        *ping = Some(wait(&self.client, send).buf);
+        self.client.progress();
+        *ping_in = Some(wait(&self.server, server_recv).buf);
+        let answer =
+            self.server_ep.tag_send(pong.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
+        *pong = Some(wait(&self.server, answer).buf);
+        *pong_in = Some(wait(&self.client, client_recv).buf);
+    }
+
     fn round_trip(&mut self) {
         let [ping, pong_in, ping_in, pong] = &mut self.bufs;
         let server_recv = self
@@ -335,6 +363,11 @@ fn profile_rounds() -> bool {
         let mut am = OneThreadAmPingPong::new(&ctx);
         for _ in 0..rounds {
             am.round_trip();
+        }
+    } else if api == "rung" {
+        let mut pp = OneThreadPingPong::new(&ctx);
+        for _ in 0..rounds {
+            pp.rung_round_trip();
         }
     } else if api == "stream" {
         let mut pp = OneThreadPingPong::new(&ctx);
