@@ -31,6 +31,16 @@
 # the rounds like the main ratio. It compares the typical iteration, apart from the pauses this
 # shared machine puts into either side's average.
 #
+# After each side of each round, `zcx probe` times a bare cross-core round trip between the same
+# two CPUs (two threads passing a cache line), printed beside the round's figures as "host N ns".
+# It tells the host's state at that moment: on this VM about 100 to 130 ns usually, 400 to 550
+# when the host places the vCPUs far apart, and for short spells (a few hundred ms) about 45 ns.
+# In that fast state the cross-core transfer costs well under half as much, and a side whose
+# latency is mostly transfers gains the most. The host_ns column is the median of a test's
+# probes; fast_host counts the rounds whose probe after the UCX side read under FAST_HOST of the
+# whole run's median probe (a UCX figure from the fast state, which its ratio should be read
+# against).
+#
 # Latency ratio > 1: zcx is slower. Bandwidth and message-rate ratio > 1: zcx is faster. A pair that failed to
 # run shows FAILED in the table and makes the script exit 1 (after the table).
 #
@@ -55,6 +65,7 @@
 #   SERVER_CPU=1 CLIENT_CPU=0
 #   TESTS="tag_lat tag_sync_lat tag_bw put_lat put_bw put_rate get_lat get_bw fadd_lat cswap_lat
 #          am_lat am_bw stream_lat stream_bw"   (atomic_add_lat too, on request)
+#   FAST_HOST=0.6     the fraction of the run's median probe under which a round counts as fast_host
 #   CSV=target/compare-ucx.csv   the medians as CSV
 #   PLOT=target/compare-ucx.svg  the plot (PLOT= draws nothing)
 set -euo pipefail
@@ -106,18 +117,30 @@ perf_start
 echo "== ucx_perftest (UCX_TLS=$UCX_SIDE_TLS) vs zcx perf (--tls $ZCX_SIDE_TLS): $ROUNDS rounds, interleaved; server CPU $SERVER_CPU, client CPU $CLIENT_CPU" >&2
 declare -A result_ucx result_zcx result_ratio result_p50_ratio
 # One round's run of each side: sets uv (zv) and appends it to the side's values.
+# probe: the host's cross-core round trip right now (ns), or n/a; also kept for the run's median.
+probe() {
+    local ns
+    ns=$("$ZCX" probe --cpus "$CLIENT_CPU,$SERVER_CPU" 2>/dev/null | sed -n 's/^round_trip_ns=\([0-9.]*\).*/\1/p')
+    echo "${ns:-n/a}"
+    if [ -n "$ns" ]; then echo "$ns" >>"$work/probes"; fi
+}
 ucx_side() {
     if ucx_run "$UCX_SIDE_TLS" "$ucx_test" "$size" "$iters" "$warmup"; then
         uv=$(ucx_value "$metric")
         echo "$uv" >>"$ucx_values"
     fi
+    uh=$(probe)
+    if [ "$uh" != n/a ]; then echo "$uh" >>"$host_values"; echo "$uh" >>"$ucx_host_values"; fi
 }
 zcx_side() {
     if zcx_run "$ZCX_SIDE_TLS" "$test" "$size" "$iters" "$warmup"; then
         zv=$(zcx_value "$metric")
         echo "$zv" >>"$zcx_values"
     fi
+    zh=$(probe)
+    if [ "$zh" != n/a ]; then echo "$zh" >>"$host_values"; fi
 }
+: >"$work/probes"
 failed=0
 for test in $TESTS; do
     spec "$test"
@@ -127,12 +150,16 @@ for test in $TESTS; do
         zcx_values=$work/$test.$size.zcx
         ratio_values=$work/$test.$size.ratio
         p50_ratio_values=$work/$test.$size.p50ratio
+        host_values=$work/$test.$size.host
+        ucx_host_values=$work/$test.$size.ucxhost
+        : >"$host_values"
+        : >"$ucx_host_values"
         : >"$ucx_values"
         : >"$zcx_values"
         : >"$ratio_values"
         : >"$p50_ratio_values"
         for round in $(seq 1 "$ROUNDS"); do
-            uv=FAILED zv=FAILED
+            uv=FAILED zv=FAILED uh=n/a zh=n/a
             # UCX first in odd rounds, zcx first in even ones: whatever running second does to
             # a figure falls on both sides alike.
             if [ $((round % 2)) -eq 1 ]; then
@@ -152,7 +179,8 @@ for test in $TESTS; do
                     ratio "$(zcx_p50)" "$(ucx_p50)" >>"$p50_ratio_values"
                 fi
             fi
-            printf '   %-14s %8s round %d/%d: UCX %10s  zcx %10s\n' "$test" "$size" "$round" "$ROUNDS" "$uv" "$zv" >&2
+            printf '   %-14s %8s round %d/%d: UCX %10s (host %s ns)  zcx %10s (host %s ns)\n' \
+                "$test" "$size" "$round" "$ROUNDS" "$uv" "$uh" "$zv" "$zh" >&2
     done
     result_ucx[$key]=$(median_of "$ucx_values" "$ROUNDS")
     result_zcx[$key]=$(median_of "$zcx_values" "$ROUNDS")
@@ -162,8 +190,15 @@ for test in $TESTS; do
     done
 done
 
+# The run's median probe, against which a round's probe counts as the fast state.
+host_median=$(median <"$work/probes" || echo 0)
+# fast_host FILE: how many of the probes in FILE read under FAST_HOST of the run's median.
+fast_host() {
+    awk -v m="$host_median" -v f="${FAST_HOST:-0.6}" '$1 + 0 > 0 && $1 < m * f { n++ } END { print n + 0 }' "$1"
+}
+
 echo
-printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s %9s\n' test ucx_test size transport metric UCX zcx zcx/UCX p50_ratio
+printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s %9s %8s %9s\n' test ucx_test size transport metric UCX zcx zcx/UCX p50_ratio host_ns fast_host
 if [ -n "$CSV" ]; then
     mkdir -p "$(dirname "$CSV")"
     echo "source,test,size,transport,latency_us,bandwidth_MBps" >"$CSV"
@@ -175,7 +210,9 @@ for test in $TESTS; do
         z=${result_zcx[$test:$size]}
         ratio=$(ratio_label "${result_ratio[$test:$size]}")
         p50_ratio=$(ratio_label "${result_p50_ratio[$test:$size]}")
-        printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s %9s\n' "$test" "$ucx_test" "$size" "$TRANSPORT" "$metric" "$u" "$z" "$ratio" "$p50_ratio"
+        host=$(median <"$work/$test.$size.host" || echo n/a)
+        fast="$(fast_host "$work/$test.$size.ucxhost")/$ROUNDS"
+        printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s %9s %8s %9s\n' "$test" "$ucx_test" "$size" "$TRANSPORT" "$metric" "$u" "$z" "$ratio" "$p50_ratio" "$host" "$fast"
         if [ -n "$CSV" ]; then
             csv_row "$CSV" ucx "$test" "$size" "$TRANSPORT" "$metric" "$u"
             csv_row "$CSV" zcx "$test" "$size" "$TRANSPORT" "$metric" "$z"
@@ -187,6 +224,8 @@ echo "# back to back, so the machine's slow and fast modes cancel within a round
 echo "# latency: whole-run average, one-way for ping-pongs (ratio > 1: zcx slower); p50_ratio: the same"
 echo "# comparison of the typical iteration (50th percentiles; UCX's over its last window of iterations);"
 echo "# bandwidth: MB = 1e6 B, and message rate: puts/s (ratio > 1: zcx faster). UCX $(ucx_version) with UCX_TLS=$UCX_SIDE_TLS; zcx with ZCX_TLS=$ZCX_SIDE_TLS."
+echo "# host_ns: median of the test's cross-core probes (zcx probe, after each side); fast_host: rounds whose"
+echo "# probe after the UCX side read under ${FAST_HOST:-0.6} of the run's median probe ($host_median ns): the host's fast state."
 if [ -n "$CSV" ]; then
     echo "# medians written to $CSV"
     if [ -n "$PLOT" ]; then

@@ -1,8 +1,10 @@
-//! The `zcx` command: `zcx info` (the `ucx_info` of zcx), `zcx perf` (its `ucx_perftest`) and
-//! `zcx plot` (draws the CSV `zcx perf --csv` or `scripts/compare-ucx.sh` write).
+//! The `zcx` command: `zcx info` (the `ucx_info` of zcx), `zcx perf` (its `ucx_perftest`),
+//! `zcx plot` (draws the CSV `zcx perf --csv` or `scripts/compare-ucx.sh` write) and `zcx probe`
+//! (the host's cross-core round trip, which says what state a measurement ran in).
 
 mod info;
 mod perf;
+mod probe;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 
@@ -22,6 +24,8 @@ enum Command {
     Perf(perf::PerfArgs),
     /// Draw latency and bandwidth against message size from a CSV into an SVG file.
     Plot(perf::PlotArgs),
+    /// The host's cross-core round trip: two pinned threads passing a cache line back and forth.
+    Probe(probe::ProbeArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -46,6 +50,7 @@ fn main() -> std::process::ExitCode {
             }
         },
         Command::Plot(args) => perf::plot_csv(&args),
+        Command::Probe(args) => probe::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
