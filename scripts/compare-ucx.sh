@@ -31,15 +31,17 @@
 # the rounds like the main ratio. It compares the typical iteration, apart from the pauses this
 # shared machine puts into either side's average.
 #
-# After each side of each round, `zcx probe` times a bare cross-core round trip between the same
-# two CPUs (two threads passing a cache line), printed beside the round's figures as "host N ns".
-# It tells the host's state at that moment: on this VM about 100 to 130 ns usually, 400 to 550
-# when the host places the vCPUs far apart, and for short spells (a few hundred ms) about 45 ns.
-# In that fast state the cross-core transfer costs well under half as much, and a side whose
-# latency is mostly transfers gains the most. The host_ns column is the median of a test's
-# probes; fast_host counts the rounds whose probe after the UCX side read under FAST_HOST of the
-# whole run's median probe (a UCX figure from the fast state, which its ratio should be read
-# against).
+# After each side of each round, `zcx probe` measures the placement the pair ran on: the bare
+# cross-core round trip between the same two CPUs (two threads passing a cache line), and whether
+# the two CPUs are hyperthreads of one core (a compute burst on one slows while the other
+# computes). This VM's host usually gives the vCPUs two cores (about 120 ns), sometimes two far
+# apart (about 500 ns), and for spells of a few hundred ms two hyperthreads of one core (about
+# 45 ns, and each thread gets part of the core's speed): then the pair did not run on two
+# cores, and a side whose latency is mostly cache-line transfers (UCX's tag and AM paths) gains
+# far more than one whose latency is mostly its own instructions (zcx's). Each round's line
+# shows the probe after each side; the table adds host_ns (the median probe of the test),
+# shared (rounds with either probe on one core) and apart (the median ratio over the other
+# rounds, the comparison on two cores).
 #
 # Latency ratio > 1: zcx is slower. Bandwidth and message-rate ratio > 1: zcx is faster. A pair that failed to
 # run shows FAILED in the table and makes the script exit 1 (after the table).
@@ -65,7 +67,6 @@
 #   SERVER_CPU=1 CLIENT_CPU=0
 #   TESTS="tag_lat tag_sync_lat tag_bw put_lat put_bw put_rate get_lat get_bw fadd_lat cswap_lat
 #          am_lat am_bw stream_lat stream_bw"   (atomic_add_lat too, on request)
-#   FAST_HOST=0.6     the fraction of the run's median probe under which a round counts as fast_host
 #   CSV=target/compare-ucx.csv   the medians as CSV
 #   PLOT=target/compare-ucx.svg  the plot (PLOT= draws nothing)
 set -euo pipefail
@@ -115,14 +116,24 @@ ZCX=$PWD/target/release/zcx
 perf_start
 
 echo "== ucx_perftest (UCX_TLS=$UCX_SIDE_TLS) vs zcx perf (--tls $ZCX_SIDE_TLS): $ROUNDS rounds, interleaved; server CPU $SERVER_CPU, client CPU $CLIENT_CPU" >&2
-declare -A result_ucx result_zcx result_ratio result_p50_ratio
+declare -A result_ucx result_zcx result_ratio result_p50_ratio result_apart_ratio result_host result_shared
 # One round's run of each side: sets uv (zv) and appends it to the side's values.
-# probe: the host's cross-core round trip right now (ns), or n/a; also kept for the run's median.
+# probe: the host's cross-core round trip right now (ns), with " shared" when the two CPUs were
+# hyperthreads of one core; n/a when the probe failed.
 probe() {
-    local ns
-    ns=$("$ZCX" probe --cpus "$CLIENT_CPU,$SERVER_CPU" 2>/dev/null | sed -n 's/^round_trip_ns=\([0-9.]*\).*/\1/p')
-    echo "${ns:-n/a}"
-    if [ -n "$ns" ]; then echo "$ns" >>"$work/probes"; fi
+    local out ns
+    out=$("$ZCX" probe --cpus "$CLIENT_CPU,$SERVER_CPU" 2>/dev/null || true)
+    ns=$(field round_trip_ns "$out")
+    if [ -z "$ns" ]; then echo n/a; return; fi
+    if [ "$(field shared_core "$out")" = yes ]; then echo "$ns shared"; else echo "$ns"; fi
+}
+# host_label PROBE: a probe's result for the round's line.
+host_label() {
+    case "$1" in
+        n/a) echo n/a ;;
+        *shared) echo "${1%% *} ns, one core" ;;
+        *) echo "$1 ns" ;;
+    esac
 }
 ucx_side() {
     if ucx_run "$UCX_SIDE_TLS" "$ucx_test" "$size" "$iters" "$warmup"; then
@@ -130,7 +141,7 @@ ucx_side() {
         echo "$uv" >>"$ucx_values"
     fi
     uh=$(probe)
-    if [ "$uh" != n/a ]; then echo "$uh" >>"$host_values"; echo "$uh" >>"$ucx_host_values"; fi
+    if [ "$uh" != n/a ]; then echo "${uh%% *}" >>"$host_values"; fi
 }
 zcx_side() {
     if zcx_run "$ZCX_SIDE_TLS" "$test" "$size" "$iters" "$warmup"; then
@@ -138,9 +149,8 @@ zcx_side() {
         echo "$zv" >>"$zcx_values"
     fi
     zh=$(probe)
-    if [ "$zh" != n/a ]; then echo "$zh" >>"$host_values"; fi
+    if [ "$zh" != n/a ]; then echo "${zh%% *}" >>"$host_values"; fi
 }
-: >"$work/probes"
 failed=0
 for test in $TESTS; do
     spec "$test"
@@ -151,9 +161,10 @@ for test in $TESTS; do
         ratio_values=$work/$test.$size.ratio
         p50_ratio_values=$work/$test.$size.p50ratio
         host_values=$work/$test.$size.host
-        ucx_host_values=$work/$test.$size.ucxhost
+        apart_ratio_values=$work/$test.$size.apartratio
+        shared_rounds=0
         : >"$host_values"
-        : >"$ucx_host_values"
+        : >"$apart_ratio_values"
         : >"$ucx_values"
         : >"$zcx_values"
         : >"$ratio_values"
@@ -171,34 +182,36 @@ for test in $TESTS; do
             fi
             # The pair of one round ran back to back, in the same mode of the machine: its ratio
             # is the comparison; the median of the rounds' ratios is what the table reports.
+            case "$uh $zh" in *shared*) shared_rounds=$((shared_rounds + 1)) ;; esac
             if [ "$uv" != FAILED ] && [ "$zv" != FAILED ]; then
                 ratio "$zv" "$uv" >>"$ratio_values"
+                # Both probes on two cores: this round's pair compares the transports as meant.
+                case "$uh $zh" in
+                    *shared* | *n/a*) ;;
+                    *) ratio "$zv" "$uv" >>"$apart_ratio_values" ;;
+                esac
                 # Latency tests also compare the typical iteration (both tools' 50th
                 # percentile): the average carries the machine's pauses as much as the transport.
                 if [ "$metric" = latency_us ]; then
                     ratio "$(zcx_p50)" "$(ucx_p50)" >>"$p50_ratio_values"
                 fi
             fi
-            printf '   %-14s %8s round %d/%d: UCX %10s (host %s ns)  zcx %10s (host %s ns)\n' \
-                "$test" "$size" "$round" "$ROUNDS" "$uv" "$uh" "$zv" "$zh" >&2
+            printf '   %-14s %8s round %d/%d: UCX %10s (host %s)  zcx %10s (host %s)\n' \
+                "$test" "$size" "$round" "$ROUNDS" "$uv" "$(host_label "$uh")" "$zv" "$(host_label "$zh")" >&2
     done
     result_ucx[$key]=$(median_of "$ucx_values" "$ROUNDS")
     result_zcx[$key]=$(median_of "$zcx_values" "$ROUNDS")
     if [ "${result_ucx[$key]}" = FAILED ] || [ "${result_zcx[$key]}" = FAILED ]; then failed=1; fi
     result_ratio[$key]=$(median <"$ratio_values" || echo n/a)
     result_p50_ratio[$key]=$(median <"$p50_ratio_values" || echo n/a)
+    result_apart_ratio[$key]=$(median <"$apart_ratio_values" || echo n/a)
+    result_host[$key]=$(median <"$host_values" || echo n/a)
+    result_shared[$key]="$shared_rounds/$ROUNDS"
     done
 done
 
-# The run's median probe, against which a round's probe counts as the fast state.
-host_median=$(median <"$work/probes" || echo 0)
-# fast_host FILE: how many of the probes in FILE read under FAST_HOST of the run's median.
-fast_host() {
-    awk -v m="$host_median" -v f="${FAST_HOST:-0.6}" '$1 + 0 > 0 && $1 < m * f { n++ } END { print n + 0 }' "$1"
-}
-
 echo
-printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s %9s %8s %9s\n' test ucx_test size transport metric UCX zcx zcx/UCX p50_ratio host_ns fast_host
+printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s %9s %8s %7s %7s\n' test ucx_test size transport metric UCX zcx zcx/UCX p50_ratio host_ns shared apart
 if [ -n "$CSV" ]; then
     mkdir -p "$(dirname "$CSV")"
     echo "source,test,size,transport,latency_us,bandwidth_MBps" >"$CSV"
@@ -210,9 +223,9 @@ for test in $TESTS; do
         z=${result_zcx[$test:$size]}
         ratio=$(ratio_label "${result_ratio[$test:$size]}")
         p50_ratio=$(ratio_label "${result_p50_ratio[$test:$size]}")
-        host=$(median <"$work/$test.$size.host" || echo n/a)
-        fast="$(fast_host "$work/$test.$size.ucxhost")/$ROUNDS"
-        printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s %9s %8s %9s\n' "$test" "$ucx_test" "$size" "$TRANSPORT" "$metric" "$u" "$z" "$ratio" "$p50_ratio" "$host" "$fast"
+        apart=$(ratio_label "${result_apart_ratio[$test:$size]}")
+        printf '%-15s %-13s %8s %-10s %-15s %12s %12s %9s %9s %8s %7s %7s\n' "$test" "$ucx_test" "$size" "$TRANSPORT" "$metric" "$u" "$z" "$ratio" "$p50_ratio" \
+            "${result_host[$test:$size]}" "${result_shared[$test:$size]}" "$apart"
         if [ -n "$CSV" ]; then
             csv_row "$CSV" ucx "$test" "$size" "$TRANSPORT" "$metric" "$u"
             csv_row "$CSV" zcx "$test" "$size" "$TRANSPORT" "$metric" "$z"
@@ -220,12 +233,12 @@ for test in $TESTS; do
     done
 done
 echo "# UCX, zcx: medians of $ROUNDS rounds; zcx/UCX: median of the rounds' own ratios (each round's pair ran"
-echo "# back to back, so the machine's slow and fast modes cancel within a round)."
+echo "# back to back, on the placement of the moment, so the host's moves cancel within a round)."
 echo "# latency: whole-run average, one-way for ping-pongs (ratio > 1: zcx slower); p50_ratio: the same"
 echo "# comparison of the typical iteration (50th percentiles; UCX's over its last window of iterations);"
 echo "# bandwidth: MB = 1e6 B, and message rate: puts/s (ratio > 1: zcx faster). UCX $(ucx_version) with UCX_TLS=$UCX_SIDE_TLS; zcx with ZCX_TLS=$ZCX_SIDE_TLS."
-echo "# host_ns: median of the test's cross-core probes (zcx probe, after each side); fast_host: rounds whose"
-echo "# probe after the UCX side read under ${FAST_HOST:-0.6} of the run's median probe ($host_median ns): the host's fast state."
+echo "# host_ns: median of the test's cross-core round trips (zcx probe, after each side); shared: rounds in which"
+echo "# a probe found the two CPUs on one core (hyperthreads); apart: median ratio over the other rounds."
 if [ -n "$CSV" ]; then
     echo "# medians written to $CSV"
     if [ -n "$PLOT" ]; then

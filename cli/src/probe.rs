@@ -1,11 +1,15 @@
 //! `zcx probe`: the host's cross-core round trip, the floor under every shared-memory latency.
 //!
 //! Two threads, pinned to two CPUs, pass a counter back and forth through two cache lines (each
-//! thread writes one and spins on the other, with nothing between its looks). A round trip is two
-//! cache-line transfers between the cores and almost nothing else, so it tells which state the
-//! host is in at that moment: this VM's figure moves between about 42 ns, 100 ns and 500 ns as
-//! the host places and serves its vCPUs. `scripts/compare-ucx.sh` runs it after each side of
-//! each round, so a ratio can be read against the state both sides ran in.
+//! thread writes one and spins on the other). A round trip is two cache-line transfers between
+//! the cores and almost nothing else, so it tells which state the host is in at that moment:
+//! this VM's figure moves between about 120 ns (two cores), 500 ns (cores far apart) and 45 ns,
+//! as the host places its vCPUs. The 45 ns state is the host running both vCPUs on two
+//! hyperthreads of one core, which the second measure shows: a compute burst on one CPU slows by
+//! 1.5 to 1.8 times while the other computes too ([`sibling_slowdown`]), against none on two
+//! cores. A benchmark meant to run client and server on two cores does not, in that state.
+//! `scripts/compare-ucx.sh` runs the probe after each side of each round, so a ratio can be read
+//! against the placement both sides ran in.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -57,7 +61,7 @@ struct Lines {
 /// several loads of the line in flight, and the peer's write then costs a pipeline flush; `pause`
 /// lasts 25 to 40 ns on current cores, longer than the transfer being measured. Ten dependent
 /// additions (about 10 cycles) gave the shortest round trips here: 100 ns against 128 ns with no
-/// gap and 108 ns with `pause`, and 42 ns against 51 ns when the host is in its fast state.
+/// gap and 108 ns with `pause`, and 42 ns against 51 ns when the two CPUs share a core.
 #[inline(always)]
 fn settle() {
     #[cfg(target_arch = "x86_64")]
@@ -88,14 +92,16 @@ fn wait_for(line: &Line, value: u64, start: Instant) -> bool {
     true
 }
 
+/// Pins the calling thread to `cpu`.
+fn pin(cpu: usize) -> Result<(), String> {
+    CpuSet::single(cpu)
+        .and_then(|set| pin_current_thread(&set))
+        .map_err(|e| format!("cannot run on CPU {cpu}: {e}"))
+}
+
 /// The median over `batches` batches of `round_trips` round trips between CPUs `a` and `b`: the
 /// time of one round trip.
 pub fn round_trip(a: usize, b: usize, round_trips: u64, batches: u64) -> Result<Duration, String> {
-    let pin = |cpu: usize| {
-        CpuSet::single(cpu)
-            .and_then(|set| pin_current_thread(&set))
-            .map_err(|e| format!("cannot run on CPU {cpu}: {e}"))
-    };
     // Both CPUs checked before the peer starts, so a CPU this process may not use is an error at
     // once rather than a peer that never answers.
     pin(b)?;
@@ -141,11 +147,94 @@ pub fn round_trip(a: usize, b: usize, round_trips: u64, batches: u64) -> Result<
     })
 }
 
-/// Runs `zcx probe`: prints `round_trip_ns=<ns> cpus=<a>,<b>`.
+/// Independent additions a compute burst runs (four chains, so a core that is not shared runs
+/// about four a cycle): about 1.5 ms here.
+const BURST_ADDS: u64 = 12_000_000;
+
+/// A compute burst: [`BURST_ADDS`] additions in four independent chains, all in registers.
+#[inline(never)]
+fn burst(adds: u64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (mut w, mut x, mut y, mut z) = (0u64, 0u64, 0u64, 0u64);
+        for _ in 0..adds / 4 {
+            // SAFETY: additions on registers; no memory, no flags anyone reads.
+            unsafe {
+                std::arch::asm!(
+                    "add {0}, 1", "add {1}, 1", "add {2}, 1", "add {3}, 1",
+                    inout(reg) w, inout(reg) x, inout(reg) y, inout(reg) z,
+                    options(nomem, nostack),
+                )
+            };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let mut sum = 0u64;
+        for i in 0..adds {
+            sum = std::hint::black_box(sum.wrapping_add(i));
+        }
+    }
+}
+
+/// How much longer a compute burst on CPU `a` takes while CPU `b` computes too than while `b`
+/// only spins on `pause`: about 1.0 when the two are separate cores, 1.5 to 1.8 when they are hyperthreads of
+/// one core (which then share its execution units). This VM's host sometimes runs both vCPUs on
+/// one core that way: then a cache line passes between them through the core's own caches (the
+/// fast round trips), and each gets part of the core's speed.
+pub fn sibling_slowdown(a: usize, b: usize) -> Result<f64, String> {
+    pin(b)?;
+    pin(a)?;
+    // 0: wait with `pause` (which leaves a shared core's units to its sibling), 1: compute, 2: end.
+    let mode = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        let peer = scope.spawn(|| -> Result<(), String> {
+            pin(b)?;
+            loop {
+                match mode.load(Ordering::Relaxed) {
+                    // `pause`, not a sleep: a vCPU that goes idle may come back elsewhere, and
+                    // the probe must measure the placement the benchmark had.
+                    0 => std::hint::spin_loop(),
+                    1 => burst(BURST_ADDS / 64),
+                    _ => return Ok(()),
+                }
+            }
+        });
+        let best = |peer_mode: u64| {
+            mode.store(peer_mode, Ordering::Relaxed);
+            // Long enough for the peer to change what it does (it looks between bursts of 1/64).
+            burst(BURST_ADDS / 16);
+            (0..2)
+                .map(|_| {
+                    let start = Instant::now();
+                    burst(BURST_ADDS);
+                    start.elapsed()
+                })
+                .min()
+                .unwrap_or(Duration::MAX)
+        };
+        let alone = best(0);
+        let shared = best(1);
+        mode.store(2, Ordering::Relaxed);
+        peer.join().map_err(|_| "the probe's peer thread panicked".to_string())??;
+        Ok(shared.as_secs_f64() / alone.as_secs_f64().max(1e-9))
+    })
+}
+
+/// A slowdown above this says the two CPUs are hyperthreads of one core.
+const SHARED_CORE_SLOWDOWN: f64 = 1.3;
+
+/// Runs `zcx probe`: prints `round_trip_ns=<ns> sibling_slowdown=<x> shared_core=<yes|no>
+/// cpus=<a>,<b>`.
 pub fn run(args: &ProbeArgs) -> Result<(), String> {
     let (a, b) = args.cpus;
     let time = round_trip(a, b, args.round_trips, args.batches)?;
-    println!("round_trip_ns={:.1} cpus={a},{b}", time.as_secs_f64() * 1e9);
+    let slowdown = sibling_slowdown(a, b)?;
+    println!(
+        "round_trip_ns={:.1} sibling_slowdown={slowdown:.2} shared_core={} cpus={a},{b}",
+        time.as_secs_f64() * 1e9,
+        if slowdown > SHARED_CORE_SLOWDOWN { "yes" } else { "no" }
+    );
     Ok(())
 }
 
@@ -175,12 +264,27 @@ mod tests {
         assert!(time > Duration::from_nanos(5) && time < Duration::from_micros(50), "round trip {time:?}");
     }
 
+    /// The slowdown is a ratio of two timings of the same work: positive and finite, and not far
+    /// below one (a burst never runs faster for a busy neighbour).
+    #[test]
+    fn the_sibling_slowdown_is_a_plausible_ratio() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus < 2 {
+            eprintln!("skipped: one CPU only, no neighbour to measure against");
+            return;
+        }
+        let slowdown = sibling_slowdown(0, 1).expect("probe");
+        assert!(slowdown.is_finite() && (0.5..4.0).contains(&slowdown), "slowdown {slowdown}");
+    }
+
     /// A CPU that does not exist is a clear error, and the peer thread is not left waiting.
     #[test]
     fn a_missing_cpu_is_an_error_not_a_hang() {
         let err = round_trip(0, 100_000, 10, 1).unwrap_err();
         assert!(err.contains("100000"), "{err}");
         let err = round_trip(100_000, 0, 10, 1).unwrap_err();
+        assert!(err.contains("100000"), "{err}");
+        let err = sibling_slowdown(0, 100_000).unwrap_err();
         assert!(err.contains("100000"), "{err}");
     }
 }
