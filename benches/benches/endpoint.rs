@@ -14,7 +14,8 @@
 //! (for an instruction-counting profiler); of active messages with `ZCX_PINGPONG_API=am`, of
 //! stream sends and WAITALL receives with `ZCX_PINGPONG_API=stream`, and with
 //! `ZCX_PINGPONG_API=rung` the tag messages of `zcx perf -t tag_lat`, each found by a rung
-//! doorbell as between two processes (the other forms find them in the general poll). Under
+//! doorbell as between two processes (the other forms find them in the general poll), and
+//! `am-rung` the same for active messages. Under
 //! callgrind, `rung_progress` inclusive over twice the rounds is what a message costs its
 //! receiver up to the completion, and `tag_send` over twice the rounds what the answer costs.
 
@@ -270,6 +271,14 @@ impl OneThreadAmPingPong {
         OneThreadAmPingPong { pp, pings, pongs }
     }
 
+    /// As `round_trip`, each worker polled until quiet before its peer sends, so each message is
+    /// found by a rung doorbell, as between two processes.
+    fn rung_round_trip(&mut self) {
+        self.pp.server.progress();
+        self.pp.client.progress();
+        self.round_trip();
+    }
+
     fn round_trip(&mut self) {
         let [ping, _, _, pong] = &mut self.pp.bufs;
         let before = self.pings.load(Ordering::Relaxed);
@@ -363,6 +372,11 @@ fn profile_rounds() -> bool {
         let mut am = OneThreadAmPingPong::new(&ctx);
         for _ in 0..rounds {
             am.round_trip();
+        }
+    } else if api == "am-rung" {
+        let mut am = OneThreadAmPingPong::new(&ctx);
+        for _ in 0..rounds {
+            am.rung_round_trip();
         }
     } else if api == "rung" {
         let mut pp = OneThreadPingPong::new(&ctx);

@@ -397,17 +397,17 @@ pub trait Transport: Send {
         self.poll(sink)
     }
 
-    /// Offers one frame waiting on a link of this transport to `take`, without the general
-    /// poll: for a worker whose doorbell rang while the transport was quiet (see
-    /// [`crate::doorbell`]), so a message on its own costs a read of its ring and nothing else.
-    /// `take` returns true when it consumed the frame, which is then gone from its link (and its
-    /// space given back); false leaves it for the next [`Transport::poll`]. True when a frame was
-    /// taken. False also whenever a link needs more than a read (a loan, a placement, a queue, a
-    /// failure or close to report) or the transport has events of its own: the caller then polls
-    /// as usual. Frames of one link are offered in order, and only the first waiting one.
-    /// Default: never takes.
-    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]) -> bool) -> bool {
-        let _ = take;
+    /// Hands one frame waiting on a link of this transport to `take`, without the general poll:
+    /// for a worker whose doorbell rang while the transport was quiet (see [`crate::doorbell`]),
+    /// so a message on its own costs a read of its ring and its handling. The frame is offered
+    /// through `lend` as [`Transport::poll_lending`] offers it; untaken, it is gone from its link
+    /// (and its space given back) when `take` returns. True when a frame was handed over. False
+    /// when none waits, and whenever a link needs more than a read (a loan, a placement, a queue,
+    /// a failure or close to report) or the transport has events of its own: the caller then
+    /// polls as usual. Only the frame at the head of a link is handed over, so order holds.
+    /// Default: never hands one over.
+    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]), lend: &crate::LendSlot) -> bool {
+        let _ = (take, lend);
         false
     }
 

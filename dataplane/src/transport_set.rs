@@ -65,8 +65,8 @@ impl TransportSet {
     }
 
     /// [`Transport::take_rung_frame`] of the members [`TransportSet::poll_rung`] would poll, in
-    /// order, until one takes a frame. A member that declines one leaves it for the next poll.
-    pub fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]) -> bool) -> bool {
+    /// order, until one hands a frame over.
+    pub fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]), lend: &LendSlot) -> bool {
         let belled = self.belled.get();
         for (index, tl) in self.members.iter_mut().enumerate() {
             if belled & (1 << index) == 0 {
@@ -74,8 +74,8 @@ impl TransportSet {
             }
             let taken = match index {
                 // Member 0's ids are the set's (see `poll_members`).
-                0 => tl.take_rung_frame(take),
-                _ => tl.take_rung_frame(&mut |link, bytes| take(LinkId(global(index, link.0)), bytes)),
+                0 => tl.take_rung_frame(take, lend),
+                _ => tl.take_rung_frame(&mut |link, bytes| take(LinkId(global(index, link.0)), bytes), lend),
             };
             if taken {
                 return true;

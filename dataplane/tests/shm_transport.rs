@@ -9,8 +9,8 @@ use zcx_control::TransportAddress;
 use zcx_dataplane::shm::conn::{self, Hello};
 use zcx_dataplane::shm::segment::{segment_len, Segment};
 use zcx_dataplane::{
-    ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, SendOutcome, ShmConfig, ShmTransport, TlError,
-    TlEvent, Transport, ZcopyPayload,
+    ConnectTarget, LendSlot, LinkId, ListenerId, Payload, PlaceTarget, SendOutcome, ShmConfig, ShmTransport,
+    TlError, TlEvent, Transport, ZcopyPayload,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -224,41 +224,50 @@ fn a_poll_after_an_empty_one_takes_one_record_and_the_next_drains_the_rest() {
     assert_eq!(b.frames(lb), vec![b"x".to_vec()]);
 }
 
-/// `take_rung_frame` offers the frame at the head of a link and nothing past it: a declined
-/// frame stays for the next poll, in its place; a placement at the head is the general poll's,
-/// and so is the frame behind one in progress; frames taken and polled together keep their
-/// order.
+/// `take_rung_frame` hands over the frame at the head of a link and nothing past it; a frame
+/// taken through the lend slot stays unreleased, and the link closed to further takes, until its
+/// loan ends; a placement at the head is the general poll's, and so is the frame behind one in
+/// progress; frames taken and polled together keep their order.
 #[test]
-fn a_rung_take_offers_the_head_frame_and_leaves_the_rest_to_the_poll() {
+fn a_rung_take_hands_over_the_head_frame_and_leaves_the_rest_to_the_poll() {
     let (mut a, mut b) = (Side::new(), Side::new());
     let (la, lb) = pair(&mut a, &mut b);
     let mut taken: Vec<Vec<u8>> = Vec::new();
     let take_all = |t: &mut ShmTransport, taken: &mut Vec<Vec<u8>>| {
-        t.take_rung_frame(&mut |link, bytes| {
-            assert_eq!(link, lb);
-            taken.push(bytes.to_vec());
-            true
-        })
+        t.take_rung_frame(
+            &mut |link, bytes| {
+                assert_eq!(link, lb);
+                taken.push(bytes.to_vec());
+            },
+            &LendSlot::new(),
+        )
     };
     assert!(!take_all(&mut b.t, &mut taken), "nothing waiting");
-    for i in 0..4u8 {
+    for i in 0..5u8 {
         a.t.send(la, &[i], Payload::Copy(&[i; 8])).unwrap();
-    }
-    // Declined: left in place, and offered again.
-    for _ in 0..2 {
-        let mut offered = Vec::new();
-        assert!(!b.t.take_rung_frame(&mut |_, bytes| {
-            offered.push(bytes.to_vec());
-            false
-        }));
-        assert_eq!(offered, vec![[&[0u8][..], &[0; 8]].concat()], "only the head frame");
     }
     assert!(take_all(&mut b.t, &mut taken));
     assert!(take_all(&mut b.t, &mut taken));
     assert_eq!(taken.len(), 2, "one frame per take");
+    // Lent: the frame stays where it is until the loan ends, and nothing more is handed over.
+    let lend = LendSlot::new();
+    let mut lent = None;
+    assert!(b.t.take_rung_frame(
+        &mut |_, bytes| {
+            assert!(lend.take(), "offered for lending");
+            lent = Some((bytes.as_ptr(), bytes.to_vec()));
+        },
+        &lend
+    ));
+    let (ptr, bytes) = lent.expect("handed over");
+    assert!(!take_all(&mut b.t, &mut taken), "a take past a loan");
+    // SAFETY: the loan has not ended, so the record's bytes are still in place.
+    assert_eq!(unsafe { std::slice::from_raw_parts(ptr, bytes.len()) }, &bytes[..], "lent bytes moved");
+    b.t.end_lend(lb);
+    taken.push(bytes);
     pump_one(&mut b, "the rest", |b| b.frames(lb).len() == 2);
     let order: Vec<u8> = taken.iter().chain(b.frames(lb).iter()).map(|frame| frame[0]).collect();
-    assert_eq!(order, [0, 1, 2, 3]);
+    assert_eq!(order, [0, 1, 2, 3, 4]);
     // A placement at the head is not a frame: declined. Once the poll started copying it (more
     // than one poll's worth), the frame behind it is not offered either: it would overtake it.
     let buf = pattern(20 << 20, 5);

@@ -144,7 +144,7 @@ fn finish_if_received(st: &mut State, id: u64) {
     }
 }
 
-fn on_frame(st: &mut State, link: LinkId, bytes: &[u8], lend: Option<&LendSlot>) {
+pub(crate) fn on_frame(st: &mut State, link: LinkId, bytes: &[u8], lend: Option<&LendSlot>) {
     // Small messages first: their headers decode without the general decoder's checked reads,
     // and they are handled here, without the general dispatch below.
     if let Some((op, payload)) = Op::decode_eager(bytes) {
@@ -182,18 +182,6 @@ fn on_frame(st: &mut State, link: LinkId, bytes: &[u8], lend: Option<&LendSlot>)
     }
     let Some(ep) = receiving_ep(st, link) else { return };
     on_op(st, link, ep, op, payload);
-}
-
-/// A frame a rung doorbell brought (see `worker::rung`), handled as [`on_frame`] handles it,
-/// unless it is an active message: those go to the general poll, which can lend them to their
-/// handler in place. True when handled (or ignored, as `on_frame` ignores it); false leaves the
-/// frame untouched.
-pub(crate) fn on_rung_frame(st: &mut State, link: LinkId, bytes: &[u8]) -> bool {
-    if Op::is_am_eager(bytes) {
-        return false;
-    }
-    on_frame(st, link, bytes, None);
-    true
 }
 
 fn on_am_eager(st: &mut State, ep: u64, am_id: u16, reply: bool, header_len: u16, payload: &[u8]) {

@@ -442,20 +442,27 @@ impl WorkerShared {
     /// timers, a doorbell's leaves them to the periodic one, any other looks at the clock.
     #[inline(never)]
     fn full_progress(self: &Arc<Self>, check: quiet::Check) -> usize {
-        self.full_progress_locked(self.lock(), check)
+        self.full_progress_locked(self.lock(), check, &LendSlot::new(), true)
     }
 
-    /// [`WorkerShared::full_progress`] with the worker's lock already taken (`guard`).
+    /// [`WorkerShared::full_progress`] with the worker's lock already taken (`guard`), frames
+    /// offered through `slot`. With `poll` false, the transports are not polled: the rung path
+    /// (see [`rung`]) read this call's frame already, and only what follows a poll runs.
     #[inline(always)]
-    fn full_progress_locked(self: &Arc<Self>, guard: CoreGuard<'_>, check: quiet::Check) -> usize {
-        let slot = LendSlot::new();
+    fn full_progress_locked(
+        self: &Arc<Self>,
+        guard: CoreGuard<'_>,
+        check: quiet::Check,
+        slot: &LendSlot,
+        poll: bool,
+    ) -> usize {
         let (deferred, lent, handlers, events) = {
             let mut guard = guard;
             let core = &mut *guard;
-            // A message lent to an earlier call's handler goes back once the handler returned.
-            let lend = (core.st.lent.is_none() || self.end_loan(core)).then_some(&slot);
-            core.st.events = 0;
-            {
+            if poll {
+                // A message lent to an earlier call's handler goes back once the handler returned.
+                let lend = (core.st.lent.is_none() || self.end_loan(core)).then_some(slot);
+                core.st.events = 0;
                 let Core { tl, st } = core;
                 let mut sink = |event: zcx_dataplane::TlEvent<'_>| dispatch::on_event(st, event, lend);
                 match (check, lend) {

@@ -462,13 +462,6 @@ impl Op {
         }
     }
 
-    /// True when `frame` claims to be an [`Op::AmEager`] (its first byte; the frame may still be
-    /// malformed): a receiver that handles those apart tells them from the rest at no cost.
-    #[inline]
-    pub fn is_am_eager(frame: &[u8]) -> bool {
-        frame.first() == Some(&code::AM_EAGER)
-    }
-
     /// The header of [`Op::TagEager`], encoded without going through [`Op::encode`]: the eager
     /// send path builds it on every small message, and a fixed array of the op's own length
     /// spares it the zeroed [`MAX_HEADER_LEN`] buffer and the writer's bounds checks.

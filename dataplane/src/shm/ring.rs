@@ -518,12 +518,11 @@ impl Consumer {
         Some((unsafe { std::slice::from_raw_parts(self.mem.data().add(pos + RECORD_HEADER), len) }, room))
     }
 
-    /// Consumes the frame [`Consumer::peek_frame`] just returned (`room` as it said) and gives
-    /// its space back to the producer at once, with everything read before it.
+    /// Consumes the frame [`Consumer::peek_frame`] just returned (`room` as it said). Like a
+    /// record [`Consumer::next_record`] read, its bytes stay lent until [`Consumer::release`].
     #[inline]
     pub fn consume_peeked(&mut self, room: usize) {
         self.tail += room as u64;
-        self.release();
     }
 
     /// Gives every record read so far back to the producer (one Release store, if anything moved).
@@ -674,7 +673,7 @@ mod tests {
     }
 
     /// `peek_frame` offers frames only, changes nothing until `consume_peeked`, and leaves
-    /// padding and other kinds to `next_record`; `consume_peeked` gives the space back at once.
+    /// padding and other kinds to `next_record`.
     #[test]
     fn peeked_frames_are_consumed_only_when_asked() {
         let cap = 4096;
@@ -699,6 +698,7 @@ mod tests {
                         assert_eq!(c.tail, tail, "a peek consumed");
                         c.consume_peeked(room);
                         assert_eq!(c.tail, tail + room as u64);
+                        c.release();
                         read += 1;
                     }
                     None => match c.next_record().unwrap() {

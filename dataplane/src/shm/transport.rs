@@ -1121,7 +1121,7 @@ impl Transport for ShmTransport {
         self.poll_offering(sink, Some(lend))
     }
 
-    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]) -> bool) -> bool {
+    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]), lend: &LendSlot) -> bool {
         // Connections to report go first, and only the general poll reports them.
         if !self.deferred.is_empty() {
             return false;
@@ -1144,10 +1144,16 @@ impl Transport for ShmTransport {
             // Empty, or a record that is not a frame (padding, a placement's): the next link.
             // What is left here is read by the general poll the caller's next call makes.
             let Some((bytes, room)) = link.rx.peek_frame() else { continue };
-            if !take(id, bytes) {
-                return false;
-            }
+            let offered = lend.offer();
+            take(id, bytes);
             link.rx.consume_peeked(room);
+            if offered && lend.settle() {
+                // Taken past the call, as `poll_rx` lends: unreleased until the loan ends.
+                link.lent = true;
+                link.rx_streak = true;
+            } else {
+                link.rx.release();
+            }
             return true;
         }
         false
