@@ -203,38 +203,33 @@ impl OneThreadPingPong {
     /// peer sends, so each message is found by a rung doorbell (`worker/rung.rs`), as it is
     /// between two processes.
     fn rung_round_trip(&mut self) {
-        let [ping, pong_in, ping_in, pong] = &mut self.bufs;
-        let server_recv = self
-            .server
-            .tag_recv(ping_in.take().unwrap(), TAG, u64::MAX, RequestParams::default())
-            .expect("tag_recv");
-        self.server.progress();
-        let send = self.ep.tag_send(ping.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
-        let client_recv = self
-            .client
-            .tag_recv(pong_in.take().unwrap(), TAG, u64::MAX, RequestParams::default())
-            .expect("tag_recv");
-        *ping = Some(wait(&self.client, send).buf);
-        self.client.progress();
-        *ping_in = Some(wait(&self.server, server_recv).buf);
-        let answer =
-            self.server_ep.tag_send(pong.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
-        *pong = Some(wait(&self.server, answer).buf);
-        *pong_in = Some(wait(&self.client, client_recv).buf);
+        self.round_trip_polling_first(true);
     }
 
     fn round_trip(&mut self) {
+        self.round_trip_polling_first(false);
+    }
+
+    /// One tag round trip; with `quiet_first`, each receiving worker is polled once after it
+    /// posted its receive and before its peer sends.
+    fn round_trip_polling_first(&mut self, quiet_first: bool) {
         let [ping, pong_in, ping_in, pong] = &mut self.bufs;
         let server_recv = self
             .server
             .tag_recv(ping_in.take().unwrap(), TAG, u64::MAX, RequestParams::default())
             .expect("tag_recv");
+        if quiet_first {
+            self.server.progress();
+        }
         let send = self.ep.tag_send(ping.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
         let client_recv = self
             .client
             .tag_recv(pong_in.take().unwrap(), TAG, u64::MAX, RequestParams::default())
             .expect("tag_recv");
         *ping = Some(wait(&self.client, send).buf);
+        if quiet_first {
+            self.client.progress();
+        }
         *ping_in = Some(wait(&self.server, server_recv).buf);
         let answer =
             self.server_ep.tag_send(pong.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");

@@ -251,13 +251,20 @@ mod tests {
         assert!(parse_cpus("a,1").unwrap_err().contains("not a CPU"));
     }
 
+    /// True when this process may run on two CPUs; otherwise says why its caller skips.
+    fn two_cpus(what: &str) -> bool {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus < 2 {
+            eprintln!("skipped: one CPU only, no {what} to measure");
+        }
+        cpus >= 2
+    }
+
     /// On two CPUs the figure is a cross-core round trip: longer than nothing, far shorter than a
     /// scheduler's time slice (a probe whose threads shared one CPU would take that long).
     #[test]
     fn a_round_trip_between_two_cpus_is_a_plausible_cross_core_time() {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if cpus < 2 {
-            eprintln!("skipped: one CPU only, no cross-core round trip to measure");
+        if !two_cpus("cross-core round trip") {
             return;
         }
         let time = round_trip(0, 1, 2_000, 3).expect("probe");
@@ -268,9 +275,7 @@ mod tests {
     /// below one (a burst never runs faster for a busy neighbour).
     #[test]
     fn the_sibling_slowdown_is_a_plausible_ratio() {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if cpus < 2 {
-            eprintln!("skipped: one CPU only, no neighbour to measure against");
+        if !two_cpus("neighbour's slowdown") {
             return;
         }
         let slowdown = sibling_slowdown(0, 1).expect("probe");
