@@ -119,12 +119,14 @@ echo "== ucx_perftest (UCX_TLS=$UCX_SIDE_TLS) vs zcx perf (--tls $ZCX_SIDE_TLS):
 declare -A result_ucx result_zcx result_ratio result_p50_ratio result_apart_ratio result_host result_shared
 # One round's run of each side: sets uv (zv) and appends it to the side's values.
 # probe: the host's cross-core round trip right now (ns), with " shared" when the two CPUs were
-# hyperthreads of one core; n/a when the probe failed.
+# hyperthreads of one core; n/a when the probe failed. The round trip is also kept in the test's
+# host values.
 probe() {
     local out ns
     out=$("$ZCX" probe --cpus "$CLIENT_CPU,$SERVER_CPU" 2>/dev/null || true)
     ns=$(field round_trip_ns "$out")
     if [ -z "$ns" ]; then echo n/a; return; fi
+    echo "$ns" >>"$host_values"
     if [ "$(field shared_core "$out")" = yes ]; then echo "$ns shared"; else echo "$ns"; fi
 }
 # host_label PROBE: a probe's result for the round's line.
@@ -141,7 +143,6 @@ ucx_side() {
         echo "$uv" >>"$ucx_values"
     fi
     uh=$(probe)
-    if [ "$uh" != n/a ]; then echo "${uh%% *}" >>"$host_values"; fi
 }
 zcx_side() {
     if zcx_run "$ZCX_SIDE_TLS" "$test" "$size" "$iters" "$warmup"; then
@@ -149,7 +150,6 @@ zcx_side() {
         echo "$zv" >>"$zcx_values"
     fi
     zh=$(probe)
-    if [ "$zh" != n/a ]; then echo "${zh%% *}" >>"$host_values"; fi
 }
 failed=0
 for test in $TESTS; do

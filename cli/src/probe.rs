@@ -6,7 +6,7 @@
 //! this VM's figure moves between about 120 ns (two cores), 500 ns (cores far apart) and 45 ns,
 //! as the host places its vCPUs. The 45 ns state is the host running both vCPUs on two
 //! hyperthreads of one core, which the second measure shows: a compute burst on one CPU slows by
-//! 1.5 to 1.8 times while the other computes too ([`sibling_slowdown`]), against none on two
+//! 1.4 to 1.9 times while the other computes too ([`sibling_slowdown`]), against none on two
 //! cores. A benchmark meant to run client and server on two cores does not, in that state.
 //! `scripts/compare-ucx.sh` runs the probe after each side of each round, so a ratio can be read
 //! against the placement both sides ran in.
@@ -92,6 +92,13 @@ fn wait_for(line: &Line, value: u64, start: Instant) -> bool {
     true
 }
 
+/// Checks that this process may run on both CPUs (the calling thread ends pinned to `a`), so a
+/// CPU it may not use is an error at once rather than a peer that never starts.
+fn pin_both(a: usize, b: usize) -> Result<(), String> {
+    pin(b)?;
+    pin(a)
+}
+
 /// Pins the calling thread to `cpu`.
 fn pin(cpu: usize) -> Result<(), String> {
     CpuSet::single(cpu)
@@ -102,10 +109,7 @@ fn pin(cpu: usize) -> Result<(), String> {
 /// The median over `batches` batches of `round_trips` round trips between CPUs `a` and `b`: the
 /// time of one round trip.
 pub fn round_trip(a: usize, b: usize, round_trips: u64, batches: u64) -> Result<Duration, String> {
-    // Both CPUs checked before the peer starts, so a CPU this process may not use is an error at
-    // once rather than a peer that never answers.
-    pin(b)?;
-    pin(a)?;
+    pin_both(a, b)?;
     let lines = Lines { ping: Line(AtomicU64::new(0)), pong: Line(AtomicU64::new(0)) };
     let (ping, pong) = (&lines.ping, &lines.pong);
     let total = round_trips * batches;
@@ -178,13 +182,12 @@ fn burst(adds: u64) {
 }
 
 /// How much longer a compute burst on CPU `a` takes while CPU `b` computes too than while `b`
-/// only spins on `pause`: about 1.0 when the two are separate cores, 1.5 to 1.8 when they are hyperthreads of
-/// one core (which then share its execution units). This VM's host sometimes runs both vCPUs on
-/// one core that way: then a cache line passes between them through the core's own caches (the
-/// fast round trips), and each gets part of the core's speed.
+/// only spins on `pause`: about 1.0 when the two are separate cores, 1.4 to 1.9 when they are
+/// hyperthreads of one core (which then share its execution units). This VM's host sometimes
+/// runs both vCPUs on one core that way: then a cache line passes between them through the
+/// core's own caches (the fast round trips), and each gets part of the core's speed.
 pub fn sibling_slowdown(a: usize, b: usize) -> Result<f64, String> {
-    pin(b)?;
-    pin(a)?;
+    pin_both(a, b)?;
     // 0: wait with `pause` (which leaves a shared core's units to its sibling), 1: compute, 2: end.
     let mode = AtomicU64::new(0);
     std::thread::scope(|scope| {
