@@ -381,9 +381,14 @@ impl Worker {
         let mut table = AmHandlers::clone(&core.st.am_handlers);
         table.set(id, handler.map(Arc::from));
         let old = std::mem::replace(&mut core.st.am_handlers, Arc::new(table));
-        // The old table may hold the last reference to a replaced handler, which may own
-        // endpoints, whose drop takes the lock.
-        core.st.bury(old);
+        if core.st.lent.is_some() {
+            // A lent message's handler may be reading the old table now (see `am_lent`).
+            core.st.lent_tables.push(old);
+        } else {
+            // The old table may hold the last reference to a replaced handler, which may own
+            // endpoints, whose drop takes the lock.
+            core.st.bury(old);
+        }
     }
 
     /// `ucp_am_recv_data_nbx`: receives a kept message's data into `buf`. Eager data is copied at

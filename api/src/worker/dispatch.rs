@@ -157,7 +157,7 @@ pub(crate) fn on_frame(st: &mut State, link: LinkId, bytes: &[u8], lend: Option<
                 // Read in place when nothing from this poll waits to run before its handler and
                 // the transport lends it (see `am_lent`); copied out otherwise.
                 if st.deferred.is_empty() && lend.is_some_and(LendSlot::take) {
-                    st.lent = Some(LentAm::new(link, ep, am_id, reply, header_len, payload));
+                    st.lent = Some(LentAm::new(st, link, ep, am_id, reply, header_len, payload));
                 } else {
                     on_am_eager(st, ep, am_id, reply, header_len, payload)
                 }

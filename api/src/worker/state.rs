@@ -399,6 +399,9 @@ pub(crate) struct State {
     /// The active message a transport lent to a handler (see [`crate::worker::am_lent`]), until
     /// the loan ends.
     pub lent: Option<LentAm>,
+    /// Handler tables replaced while a loan was out: its handler may be reading one (the loan
+    /// holds no reference; see [`crate::worker::am_lent`]). Buried when the loan ends.
+    pub lent_tables: Vec<Arc<AmHandlers>>,
     pub ops: FastMap<u64, OutOp>,
     pub deferred: Vec<Deferred>,
     pub out: Vec<OutFrame>,
@@ -490,6 +493,7 @@ impl State {
             am_handlers: Arc::default(),
             am_queued: false,
             lent: None,
+            lent_tables: Vec::new(),
             ops: FastMap::default(),
             deferred: Vec::new(),
             out: Vec::new(),
