@@ -69,6 +69,11 @@ pub(crate) struct ContextInner {
     pub remote_access: RemoteAccessTable,
     /// Live allocations (and imports) by start address, to find the memfd behind a registered range.
     pub allocations: Mutex<BTreeMap<usize, Weak<Allocation>>>,
+    /// Regions a large shared-memory put may have the target copy from (see
+    /// `endpoint::put_help`).
+    pub help_sources: crate::endpoint::HelpSources,
+    /// `ZCX_SHM_PUT_HELP`, read once: the smallest put helped, `usize::MAX` when off.
+    pub put_help_min: usize,
     next_id: AtomicU64,
     access_keys: Mutex<KeyPool>,
 }
@@ -128,6 +133,8 @@ impl Context {
             rcache: RegistrationCache::new(config.rcache_enabled()),
             remote_access: RemoteAccessTable::new(),
             allocations: Mutex::new(BTreeMap::new()),
+            help_sources: Default::default(),
+            put_help_min: config.shm_put_help().unwrap_or(usize::MAX),
             next_id: AtomicU64::new(1),
             access_keys: Mutex::new(KeyPool { bytes: [0; KeyPool::BATCH], used: KeyPool::BATCH }),
         };

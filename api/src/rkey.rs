@@ -31,17 +31,7 @@ impl Context {
     /// `ucp_ep_rkey_unpack`, against the context until endpoints exist: checks and decodes a packed
     /// key. Truncated, oversized, corrupted or foreign bytes → `INVALID_PARAM`.
     pub fn rkey_unpack(&self, packed: &[u8]) -> Result<RemoteKey> {
-        let wire = RkeyWire::decode(packed)
-            .map_err(|e| fail_with(Status::InvalidParam, format!("bad packed remote key: {e}")))?;
-        if let Some(shm) = &wire.shm {
-            if shm.map_offset.checked_add(wire.length).is_none_or(|end| end > shm.map_len) {
-                return Err(fail_with(
-                    Status::InvalidParam,
-                    "packed remote key lies outside its memfd".into(),
-                ));
-            }
-        }
-        Ok(RemoteKey { ctx: Arc::clone(&self.inner), wire, local_view: OnceLock::new() })
+        RemoteKey::unpack_in(&self.inner, packed)
     }
 
     /// `ucp_rkey_compare`: a total order over keys of this context, equal for keys of the same
@@ -54,6 +44,28 @@ impl Context {
             return Err(fail_with(Status::InvalidParam, "rkey_compare: keys of another context".into()));
         }
         Ok(a.identity().cmp(&b.identity()))
+    }
+}
+
+impl RemoteKey {
+    /// [`Context::rkey_unpack`] for a context's internals: a key from a peer's frame.
+    pub(crate) fn unpack_in(ctx: &Arc<ContextInner>, packed: &[u8]) -> Result<RemoteKey> {
+        let wire = RkeyWire::decode(packed)
+            .map_err(|e| fail_with(Status::InvalidParam, format!("bad packed remote key: {e}")))?;
+        if let Some(shm) = &wire.shm {
+            if shm.map_offset.checked_add(wire.length).is_none_or(|end| end > shm.map_len) {
+                return Err(fail_with(
+                    Status::InvalidParam,
+                    "packed remote key lies outside its memfd".into(),
+                ));
+            }
+        }
+        Ok(RemoteKey { ctx: Arc::clone(ctx), wire, local_view: OnceLock::new() })
+    }
+
+    /// The process whose memfd backs the region, when it is memfd-backed.
+    pub(crate) fn shm_pid(&self) -> Option<u32> {
+        self.wire.shm.as_ref().map(|shm| shm.pid)
     }
 }
 

@@ -449,4 +449,11 @@ pub trait Transport: Send {
     fn open_send_lane(&mut self, _link: LinkId) -> Option<std::sync::Arc<crate::shm::ShmSendLane>> {
         None
     }
+
+    /// The put-help words of the direction the peer sends on over `link`, with the peer's
+    /// process id (see [`crate::shm::put_help`]): what a target needs to help with the peer's
+    /// large put. `None` when the transport has none (only shared memory has them).
+    fn peer_help_words(&self, _link: LinkId) -> Option<(crate::shm::put_help::HelpWords, u32)> {
+        None
+    }
 }

@@ -299,6 +299,11 @@ impl Transport for TransportSet {
         tl.open_send_lane(LinkId(local))
     }
 
+    fn peer_help_words(&self, link: LinkId) -> Option<(crate::shm::put_help::HelpWords, u32)> {
+        let (tl, local) = self.member(link.0)?;
+        tl.peer_help_words(LinkId(local))
+    }
+
     fn has_pending_sends(&self, link: LinkId) -> bool {
         self.member(link.0).is_some_and(|(tl, local)| tl.has_pending_sends(LinkId(local)))
     }

@@ -62,6 +62,10 @@ fn arb_frame() -> impl Strategy<Value = (Op, Vec<u8>)> {
         any::<u64>().prop_map(|id| (Op::FlushAck { id }, vec![])),
         Just((Op::Keepalive, vec![])),
         any::<bool>().prop_map(|force| (Op::Disconnect { force }, vec![])),
+        ((any::<u32>(), 12u8..=30, any::<u64>(), any::<u64>()), (any::<u64>(), key(), any::<u64>(), data()))
+            .prop_map(|((seq, chunk_shift, len, src), (region, key, addr, p))| {
+                (Op::PutHelp { seq, chunk_shift, len, src, region, key, addr }, p)
+            }),
     ]
 }
 

@@ -1,6 +1,7 @@
 //! `ucp_ep_*`: endpoints, their parameters, query, flush and close.
 
 mod am;
+mod put_help;
 mod rma;
 mod stream;
 mod tag;
@@ -24,6 +25,7 @@ use crate::worker::state::{send_on_ep, Core, OutKind, Phase, State};
 use crate::worker::{Worker, WorkerShared};
 
 pub use am::{AmProto, AmSendParams};
+pub(crate) use put_help::HelpSources;
 pub use rma::{AtomicOp, AtomicSize, EpRkey};
 pub use tag::{TagInfo, TagMessage, TagSendParams};
 

@@ -80,6 +80,11 @@ struct Window {
 }
 
 impl EpRkey {
+    /// The owner's region id and access key, which the owner checks an access against.
+    pub(super) fn region_and_key(&self) -> (u64, [u8; 16]) {
+        (self.region, self.key)
+    }
+
     /// The key's region as the owner described it (base, length, prot, `rkey_ptr`).
     pub fn remote_key(&self) -> &RemoteKey {
         &self.rkey
@@ -192,7 +197,7 @@ impl Endpoint {
                     // SAFETY: `dst..dst + len` lies in the peer's region mapped here, which the
                     // key keeps mapped; `ptr..ptr + len` is the caller's buffer, which `SendBuf`
                     // keeps in place. The two never overlap (ours is not the peer's mapping view).
-                    unsafe { zcx_dataplane::copy::copy_bytes(ptr, dst, len) };
+                    unsafe { self.put_copy(ptr, dst, len, remote_addr, rkey)? };
                 }
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
@@ -237,7 +242,7 @@ impl Endpoint {
                 if len > 0 {
                     // SAFETY: as in `put`: `dst..dst + len` lies in the peer's region mapped here
                     // and kept mapped by the key; `bytes` is borrowed for the whole copy.
-                    unsafe { zcx_dataplane::copy::copy_bytes(bytes.as_ptr(), dst, len) };
+                    unsafe { self.put_copy(bytes.as_ptr(), dst, len, remote_addr, rkey)? };
                 }
                 Ok(())
             }

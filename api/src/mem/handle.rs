@@ -250,7 +250,7 @@ impl MemHandle {
     }
 
     /// How a same-host peer maps this region, when it is memfd-backed.
-    fn shm_locator(&self) -> Option<zcx_control::ShmLocator> {
+    pub(crate) fn shm_locator(&self) -> Option<zcx_control::ShmLocator> {
         self.backing_allocation().and_then(|a| locator_for(&self.ctx.identity, a, self.address))
     }
 
@@ -264,6 +264,7 @@ impl Drop for MemHandle {
     /// the memory) goes.
     fn drop(&mut self) {
         self.ctx.remote_access.remove(self.region_id);
+        self.ctx.help_sources.remove(self.region_id);
     }
 }
 

@@ -17,6 +17,7 @@ use crate::status::Status;
 use crate::worker::am::{AmBytes, AmDelivery};
 use crate::worker::am_lent::LentAm;
 use crate::worker::lifecycle::fail_ep;
+use crate::worker::put_help;
 use crate::worker::state::{status_of, BulkJob, Deferred, Incoming, OutKind, Phase, State, Unexpected};
 use crate::worker::stream::deliver_stream;
 
@@ -269,6 +270,9 @@ fn on_op(st: &mut State, link: LinkId, ep: u64, op: Op, payload: &[u8]) {
                 }
             }
             st.recheck_flushes(ep);
+        }
+        Op::PutHelp { seq, chunk_shift, len, src, region, key, addr } => {
+            put_help::on_announce(st, link, ep, (seq, chunk_shift, len), src, (region, key, addr), payload)
         }
         Op::Keepalive => {}
         Op::Disconnect { force: _ } => {

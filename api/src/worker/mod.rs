@@ -6,12 +6,15 @@ pub(crate) mod am_lent;
 mod bell_set;
 pub(crate) mod dispatch;
 pub(crate) mod lifecycle;
+pub(crate) mod put_help;
 pub(crate) mod quiet;
 pub(crate) mod rndv;
 mod rung;
 mod spin_wait;
 pub(crate) mod state;
 pub(crate) mod stream;
+#[cfg(test)]
+pub(crate) mod test_pair;
 mod wakeup;
 
 use std::ops::{Deref, DerefMut};
@@ -594,6 +597,7 @@ impl WorkerShared {
                 // taking the process down.
                 None => am::run_am(self, &am::AmHandlers::default(), &mut delivery),
             },
+            Deferred::Help(job) => put_help::run(&self.ctx.inner, job),
         }
     }
 
@@ -781,6 +785,9 @@ impl Core {
             for (link, force) in links {
                 self.tl.close(link, force);
             }
+        }
+        if !self.st.help_announced.is_empty() {
+            put_help::check_announced(&self.tl, &mut self.st);
         }
         rndv::run_bulk(self);
         if self.st.closes_pending {

@@ -337,10 +337,22 @@ pub(crate) struct ListenerEntry {
 /// connection request) is boxed to keep every item small enough to move without a `memcpy` call.
 pub(crate) enum Deferred {
     Callback(Callback, Status, OpInfo),
-    ErrHandler { ep: u64, handler: ErrHandler, status: Status },
-    ConnRequest { listener: ListenerId, request: Box<crate::listener::ConnRequestData> },
-    Accepted { listener: ListenerId, ep: u64 },
+    ErrHandler {
+        ep: u64,
+        handler: ErrHandler,
+        status: Status,
+    },
+    ConnRequest {
+        listener: ListenerId,
+        request: Box<crate::listener::ConnRequestData>,
+    },
+    Accepted {
+        listener: ListenerId,
+        ep: u64,
+    },
     Am(crate::worker::am::AmDelivery),
+    /// Chunks of a peer's large put to copy (see [`crate::worker::put_help`]).
+    Help(crate::worker::put_help::HelpCopy),
 }
 
 /// A server endpoint whose accept goes out on a faster transport than the one the request came
@@ -402,6 +414,11 @@ pub(crate) struct State {
     /// Handler tables replaced while a loan was out: its handler may be reading one (the loan
     /// holds no reference; see [`crate::worker::am_lent`]). Buried when the loan ends.
     pub lent_tables: Vec<Arc<AmHandlers>>,
+    /// Put-help announcements of the last poll, checked after it (see
+    /// [`crate::worker::put_help`]).
+    pub help_announced: Vec<crate::worker::put_help::Announcement>,
+    /// Peers' source regions mapped for put help, by endpoint, with their packed keys.
+    pub help_sources: FastMap<u64, crate::worker::put_help::KeptSources>,
     pub ops: FastMap<u64, OutOp>,
     pub deferred: Vec<Deferred>,
     pub out: Vec<OutFrame>,
@@ -471,6 +488,7 @@ impl State {
             && self.to_close.is_empty()
             && self.bulk_active.is_empty()
             && !self.closes_pending
+            && self.help_announced.is_empty()
     }
 
     pub fn new(
@@ -494,6 +512,8 @@ impl State {
             am_queued: false,
             lent: None,
             lent_tables: Vec::new(),
+            help_announced: Vec::new(),
+            help_sources: FastMap::default(),
             ops: FastMap::default(),
             deferred: Vec::new(),
             out: Vec::new(),
@@ -535,6 +555,9 @@ impl State {
         if let Some(state) = self.eps.remove(&ep) {
             state.stop_direct();
             self.bury(state);
+        }
+        if let Some(sources) = self.help_sources.remove(&ep) {
+            self.bury(sources);
         }
     }
 

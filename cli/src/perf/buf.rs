@@ -2,7 +2,9 @@
 //! what a zero-copy application does) or plain heap `Vec`s (what a naive one does), chosen by
 //! `--mem-prereg`.
 
-use zcx::{MemSlice, RecvBuf, SendBuf};
+use std::sync::Arc;
+
+use zcx::{MemHandle, MemSlice, RecvBuf, SendBuf};
 
 use crate::perf::args::MemMode;
 use crate::perf::session::Session;
@@ -16,8 +18,9 @@ pub const IMPLICIT_PUT_MAX: usize = 16 << 10;
 pub enum PerfBuf {
     /// A heap buffer.
     Heap(Vec<u8>),
-    /// A slice of a `mem_map`'d region.
-    Reg(MemSlice),
+    /// A slice of a `mem_map`'d region, with the region's handle: the region stays mapped (and
+    /// open to the peer, as `ucx_perftest`'s buffers are) while any of its buffers is in use.
+    Reg { slice: MemSlice, _region: Arc<MemHandle> },
 }
 
 impl PerfBuf {
@@ -38,7 +41,7 @@ unsafe impl SendBuf for PerfBuf {
     fn as_bytes(&self) -> &[u8] {
         match self {
             PerfBuf::Heap(v) => v.as_bytes(),
-            PerfBuf::Reg(s) => s.as_bytes(),
+            PerfBuf::Reg { slice, .. } => slice.as_bytes(),
         }
     }
 }
@@ -48,7 +51,7 @@ unsafe impl RecvBuf for PerfBuf {
     fn as_mut_bytes(&mut self) -> &mut [u8] {
         match self {
             PerfBuf::Heap(v) => v.as_mut_bytes(),
-            PerfBuf::Reg(s) => s.as_mut_bytes(),
+            PerfBuf::Reg { slice, .. } => slice.as_mut_bytes(),
         }
     }
 }
@@ -70,7 +73,7 @@ pub fn pool(
         MemMode::Heap => Ok((0..count).map(|_| PerfBuf::Heap(vec![fill; size])).collect()),
         MemMode::Prereg => {
             let slots = if distinct { count } else { 1 };
-            let region = s.remote_region(slots * size)?;
+            let region = Arc::new(s.remote_region(slots * size)?);
             // SAFETY: the region is mapped read-write for its whole length and nobody else has
             // its key yet.
             unsafe { std::ptr::write_bytes(region.address(), fill, region.length()) };
@@ -79,7 +82,7 @@ pub fn pool(
                     let offset = if distinct { i * size } else { 0 };
                     region
                         .slice(offset, size)
-                        .map(PerfBuf::Reg)
+                        .map(|slice| PerfBuf::Reg { slice, _region: Arc::clone(&region) })
                         .map_err(|st| format!("cannot slice the region: {st}"))
                 })
                 .collect()

@@ -223,6 +223,26 @@ pub enum Op {
     },
     /// Liveness probe on an idle link (`UCP_ERR_HANDLING_MODE_PEER`). No payload.
     Keepalive,
+    /// Shared memory only: the initiator is copying `len` bytes from `src` (its own address) to
+    /// `addr` of the target's region in chunks of `1 << chunk_shift` bytes, which the target may
+    /// take from the link's help words as job `seq` (see `shm::put_help`). Payload: the packed
+    /// remote key of the source's region, for the target to map it. Nothing is answered.
+    PutHelp {
+        /// The job's number in the help words.
+        seq: u32,
+        /// Chunk size as a power of two.
+        chunk_shift: u8,
+        /// Bytes of the whole put.
+        len: u64,
+        /// The source's first byte, in the initiator's address space (inside the key's region).
+        src: u64,
+        /// The target's region id, from the rkey.
+        region: u64,
+        /// The region's access key, from the rkey.
+        key: [u8; 16],
+        /// Target address of the first byte.
+        addr: u64,
+    },
     /// The endpoint is closing (`ucp_ep_close_nbx`). No payload.
     Disconnect {
         /// `UCP_EP_CLOSE_MODE_FORCE`: the peer fails its endpoint instead of flushing it.
@@ -279,6 +299,7 @@ mod code {
     pub const FLUSH_ACK: u8 = 0x10;
     pub const KEEPALIVE: u8 = 0x11;
     pub const DISCONNECT: u8 = 0x12;
+    pub const PUT_HELP: u8 = 0x13;
 }
 
 impl Op {
@@ -303,6 +324,7 @@ impl Op {
             Op::FlushAck { .. } => code::FLUSH_ACK,
             Op::Keepalive => code::KEEPALIVE,
             Op::Disconnect { .. } => code::DISCONNECT,
+            Op::PutHelp { .. } => code::PUT_HELP,
         }
     }
 
@@ -318,6 +340,7 @@ impl Op {
                 | Op::AmRts { .. }
                 | Op::Put { .. }
                 | Op::GetData { .. }
+                | Op::PutHelp { .. }
         )
     }
 
@@ -342,6 +365,8 @@ impl Op {
             // Status, req, value.
             Op::RmaAck { .. } => 1 + 2 * U64,
             Op::Disconnect { .. } => 1,
+            // Seq, chunk shift; len, src, region, key, addr.
+            Op::PutHelp { .. } => 4 + 1 + 4 * U64 + KEY,
         }
     }
 
@@ -421,6 +446,15 @@ impl Op {
             }
             Op::FlushReq { id } | Op::FlushAck { id } => w.u64(id),
             Op::Disconnect { force } => w.flag(force),
+            Op::PutHelp { seq, chunk_shift, len, src, region, key, addr } => {
+                w.bytes(&seq.to_le_bytes());
+                w.u8(chunk_shift);
+                w.u64(len);
+                w.u64(src);
+                w.u64(region);
+                w.bytes(&key);
+                w.u64(addr);
+            }
         }
         debug_assert_eq!(w.len, self.encoded_len());
         w.len
@@ -569,6 +603,22 @@ impl Op {
             code::FLUSH_ACK => Op::FlushAck { id: r.u64()? },
             code::KEEPALIVE => Op::Keepalive,
             code::DISCONNECT => Op::Disconnect { force: r.flag()? },
+            code::PUT_HELP => {
+                let seq = r.0.u32().map_err(|_| ProtoError::Truncated)?;
+                let chunk_shift = r.u8()?;
+                if !crate::shm::put_help::CHUNK_SHIFTS.contains(&chunk_shift) {
+                    return Err(ProtoError::BadValue("chunk_shift"));
+                }
+                Op::PutHelp {
+                    seq,
+                    chunk_shift,
+                    len: r.u64()?,
+                    src: r.u64()?,
+                    region: r.u64()?,
+                    key: r.key()?,
+                    addr: r.u64()?,
+                }
+            }
             unknown => return Err(ProtoError::UnknownOp(unknown)),
         };
         let payload = r.rest();
@@ -667,7 +717,7 @@ mod tests {
     const KEY: [u8; 16] = [0xA5; 16];
 
     /// One op of every kind, with distinct non-zero fields and every boolean set.
-    fn every_op() -> [Op; 18] {
+    fn every_op() -> [Op; 19] {
         [
             Op::Hello,
             Op::TagEager { tag: 1, sync: true, sender_req: 2 },
@@ -697,6 +747,7 @@ mod tests {
             Op::FlushAck { id: 2 },
             Op::Keepalive,
             Op::Disconnect { force: true },
+            Op::PutHelp { seq: 1, chunk_shift: 17, len: 2, src: 3, region: 4, key: KEY, addr: 5 },
         ]
     }
 
@@ -758,7 +809,7 @@ mod tests {
     fn rejects_what_its_op_does_not_allow() {
         assert_eq!(Op::decode(&[]), Err(ProtoError::Truncated));
         assert_eq!(Op::decode(&[0x00]), Err(ProtoError::UnknownOp(0)));
-        assert_eq!(Op::decode(&[0x13]), Err(ProtoError::UnknownOp(0x13)));
+        assert_eq!(Op::decode(&[0x14]), Err(ProtoError::UnknownOp(0x14)));
         assert_eq!(Op::decode(&[0x12, 0x02]), Err(ProtoError::BadFlags));
         assert_eq!(Op::decode(&[0x12, 0x01, 0x00]), Err(ProtoError::TrailingBytes));
         assert_eq!(Op::decode(&[0x11, 0x00]), Err(ProtoError::TrailingBytes));
@@ -766,6 +817,14 @@ mod tests {
         let mut buf = [0; MAX_HEADER_LEN];
         let len = Op::TagEager { tag: 1, sync: false, sender_req: 9 }.encode(&mut buf);
         assert_eq!(Op::decode(&buf[..len]), Err(ProtoError::BadValue("sender_req")));
+
+        let help = every_op()[18];
+        let len = help.encode(&mut buf);
+        for shift in [0u8, 11, 31, 255] {
+            let mut bad = buf;
+            bad[5] = shift;
+            assert_eq!(Op::decode(&bad[..len]), Err(ProtoError::BadValue("chunk_shift")), "shift {shift}");
+        }
 
         let atomic = every_op()[12];
         let len = atomic.encode(&mut buf);

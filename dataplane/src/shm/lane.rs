@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::conn;
+use super::put_help::{HelpJob, HelpLane, HelpWords};
 use super::ring::{Producer, RingError, KIND_FRAME};
 use super::segment::Segment;
 
@@ -33,6 +34,10 @@ const SPINS_BEFORE_YIELD: u32 = 64;
 pub struct ShmSendLane {
     locked: AtomicBool,
     state: UnsafeCell<LaneState>,
+    /// The initiator's side of put help on this link (see [`super::put_help`]).
+    help: HelpLane,
+    /// The ring this lane produces into: its help words are the ones our puts use.
+    tx_ring: usize,
 }
 
 // SAFETY: `state` is only reached through `lock`, which gives one holder at a time (Acquire on
@@ -94,8 +99,11 @@ impl Drop for LaneGuard<'_> {
 impl ShmSendLane {
     /// The lane of a new link: open on the link's side, closed on the endpoint's until one
     /// takes it ([`ShmSendLane::open_for_endpoint`]).
-    pub(crate) fn new(tx: Producer, segment: Arc<Segment>, max_frame: usize) -> ShmSendLane {
+    /// `tx_ring` is the ring `tx` produces into.
+    pub(crate) fn new(tx: Producer, segment: Arc<Segment>, tx_ring: usize, max_frame: usize) -> ShmSendLane {
         ShmSendLane {
+            help: HelpLane::new(),
+            tx_ring,
             locked: AtomicBool::new(false),
             state: UnsafeCell::new(LaneState {
                 tx: Some(tx),
@@ -185,6 +193,29 @@ impl ShmSendLane {
         }
         state.sent = true;
         true
+    }
+
+    /// The initiator's side of put help on this link, for diagnostics.
+    pub fn help(&self) -> &HelpLane {
+        &self.help
+    }
+
+    /// Starts a help job of `chunks` chunks on this link (see [`HelpLane::start`]); `None` also
+    /// once the link is gone.
+    pub fn start_help(&self, chunks: u32) -> Option<HelpJob<'_>> {
+        let words = HelpWords::new(Arc::clone(self.lock().segment.as_ref()?), self.tx_ring);
+        self.help.start(words, chunks)
+    }
+
+    /// False once the peer closed the link's socket (it exited or was killed) or the link is
+    /// gone; a cheap non-blocking look, for a wait on the peer that must not outlive it.
+    pub fn peer_alive(&self) -> bool {
+        let state = self.lock();
+        let Some(fd) = state.wake_fd.as_ref() else { return state.tx.is_some() };
+        let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+        // SAFETY: one valid pollfd, no wait.
+        let ready = unsafe { libc::poll(&mut pfd, 1, 0) };
+        ready == 0 || pfd.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) == 0
     }
 
     /// Opens the endpoint's side (the endpoint is ready), with `sock` the link's socket to

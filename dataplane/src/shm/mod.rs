@@ -3,6 +3,7 @@
 //!
 //! - [`ring`]: the SPSC byte ring of variable-length records, hostile-peer safe.
 //! - [`segment`]: the memfd segment holding the header and both rings.
+//! - [`put_help`]: the target's worker copying part of a large put.
 //! - [`conn`]: the abstract Unix socket that passes the segment (`SCM_RIGHTS`) and reports the
 //!   peer's death.
 //! - [`ShmTransport`]: the [`crate::Transport`] implementation, with single-copy placed payloads
@@ -10,6 +11,7 @@
 
 pub mod conn;
 mod lane;
+pub mod put_help;
 pub mod ring;
 pub mod segment;
 mod transport;

@@ -22,7 +22,7 @@ use super::ring::{ring_bytes, valid_capacity};
 /// "ZCXSHM\0\x01" read as a little-endian u64.
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"ZCXSHM\0\x01");
 /// Layout version of the segment and the hello.
-pub const SEGMENT_VERSION: u32 = 3;
+pub const SEGMENT_VERSION: u32 = 4;
 /// Bytes of the segment header.
 pub const SEGMENT_HEADER: usize = 256;
 /// Huge page size tried first.
@@ -36,9 +36,13 @@ const OFF_PID: usize = 32;
 /// The creator's heartbeat word, on its own cache line (reserved: peer death is detected through
 /// the Unix socket today, which needs no polling of the segment).
 pub const OFF_HEARTBEAT: usize = 64;
-/// The "placed buffers revoked" words of the producers of ring 0 and ring 1, each on its own cache
-/// line (see [`Segment::revoked`]).
+/// The control lines of the producers of ring 0 and ring 1: each holds the "placed buffers
+/// revoked" word (see [`Segment::revoked`]) and, after it, the claim and done words of put help
+/// (see [`Segment::help_words`]).
 const OFF_REVOKED: [usize; 2] = [128, 192];
+/// Offsets of the help words within a control line.
+const OFF_HELP_CLAIM: usize = 8;
+const OFF_HELP_DONE: usize = 16;
 
 /// Why a segment could not be created or attached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,6 +251,19 @@ impl Segment {
     pub fn revoked(&self, which: usize) -> &AtomicU64 {
         // SAFETY: inside the header, 8-byte aligned, alive as long as `self`.
         unsafe { &*(self.base.add(OFF_REVOKED[which]) as *const AtomicU64) }
+    }
+
+    /// The claim and done words of put help on ring `which` (its producer is the initiator; see
+    /// [`super::put_help`]). Zero in a fresh segment, which no job uses (jobs start at 1).
+    pub fn help_words(&self, which: usize) -> (&AtomicU64, &AtomicU64) {
+        let line = OFF_REVOKED[which];
+        // SAFETY: inside the header, 8-byte aligned, alive as long as `self`.
+        unsafe {
+            (
+                &*(self.base.add(line + OFF_HELP_CLAIM) as *const AtomicU64),
+                &*(self.base.add(line + OFF_HELP_DONE) as *const AtomicU64),
+            )
+        }
     }
 
     /// Bumps the heartbeat word.

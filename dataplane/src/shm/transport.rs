@@ -11,6 +11,7 @@ use zcx_control::TransportAddress;
 
 use super::conn::{self, Hello, Received, SocketState, HELLO_LEN};
 use super::lane::ShmSendLane;
+use super::put_help::HelpWords;
 use super::ring::{
     max_record_payload, valid_capacity, Consumer, Producer, KIND_FRAME, KIND_PLACED, KIND_PLACE_DONE,
 };
@@ -410,7 +411,7 @@ impl ShmTransport {
         let segment = Arc::new(seg);
         self.links[index as usize] = Some(Box::new(Link {
             sock,
-            lane: Arc::new(ShmSendLane::new(tx, Arc::clone(&segment), self.cfg.max_frame)),
+            lane: Arc::new(ShmSendLane::new(tx, Arc::clone(&segment), tx_ring, self.cfg.max_frame)),
             rx,
             segment,
             rx_ring,
@@ -1095,6 +1096,12 @@ impl Transport for ShmTransport {
         if force || (l.idle() && l.placing.is_none()) {
             self.finish_link(index, TlError::Canceled);
         }
+    }
+
+    fn peer_help_words(&self, link: LinkId) -> Option<(HelpWords, u32)> {
+        let l = self.links[self.index(link)?].as_deref()?;
+        let pid = u32::try_from(l.peer_pid).ok().filter(|&pid| pid != 0)?;
+        Some((HelpWords::new(Arc::clone(&l.segment), l.rx_ring), pid))
     }
 
     fn open_send_lane(&mut self, link: LinkId) -> Option<Arc<ShmSendLane>> {

@@ -1,0 +1,335 @@
+//! The initiator's side of a large shared-memory put copied by both sides (see
+//! `zcx_dataplane::shm::put_help` for the protocol, `worker::put_help` for the target's side).
+//!
+//! A put is helped when it is at least `ZCX_SHM_PUT_HELP` bytes long (256 KiB by default), goes
+//! straight into the peer's mapped region (a vouched key over shared memory), and its source lies
+//! in a region of this context that is memfd-backed and mapped with `REMOTE_READ`: the target
+//! then maps that region to read its chunks, so the region's protection is what lets it. Any other
+//! put, or one whose link is already helping another, is copied by the initiator alone, as
+//! before. The put still completes before the call returns, once both sides' chunks are copied.
+
+use std::sync::{Arc, RwLock};
+
+use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
+use zcx_dataplane::shm::put_help::{chunk_count, chunk_range, CHUNK_SHIFT};
+
+use crate::endpoint::rma::EpRkey;
+use crate::endpoint::Endpoint;
+use crate::status::{fail_with, Result, Status};
+
+/// A region a helped put may copy from: memfd-backed, `REMOTE_READ`, with its packed key.
+struct HelpSource {
+    region: u64,
+    base: usize,
+    end: usize,
+    packed: Arc<[u8]>,
+}
+
+/// This context's regions that helped puts may copy from, entered at `mem_map` and removed at
+/// unmap. A handful in practice; a large put looks them up once.
+#[derive(Default)]
+pub(crate) struct HelpSources {
+    regions: RwLock<Vec<HelpSource>>,
+}
+
+impl HelpSources {
+    pub fn insert(&self, region: u64, base: usize, len: usize, packed: &[u8]) {
+        let source = HelpSource { region, base, end: base + len, packed: Arc::from(packed) };
+        self.regions.write().unwrap_or_else(|p| p.into_inner()).push(source);
+    }
+
+    pub fn remove(&self, region: u64) {
+        self.regions.write().unwrap_or_else(|p| p.into_inner()).retain(|s| s.region != region);
+    }
+
+    /// The packed key of a region holding all of `[ptr, ptr + len)`.
+    fn find(&self, ptr: usize, len: usize) -> Option<Arc<[u8]>> {
+        let end = ptr.checked_add(len)?;
+        let regions = self.regions.read().unwrap_or_else(|p| p.into_inner());
+        regions.iter().find(|s| s.base <= ptr && end <= s.end).map(|s| Arc::clone(&s.packed))
+    }
+}
+
+impl Endpoint {
+    /// The copy of a direct put of `len` bytes from `src` to `dst` (the peer's `remote_addr`,
+    /// mapped here): shared with the target's worker when the put qualifies (see the module
+    /// docs), by this thread alone otherwise. `Err` only when the target took part and never
+    /// finished its share (it hung or died): the put's bytes may then be incomplete.
+    ///
+    /// # Safety
+    /// As for the direct put's copy: `src..src + len` is readable and `dst..dst + len` writable
+    /// for the whole call, and the two do not overlap.
+    pub(super) unsafe fn put_copy(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        remote_addr: u64,
+        rkey: &EpRkey,
+    ) -> Result<()> {
+        if len >= self.shared().ctx.inner.put_help_min {
+            // SAFETY: the caller's contract.
+            if let Some(result) = unsafe { self.helped_copy(src, dst, len, remote_addr, rkey) } {
+                return result;
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { zcx_dataplane::copy::copy_bytes(src, dst, len) };
+        Ok(())
+    }
+
+    /// [`Endpoint::put_copy`] with the target's help; `None` when the put cannot be helped and
+    /// nothing was copied yet.
+    #[cold]
+    #[inline(never)]
+    unsafe fn helped_copy(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        remote_addr: u64,
+        rkey: &EpRkey,
+    ) -> Option<Result<()>> {
+        let direct = match self.direct() {
+            Some(direct) => direct,
+            None => {
+                // The lane opens with the endpoint's first eager send; a put-only endpoint opens
+                // it here, once.
+                let mut guard = self.shared().lock();
+                let crate::worker::state::Core { tl, st } = &mut *guard;
+                self.offer_direct(tl, st);
+                drop(guard);
+                self.direct()?
+            }
+        };
+        let packed = self.shared().ctx.inner.help_sources.find(src as usize, len)?;
+        let chunks = chunk_count(len as u64, CHUNK_SHIFT)?;
+        let mut job = direct.lane.start_help(chunks)?;
+        let (region, key) = rkey.region_and_key();
+        let announce = Op::PutHelp {
+            seq: job.seq(),
+            chunk_shift: CHUNK_SHIFT,
+            len: len as u64,
+            src: src as u64,
+            region,
+            key,
+            addr: remote_addr,
+        };
+        let mut header = [0u8; MAX_HEADER_LEN];
+        let header_len = announce.encode(&mut header);
+        if !direct.lane.send(&header[..header_len], &packed) {
+            // Dropping the job closes it: nothing was claimed, the caller copies it all.
+            return None;
+        }
+        while let Some(chunk) = job.claim() {
+            let (start, end) = chunk_range(chunk, CHUNK_SHIFT, len as u64);
+            // SAFETY: `start < end <= len`, inside both ranges of the caller's contract.
+            unsafe {
+                zcx_dataplane::copy::copy_bytes(
+                    src.add(start as usize),
+                    dst.add(start as usize),
+                    (end - start) as usize,
+                )
+            };
+        }
+        Some(job.finish(|| direct.lane.peer_alive()).map(drop).map_err(|theirs| {
+            fail_with(
+                Status::EndpointTimeout,
+                format!("the target did not finish its {theirs} chunks of a helped put"),
+            )
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use zcx_control::RkeyWire;
+    use zcx_dataplane::shm::put_help::HelpLane;
+
+    use super::*;
+    use crate::worker::test_pair::{progress_until, shm_pair, wait};
+    use crate::{MemHandle, MemMapParams, Prot, RequestParams, Worker};
+
+    const REMOTE: Prot =
+        Prot::LOCAL_READ.union(Prot::LOCAL_WRITE).union(Prot::REMOTE_READ).union(Prot::REMOTE_WRITE);
+
+    /// A client endpoint with a vouched key to a server region of `len` bytes, the server's worker
+    /// on a busy-polling thread (as a target that can help).
+    struct Setup {
+        client: Worker,
+        ep: Endpoint,
+        target: MemHandle,
+        rkey: EpRkey,
+        _server_thread: crate::worker::ProgressThread,
+        _rest: (Worker, Endpoint, crate::Listener),
+    }
+
+    fn setup(len: usize) -> Option<Setup> {
+        let (client, server, ep, server_ep, listener) = shm_pair()?;
+        let ctx = client.shared.ctx.clone();
+        let target = ctx.mem_map(&MemMapParams::alloc(len).prot(REMOTE)).expect("target region");
+        let rkey = ep.rkey_unpack(&target.rkey_pack().expect("pack")).expect("unpack");
+        // The first put goes through the owner, which vouches for the key.
+        let first =
+            ep.put(vec![0u8; 8], target.address() as u64, &rkey, RequestParams::default()).expect("put");
+        wait(&[&client, &server], first).expect("vouching put");
+        // A large put opens the endpoint's direct lane (a heap source: copied alone).
+        ep.put_nbi(&vec![0u8; len], target.address() as u64, &rkey).expect("lane-opening put");
+        assert!(ep.direct().is_some(), "a large put opened the direct lane");
+        let _server_thread = server.start_progress_thread().expect("progress thread");
+        Some(Setup { client, ep, target, rkey, _server_thread, _rest: (server, server_ep, listener) })
+    }
+
+    fn lane(ep: &Endpoint) -> &HelpLane {
+        ep.direct().expect("a direct lane").lane.help()
+    }
+
+    fn source(setup: &Setup, len: usize, prot: Prot) -> MemHandle {
+        setup.client.shared.ctx.mem_map(&MemMapParams::alloc(len).prot(prot)).expect("source region")
+    }
+
+    fn fill(memh: &MemHandle, seed: u8) {
+        // SAFETY: the region is mapped read-write for its length and only this test uses it.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(memh.address(), memh.length()) };
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(31) ^ seed ^ (i >> 12) as u8;
+        }
+    }
+
+    fn bytes(memh: &MemHandle) -> &[u8] {
+        // SAFETY: mapped for its length while `memh` lives; only read here.
+        unsafe { std::slice::from_raw_parts(memh.address(), memh.length()) }
+    }
+
+    /// Large puts from a readable registered region land whole, and the target's worker copies
+    /// part of them: the help words' count shows it.
+    #[test]
+    fn a_large_put_from_a_readable_region_lands_whole_and_the_target_takes_part() {
+        let len = 8 << 20;
+        let Some(s) = setup(len) else { return };
+        let src = source(&s, len, REMOTE);
+        // A busy CI machine may leave the target's thread off its core for a whole put: a few
+        // tries give it a chance to take part.
+        for round in 0..40u8 {
+            fill(&src, round);
+            let put = s.ep.put(
+                src.slice(0, len).expect("slice"),
+                s.target.address() as u64,
+                &s.rkey,
+                RequestParams::default(),
+            );
+            put.expect("put").wait().expect("put completes");
+            assert!(bytes(&s.target) == bytes(&src), "round {round}: the target's bytes differ");
+            if lane(&s.ep).helped_chunks() > 0 && round >= 3 {
+                return;
+            }
+        }
+        panic!("the target never took part in 40 puts of {len} bytes");
+    }
+
+    /// A put whose source the target may not read (no REMOTE_READ) or that is not registered is
+    /// copied by the initiator alone, and lands whole.
+    #[test]
+    fn a_put_the_target_may_not_read_is_copied_alone() {
+        let len = 2 << 20;
+        let Some(s) = setup(len) else { return };
+        let local = source(&s, len, Prot::LOCAL_READ | Prot::LOCAL_WRITE);
+        fill(&local, 1);
+        let put = s.ep.put(
+            local.slice(0, len).expect("slice"),
+            s.target.address() as u64,
+            &s.rkey,
+            RequestParams::default(),
+        );
+        put.expect("put").wait().expect("put completes");
+        assert!(bytes(&s.target) == bytes(&local));
+        let heap: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        s.ep.put_nbi(&heap, s.target.address() as u64, &s.rkey).expect("put_nbi");
+        assert!(bytes(&s.target) == &heap[..]);
+        assert_eq!(lane(&s.ep).helped_chunks(), 0, "the target helped with memory it may not read");
+    }
+
+    /// Announcements a target must refuse: a wrong destination key, a destination outside the
+    /// region, a source outside its region, a source key naming another process. The target
+    /// claims no chunk of them and writes nothing, and the link goes on.
+    #[test]
+    fn a_forged_announcement_is_refused_without_a_byte_written() {
+        let len = 1 << 20;
+        let Some(s) = setup(len) else { return };
+        let src = source(&s, len, REMOTE);
+        fill(&src, 7);
+        let packed = src.rkey_pack().expect("pack").to_vec();
+        let mut other_pid = RkeyWire::decode(&packed).expect("decode");
+        other_pid.shm.as_mut().expect("memfd-backed").pid = 1;
+        let other_pid = other_pid.try_encode().expect("encode");
+        let (region, key) = s.rkey.region_and_key();
+        let base = s.target.address() as u64;
+        let good = |seq| Op::PutHelp {
+            seq,
+            chunk_shift: CHUNK_SHIFT,
+            len: len as u64,
+            src: src.address() as u64,
+            region,
+            key,
+            addr: base,
+        };
+        type Forge = fn(Op) -> Op;
+        let cases: [(&str, Forge, bool); 4] = [
+            (
+                "wrong key",
+                |op| match op {
+                    Op::PutHelp { seq, chunk_shift, len, src, region, addr, .. } => {
+                        Op::PutHelp { seq, chunk_shift, len, src, region, key: [0; 16], addr }
+                    }
+                    op => op,
+                },
+                false,
+            ),
+            (
+                "destination past the region",
+                |op| match op {
+                    Op::PutHelp { seq, chunk_shift, len, src, region, key, addr } => {
+                        Op::PutHelp { seq, chunk_shift, len, src, region, key, addr: addr + 4096 }
+                    }
+                    op => op,
+                },
+                false,
+            ),
+            (
+                "source past its region",
+                |op| match op {
+                    Op::PutHelp { seq, chunk_shift, len, src, region, key, addr } => {
+                        Op::PutHelp { seq, chunk_shift, len, src: src + 4096, region, key, addr }
+                    }
+                    op => op,
+                },
+                false,
+            ),
+            ("source of another process", |op| op, true),
+        ];
+        for (what, forge, foreign) in cases {
+            // SAFETY: the target region is mapped read-write; nothing else writes it now.
+            unsafe { std::ptr::write_bytes(s.target.address(), 0xEE, len) };
+            let chunks = chunk_count(len as u64, CHUNK_SHIFT).expect("chunks");
+            let job = s.ep.direct().expect("lane").lane.start_help(chunks).expect("idle lane");
+            let op = forge(good(job.seq()));
+            let mut header = [0u8; MAX_HEADER_LEN];
+            let n = op.encode(&mut header);
+            let key_bytes = if foreign { &other_pid } else { &packed };
+            assert!(s.ep.direct().expect("lane").lane.send(&header[..n], key_bytes), "{what}: announced");
+            // A flush answered means the target read the announcement; a little more time lets a
+            // wrongly queued job run.
+            let flush = s.ep.flush().expect("flush");
+            progress_until(&[&s.client], "the flush", || flush.is_done());
+            std::thread::sleep(Duration::from_millis(20));
+            assert_eq!(job.finish(|| true), Ok(0), "{what}: the target claimed chunks");
+            assert!(bytes(&s.target).iter().all(|&b| b == 0xEE), "{what}: the target wrote");
+        }
+        // The link still carries a helped put.
+        let put = s.ep.put(src.slice(0, len).expect("slice"), base, &s.rkey, RequestParams::default());
+        put.expect("put").wait().expect("put completes");
+        assert!(bytes(&s.target) == bytes(&src));
+    }
+}

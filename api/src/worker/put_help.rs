@@ -1,0 +1,162 @@
+//! The target's side of a large shared-memory put copied by both sides (see
+//! `zcx_dataplane::shm::put_help` for the protocol, `endpoint::put_help` for the initiator's).
+//!
+//! An announcement (`Op::PutHelp`) is checked in three steps. The frame's dispatch, under the
+//! transport's poll, only notes it. After the poll, the worker checks it:
+//! - the destination against the remote-access table, as any put's;
+//! - the source key, which must name a memfd of the link's own peer process (its pid as the
+//!   kernel reported it for the link's socket), so an initiator cannot have this process read
+//!   another's memory for it;
+//! - the source range, which must lie inside that key's region, mapped here.
+//!
+//! Only then is a copy job queued. The job runs after the worker's lock is released, like a
+//! handler, under the remote-access table's read lock, so the destination region cannot be
+//! unmapped while the job writes it. It takes chunks until none is left. An announcement that
+//! fails a check is dropped: the initiator then copies every chunk itself. Mapped source regions
+//! are kept per endpoint (a few, the most recent) until the endpoint goes.
+
+use std::sync::Arc;
+
+use zcx_dataplane::shm::put_help::{chunk_count, chunk_range, HelpWords};
+use zcx_dataplane::{LinkId, RemoteAccess, Transport as _, TransportSet};
+
+use crate::context::ContextInner;
+use crate::rkey::RemoteKey;
+use crate::worker::state::{Deferred, State};
+
+/// Source regions kept mapped per endpoint.
+const SOURCES_PER_EP: usize = 4;
+/// Announcements noted in one poll beyond which more are dropped (copied by their initiator).
+const PENDING_MAX: usize = 8;
+
+/// The source regions kept mapped for one endpoint, with the packed keys that named them.
+pub(crate) type KeptSources = Vec<(Box<[u8]>, Arc<RemoteKey>)>;
+
+/// An announcement as the frame's dispatch noted it.
+pub(crate) struct Announcement {
+    link: LinkId,
+    ep: u64,
+    seq: u32,
+    chunk_shift: u8,
+    len: u64,
+    src: u64,
+    region: u64,
+    key: [u8; 16],
+    addr: u64,
+    packed: Box<[u8]>,
+}
+
+/// A checked job: copy chunks of the peer's source into our region.
+pub(crate) struct HelpCopy {
+    words: HelpWords,
+    seq: u32,
+    chunks: u32,
+    chunk_shift: u8,
+    len: u64,
+    /// Where the source's first byte is mapped here, kept mapped by `source`.
+    src: *const u8,
+    source: Arc<RemoteKey>,
+    region: u64,
+    key: [u8; 16],
+    addr: u64,
+}
+
+// SAFETY: `src` points into the mapping `source` owns and keeps alive; plain bytes any thread
+// may read.
+unsafe impl Send for HelpCopy {}
+
+/// Notes an announcement from `ep` on `link` for the worker to check after the poll.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn on_announce(
+    st: &mut State,
+    link: LinkId,
+    ep: u64,
+    (seq, chunk_shift, len): (u32, u8, u64),
+    src: u64,
+    (region, key, addr): (u64, [u8; 16], u64),
+    packed: &[u8],
+) {
+    if st.help_announced.len() >= PENDING_MAX {
+        return;
+    }
+    let packed = packed.into();
+    st.help_announced.push(Announcement { link, ep, seq, chunk_shift, len, src, region, key, addr, packed });
+}
+
+/// Checks the announcements of the last poll and queues a copy job for each that passes.
+pub(crate) fn check_announced(tl: &TransportSet, st: &mut State) {
+    for announcement in std::mem::take(&mut st.help_announced) {
+        if let Some(job) = check(tl, st, announcement) {
+            st.deferred.push(Deferred::Help(job));
+        }
+    }
+}
+
+fn check(tl: &TransportSet, st: &mut State, a: Announcement) -> Option<HelpCopy> {
+    let chunks = chunk_count(a.len, a.chunk_shift).filter(|_| a.len > 0)?;
+    let (words, peer_pid) = tl.peer_help_words(a.link)?;
+    st.ctx.remote_access.check(a.region, &a.key, a.addr, a.len, RemoteAccess::Write).ok()?;
+    let source = source_key(st, a.ep, &a.packed)?;
+    if source.shm_pid() != Some(peer_pid) {
+        tracing::debug!(ep = a.ep, "put help from a region of another process; ignored");
+        return None;
+    }
+    let last = a.src.checked_add(a.len - 1)?;
+    let src = source.ptr(a.src).ok()?;
+    // The region is one mapping: its first and last bytes inside it put the whole range inside.
+    source.ptr(last).ok()?;
+    Some(HelpCopy {
+        words,
+        seq: a.seq,
+        chunks,
+        chunk_shift: a.chunk_shift,
+        len: a.len,
+        src,
+        source,
+        region: a.region,
+        key: a.key,
+        addr: a.addr,
+    })
+}
+
+/// The peer's source region named by `packed`, mapped here: kept from an earlier announcement of
+/// `ep`, or unpacked (and kept) now.
+fn source_key(st: &mut State, ep: u64, packed: &[u8]) -> Option<Arc<RemoteKey>> {
+    let kept = st.help_sources.entry(ep).or_default();
+    if let Some(at) = kept.iter().position(|(bytes, _)| **bytes == *packed) {
+        return Some(Arc::clone(&kept[at].1));
+    }
+    let key = Arc::new(RemoteKey::unpack_in(&st.ctx, packed).ok()?);
+    if kept.len() >= SOURCES_PER_EP {
+        kept.remove(0);
+    }
+    kept.push((packed.into(), Arc::clone(&key)));
+    Some(key)
+}
+
+/// Runs a job without the worker's lock: copies chunks until the initiator has taken the rest.
+/// Nothing is copied when the destination region went since the check.
+pub(crate) fn run(ctx: &ContextInner, job: HelpCopy) {
+    let HelpCopy { words, seq, chunks, chunk_shift, len, src, source, region, key, addr } = job;
+    let copied = ctx.remote_access.with_access(region, &key, addr, len, RemoteAccess::Write, |dst| {
+        while let Some(chunk) = words.claim(seq, chunks) {
+            let (start, end) = chunk_range(chunk, chunk_shift, len);
+            // SAFETY: `start < end <= len`. The destination's `[addr, addr + len)` passed the
+            // access check, whose read lock keeps it mapped for this closure; the source's
+            // `[src, src + len)` lies in `source`'s mapping (checked when the job was made),
+            // which `source` keeps. The two are different mappings.
+            unsafe {
+                zcx_dataplane::copy::copy_bytes(
+                    src.add(start as usize),
+                    dst.add(start as usize),
+                    (end - start) as usize,
+                )
+            };
+            words.chunk_done(seq);
+        }
+    });
+    if copied.is_err() {
+        tracing::debug!(region, "put help for a region unmapped since; left to the initiator");
+    }
+    drop(source);
+}
