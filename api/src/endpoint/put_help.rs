@@ -51,17 +51,18 @@ impl HelpSources {
 }
 
 impl Endpoint {
-    /// The copy of a direct put of `len` bytes from `src` to `dst` (the peer's `remote_addr`,
-    /// mapped here): shared with the target's worker when the put qualifies (see the module
-    /// docs), by this thread alone otherwise. `Err` only when the target took part and never
-    /// finished its share (it hung or died): the put's bytes may then be incomplete.
+    /// The copy of a direct put of `len` bytes (at least the key's help threshold) from `src` to
+    /// `dst` (the peer's `remote_addr`, mapped here): shared with the target's worker when the
+    /// put qualifies (see the module docs), by this thread alone otherwise. `Err` only when the
+    /// target took part and never finished its share (it hung or died): the put's bytes may then
+    /// be incomplete.
     ///
     /// # Safety
     /// As for the direct put's copy: `src..src + len` is readable and `dst..dst + len` writable
     /// for the whole call, and the two do not overlap.
-    // Inlined into the direct put: a small put pays one comparison for the help.
-    #[inline(always)]
-    pub(super) unsafe fn put_copy(
+    #[cold]
+    #[inline(never)]
+    pub(super) unsafe fn put_helped(
         &self,
         src: *const u8,
         dst: *mut u8,
@@ -69,21 +70,17 @@ impl Endpoint {
         remote_addr: u64,
         rkey: &EpRkey,
     ) -> Result<()> {
-        if len >= self.shared().ctx.inner.put_help_min {
-            // SAFETY: the caller's contract.
-            if let Some(result) = unsafe { self.helped_copy(src, dst, len, remote_addr, rkey) } {
-                return result;
-            }
+        // SAFETY: the caller's contract.
+        if let Some(result) = unsafe { self.helped_copy(src, dst, len, remote_addr, rkey) } {
+            return result;
         }
         // SAFETY: the caller's contract.
         unsafe { zcx_dataplane::copy::copy_bytes(src, dst, len) };
         Ok(())
     }
 
-    /// [`Endpoint::put_copy`] with the target's help; `None` when the put cannot be helped and
+    /// [`Endpoint::put_helped`] with the target's help; `None` when the put cannot be helped and
     /// nothing was copied yet.
-    #[cold]
-    #[inline(never)]
     unsafe fn helped_copy(
         &self,
         src: *const u8,

@@ -65,6 +65,9 @@ pub struct EpRkey {
     /// The region's local mapping, filled by the first operation after the owner vouched for the
     /// key: later operations check bounds and prot against it and add an offset, nothing more.
     window: OnceLock<Window>,
+    /// `ZCX_SHM_PUT_HELP` (the smallest put the target helps copy, `usize::MAX` when off), kept
+    /// here where a direct put reads it with the key's other fields.
+    help_min: usize,
 }
 
 /// Where a vouched key's region lies in the peer's address space and in ours.
@@ -83,6 +86,12 @@ impl EpRkey {
     /// The owner's region id and access key, which the owner checks an access against.
     pub(super) fn region_and_key(&self) -> (u64, [u8; 16]) {
         (self.region, self.key)
+    }
+
+    /// The smallest direct put with this key that the target helps copy.
+    #[inline(always)]
+    pub(super) fn help_min(&self) -> usize {
+        self.help_min
     }
 
     /// The key's region as the owner described it (base, length, prot, `rkey_ptr`).
@@ -115,6 +124,7 @@ impl Endpoint {
             verified: Arc::new(AtomicBool::new(false)),
             live,
             window: OnceLock::new(),
+            help_min: self.shared().ctx.inner.put_help_min,
         })
     }
 
@@ -193,11 +203,13 @@ impl Endpoint {
         let (ptr, len) = (bytes.as_ptr(), bytes.len());
         match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE) {
             Some(Ok(dst)) => {
-                if len > 0 {
-                    // SAFETY: `dst..dst + len` lies in the peer's region mapped here, which the
-                    // key keeps mapped; `ptr..ptr + len` is the caller's buffer, which `SendBuf`
-                    // keeps in place. The two never overlap (ours is not the peer's mapping view).
-                    unsafe { self.put_copy(ptr, dst, len, remote_addr, rkey)? };
+                // SAFETY (both copies): `dst..dst + len` lies in the peer's region mapped here,
+                // which the key keeps mapped; `ptr..ptr + len` is the caller's buffer, which
+                // `SendBuf` keeps in place. The two never overlap (ours is not the peer's view).
+                if len >= rkey.help_min() {
+                    unsafe { self.put_helped(ptr, dst, len, remote_addr, rkey)? };
+                } else if len > 0 {
+                    unsafe { zcx_dataplane::copy::copy_bytes(ptr, dst, len) };
                 }
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
@@ -239,10 +251,13 @@ impl Endpoint {
         let len = bytes.len();
         match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE) {
             Some(Ok(dst)) => {
+                // SAFETY (both copies): as in `put`: `dst..dst + len` lies in the peer's region
+                // mapped here and kept mapped by the key; `bytes` is borrowed for the whole copy.
+                if len >= rkey.help_min() {
+                    return unsafe { self.put_helped(bytes.as_ptr(), dst, len, remote_addr, rkey) };
+                }
                 if len > 0 {
-                    // SAFETY: as in `put`: `dst..dst + len` lies in the peer's region mapped here
-                    // and kept mapped by the key; `bytes` is borrowed for the whole copy.
-                    unsafe { self.put_copy(bytes.as_ptr(), dst, len, remote_addr, rkey)? };
+                    unsafe { zcx_dataplane::copy::copy_bytes(bytes.as_ptr(), dst, len) };
                 }
                 Ok(())
             }
