@@ -14,8 +14,8 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use zcx::{
-    CloseMode, Config, Context, ContextParams, Endpoint, EpParams, Features, ListenerParams, Request,
-    RequestParams, Status, TagSendParams, Worker, WorkerParams,
+    CloseMode, Config, Context, ContextParams, Endpoint, EpParams, Features, ListenerParams, MemMapParams,
+    Prot, Request, RequestParams, Status, TagSendParams, Worker, WorkerParams,
 };
 
 const BIG: usize = 64 << 20;
@@ -391,6 +391,18 @@ fn child_server(role: &str) {
             drop((send, marker));
         }
         "idle" => common::answer("ready"),
+        "helper" => {
+            // A put target that busy-polls, so it takes part in the parent's large puts, until
+            // the parent kills it.
+            let prot = Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE;
+            let region = ctx.mem_map(&MemMapParams::alloc(HELPED_PUT).prot(prot)).expect("target region");
+            let packed = region.rkey_pack().expect("pack");
+            common::answer(&format!("rkey {:x} {}", region.address() as usize, common::to_hex(&packed)));
+            while Instant::now() < deadline {
+                w.progress();
+            }
+            return;
+        }
         other => panic!("unknown role {other}"),
     }
     // Sleep between events rather than spin, so the parent (and other tests on a small machine)
@@ -400,6 +412,85 @@ fn child_server(role: &str) {
         w.wait().expect("wait");
     }
     drop(keep);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3b. SIGKILL of a put target while it copies part of the initiator's large puts.
+
+const HELPED_PUT: usize = 4 << 20;
+
+/// Large puts over shared memory are copied by both sides (`ZCX_SHM_PUT_HELP`). A target killed
+/// while the initiator keeps putting leaves no put hanging: each one completes or fails at once,
+/// the endpoint fails through the error handler, and the loop ends in bounded time.
+#[test]
+fn a_put_target_killed_mid_help_leaves_no_put_hanging() {
+    if let Some(role) = common::child_role() {
+        return child_server(&role);
+    }
+    let mut child = ChildProc::spawn("a_put_target_killed_mid_help_leaves_no_put_hanging", "helper");
+    let ctx = context_with(Some("100ms"));
+    let a = worker(&ctx);
+    let workers = [&a];
+    let port: u16 = child.answer(&workers, "port").strip_prefix("port ").unwrap().parse().unwrap();
+    let errors = Errors::default();
+    let ep = a
+        .create_endpoint(
+            EpParams::sockaddr(SocketAddr::from(([127, 0, 0, 1], port))).with_err_handler(errors.handler()),
+        )
+        .unwrap();
+    let answer = child.answer(&workers, "rkey");
+    let mut words = answer.strip_prefix("rkey ").unwrap().split(' ');
+    let base = u64::from_str_radix(words.next().unwrap(), 16).unwrap();
+    let packed = common::from_hex(words.next().unwrap());
+    progress_until(&workers, "the connection", Duration::from_secs(10), || {
+        ep.query().unwrap().status == Status::Ok
+    });
+    if ep.query().unwrap().transports != ["shm"] {
+        eprintln!("skipped: the endpoint is not on shared memory here");
+        return;
+    }
+    let rkey = ep.rkey_unpack(&packed).unwrap();
+    let prot = Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE;
+    let src = ctx.mem_map(&MemMapParams::alloc(HELPED_PUT).prot(prot)).unwrap();
+    let put = |what| {
+        let request = ep.put(src.slice(0, HELPED_PUT).unwrap(), base, &rkey, RequestParams::default());
+        match request {
+            Ok(request) => status_of(&workers, what, request),
+            Err(status) => status,
+        }
+    };
+    // The first put goes through the target, which vouches for the key; the next go direct.
+    assert_eq!(put("the vouching put"), Status::Ok);
+    for _ in 0..20 {
+        assert_eq!(put("a put before the kill"), Status::Ok);
+    }
+    let pid = child.pid();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        // SAFETY: kill(2) on our own child, not reaped before this thread is joined.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    });
+    let start = Instant::now();
+    let mut after_failure = 0;
+    while after_failure < 20 {
+        let failed_before = errors.count() > 0;
+        let status = put("a put around the kill");
+        // As an application's loop would: the worker notices the death on a progress call.
+        a.progress();
+        assert!(
+            matches!(status, Status::Ok | Status::EndpointTimeout | Status::ConnectionReset),
+            "a put around the kill: {status:?}"
+        );
+        if failed_before {
+            after_failure += 1;
+            assert_ne!(status, Status::Ok, "a put on the failed endpoint succeeded");
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "puts still running 10 s after the kill");
+    }
+    killer.join().unwrap();
+    child.kill_and_reap();
+    let status = errors.calls()[0];
+    assert!(matches!(status, Status::ConnectionReset | Status::EndpointTimeout), "{status:?}");
 }
 
 // ---------------------------------------------------------------------------------------------
