@@ -50,6 +50,15 @@ impl HelpSources {
     }
 }
 
+/// A direct put's copy: `len` bytes from `src` to `dst`, the peer's `remote_addr` mapped here.
+#[derive(Clone, Copy)]
+struct PutBytes {
+    src: *const u8,
+    dst: *mut u8,
+    len: usize,
+    remote_addr: u64,
+}
+
 impl Endpoint {
     /// The copy of a direct put of `len` bytes (at least the key's help threshold) from `src` to
     /// `dst` (the peer's `remote_addr`, mapped here): shared with the target's worker when the
@@ -70,8 +79,9 @@ impl Endpoint {
         remote_addr: u64,
         rkey: &EpRkey,
     ) -> Result<()> {
+        let copy = PutBytes { src, dst, len, remote_addr };
         // SAFETY: the caller's contract.
-        if let Some(result) = unsafe { self.helped_copy(src, dst, len, remote_addr, rkey) } {
+        if let Some(result) = unsafe { self.helped_copy(copy, rkey) } {
             return result;
         }
         // SAFETY: the caller's contract.
@@ -81,14 +91,8 @@ impl Endpoint {
 
     /// [`Endpoint::put_helped`] with the target's help; `None` when the put cannot be helped and
     /// nothing was copied yet.
-    unsafe fn helped_copy(
-        &self,
-        src: *const u8,
-        dst: *mut u8,
-        len: usize,
-        remote_addr: u64,
-        rkey: &EpRkey,
-    ) -> Option<Result<()>> {
+    unsafe fn helped_copy(&self, copy: PutBytes, rkey: &EpRkey) -> Option<Result<()>> {
+        let PutBytes { src, dst, len, remote_addr } = copy;
         let direct = match self.direct() {
             Some(direct) => direct,
             None => {
@@ -197,6 +201,18 @@ mod tests {
         }
     }
 
+    /// Puts all of `src` at the start of the target region and waits for the put.
+    fn put_whole(s: &Setup, src: &MemHandle) {
+        let len = src.length();
+        let put = s.ep.put(
+            src.slice(0, len).expect("slice"),
+            s.target.address() as u64,
+            &s.rkey,
+            RequestParams::default(),
+        );
+        put.expect("put").wait().expect("put completes");
+    }
+
     fn bytes(memh: &MemHandle) -> &[u8] {
         // SAFETY: mapped for its length while `memh` lives; only read here.
         unsafe { std::slice::from_raw_parts(memh.address(), memh.length()) }
@@ -213,13 +229,7 @@ mod tests {
         // tries give it a chance to take part.
         for round in 0..40u8 {
             fill(&src, round);
-            let put = s.ep.put(
-                src.slice(0, len).expect("slice"),
-                s.target.address() as u64,
-                &s.rkey,
-                RequestParams::default(),
-            );
-            put.expect("put").wait().expect("put completes");
+            put_whole(&s, &src);
             assert!(bytes(&s.target) == bytes(&src), "round {round}: the target's bytes differ");
             if lane(&s.ep).helped_chunks() > 0 && round >= 3 {
                 return;
@@ -236,13 +246,7 @@ mod tests {
         let Some(s) = setup(len) else { return };
         let local = source(&s, len, Prot::LOCAL_READ | Prot::LOCAL_WRITE);
         fill(&local, 1);
-        let put = s.ep.put(
-            local.slice(0, len).expect("slice"),
-            s.target.address() as u64,
-            &s.rkey,
-            RequestParams::default(),
-        );
-        put.expect("put").wait().expect("put completes");
+        put_whole(&s, &local);
         assert!(bytes(&s.target) == bytes(&local));
         let heap: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         s.ep.put_nbi(&heap, s.target.address() as u64, &s.rkey).expect("put_nbi");
@@ -327,8 +331,7 @@ mod tests {
             assert!(bytes(&s.target).iter().all(|&b| b == 0xEE), "{what}: the target wrote");
         }
         // The link still carries a helped put.
-        let put = s.ep.put(src.slice(0, len).expect("slice"), base, &s.rkey, RequestParams::default());
-        put.expect("put").wait().expect("put completes");
+        put_whole(&s, &src);
         assert!(bytes(&s.target) == bytes(&src));
     }
 }

@@ -271,9 +271,7 @@ fn on_op(st: &mut State, link: LinkId, ep: u64, op: Op, payload: &[u8]) {
             }
             st.recheck_flushes(ep);
         }
-        Op::PutHelp { seq, chunk_shift, len, src, region, key, addr } => {
-            put_help::on_announce(st, link, ep, (seq, chunk_shift, len), src, (region, key, addr), payload)
-        }
+        op @ Op::PutHelp { .. } => put_help::on_announce(st, link, ep, op, payload),
         Op::Keepalive => {}
         Op::Disconnect { force: _ } => {
             // The peer closed its endpoint: ours can carry nothing more.

@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 
+use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::shm::put_help::{chunk_count, chunk_range, HelpWords};
 use zcx_dataplane::{LinkId, RemoteAccess, Transport as _, TransportSet};
 
@@ -32,17 +33,12 @@ const PENDING_MAX: usize = 8;
 /// The source regions kept mapped for one endpoint, with the packed keys that named them.
 pub(crate) type KeptSources = Vec<(Box<[u8]>, Arc<RemoteKey>)>;
 
-/// An announcement as the frame's dispatch noted it.
+/// An announcement as the frame's dispatch noted it: the link and endpoint it came from, the
+/// `Op::PutHelp` and its payload (the source's packed key).
 pub(crate) struct Announcement {
     link: LinkId,
     ep: u64,
-    seq: u32,
-    chunk_shift: u8,
-    len: u64,
-    src: u64,
-    region: u64,
-    key: [u8; 16],
-    addr: u64,
+    op: Op,
     packed: Box<[u8]>,
 }
 
@@ -65,22 +61,12 @@ pub(crate) struct HelpCopy {
 // may read.
 unsafe impl Send for HelpCopy {}
 
-/// Notes an announcement from `ep` on `link` for the worker to check after the poll.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn on_announce(
-    st: &mut State,
-    link: LinkId,
-    ep: u64,
-    (seq, chunk_shift, len): (u32, u8, u64),
-    src: u64,
-    (region, key, addr): (u64, [u8; 16], u64),
-    packed: &[u8],
-) {
-    if st.help_announced.len() >= PENDING_MAX {
-        return;
+/// Notes an announcement (`op`, an `Op::PutHelp` with its `payload`) from `ep` on `link` for the
+/// worker to check after the poll.
+pub(crate) fn on_announce(st: &mut State, link: LinkId, ep: u64, op: Op, payload: &[u8]) {
+    if st.help_announced.len() < PENDING_MAX {
+        st.help_announced.push(Announcement { link, ep, op, packed: payload.into() });
     }
-    let packed = packed.into();
-    st.help_announced.push(Announcement { link, ep, seq, chunk_shift, len, src, region, key, addr, packed });
 }
 
 /// Checks the announcements of the last poll and queues a copy job for each that passes.
@@ -93,30 +79,20 @@ pub(crate) fn check_announced(tl: &TransportSet, st: &mut State) {
 }
 
 fn check(tl: &TransportSet, st: &mut State, a: Announcement) -> Option<HelpCopy> {
-    let chunks = chunk_count(a.len, a.chunk_shift).filter(|_| a.len > 0)?;
+    let Op::PutHelp { seq, chunk_shift, len, src, region, key, addr } = a.op else { return None };
+    let chunks = chunk_count(len, chunk_shift).filter(|_| len > 0)?;
     let (words, peer_pid) = tl.peer_help_words(a.link)?;
-    st.ctx.remote_access.check(a.region, &a.key, a.addr, a.len, RemoteAccess::Write).ok()?;
+    st.ctx.remote_access.check(region, &key, addr, len, RemoteAccess::Write).ok()?;
     let source = source_key(st, a.ep, &a.packed)?;
     if source.shm_pid() != Some(peer_pid) {
         tracing::debug!(ep = a.ep, "put help from a region of another process; ignored");
         return None;
     }
-    let last = a.src.checked_add(a.len - 1)?;
-    let src = source.ptr(a.src).ok()?;
+    let last = src.checked_add(len - 1)?;
+    let src = source.ptr(src).ok()?;
     // The region is one mapping: its first and last bytes inside it put the whole range inside.
     source.ptr(last).ok()?;
-    Some(HelpCopy {
-        words,
-        seq: a.seq,
-        chunks,
-        chunk_shift: a.chunk_shift,
-        len: a.len,
-        src,
-        source,
-        region: a.region,
-        key: a.key,
-        addr: a.addr,
-    })
+    Some(HelpCopy { words, seq, chunks, chunk_shift, len, src, source, region, key, addr })
 }
 
 /// The peer's source region named by `packed`, mapped here: kept from an earlier announcement of
