@@ -254,6 +254,89 @@ mod tests {
         assert_eq!(lane(&s.ep).helped_chunks(), 0, "the target helped with memory it may not read");
     }
 
+    /// A put-help announcement of a put of `len` bytes from `src` to `addr` of `region`.
+    fn announcement(seq: u32, len: usize, src: u64, region: u64, key: [u8; 16], addr: u64) -> Op {
+        Op::PutHelp { seq, chunk_shift: CHUNK_SHIFT, len: len as u64, src, region, key, addr }
+    }
+
+    /// Starts a job over the whole target region, announces it as `forge` makes it (given the
+    /// job's number) with `source_key` as the source's packed key, and checks the target refused
+    /// it: it claimed no chunk and wrote no byte.
+    fn assert_refused(s: &Setup, what: &str, source_key: &[u8], forge: impl FnOnce(u32) -> Op) {
+        let len = s.target.length();
+        // SAFETY: the target region is mapped read-write; nothing else writes it now.
+        unsafe { std::ptr::write_bytes(s.target.address(), 0xEE, len) };
+        let lane = &s.ep.direct().expect("lane").lane;
+        let job = lane.start_help(chunk_count(len as u64, CHUNK_SHIFT).expect("chunks")).expect("idle lane");
+        let mut header = [0u8; MAX_HEADER_LEN];
+        let n = forge(job.seq()).encode(&mut header);
+        assert!(lane.send(&header[..n], source_key), "{what}: announced");
+        // A flush answered means the target read the announcement; a little more time lets a
+        // wrongly queued job run.
+        let flush = s.ep.flush().expect("flush");
+        progress_until(&[&s.client], "the flush", || flush.is_done());
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(job.finish(|| true), Ok(0), "{what}: the target claimed chunks");
+        assert!(bytes(&s.target).iter().all(|&b| b == 0xEE), "{what}: the target wrote");
+    }
+
+    /// Set in a child process of [`a_source_key_of_a_live_third_process_is_refused`]: the child
+    /// maps a region, prints its packed key and waits until its stdin closes.
+    const OWNER_ROLE: &str = "ZCX_PUT_HELP_TEST_OWNER";
+
+    /// A source key naming a memfd of a live process other than the link's peer: the key itself
+    /// maps fine here (same user), so only the target's check of the peer's pid refuses it. The
+    /// target claims nothing and writes nothing.
+    #[test]
+    fn a_source_key_of_a_live_third_process_is_refused() {
+        use std::io::{BufRead, Write};
+        if std::env::var_os(OWNER_ROLE).is_some() {
+            let ctx = crate::Context::with_features(crate::Features::RMA).expect("context");
+            let region = ctx.mem_map(&MemMapParams::alloc(1 << 20).prot(REMOTE)).expect("region");
+            let packed = region.rkey_pack().expect("pack");
+            let hex: String = packed.iter().map(|b| format!("{b:02x}")).collect();
+            println!("key {:x} {hex}", region.address() as usize);
+            std::io::stdout().flush().expect("flush");
+            let _ = std::io::stdin().lines().next();
+            return;
+        }
+        let len = 1 << 20;
+        let Some(s) = setup(len) else { return };
+        let mut owner = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "endpoint::put_help::tests::a_source_key_of_a_live_third_process_is_refused"])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(OWNER_ROLE, "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the owner");
+        let stdout = owner.stdout.take().expect("stdout");
+        // The harness prints the test's name on the same line, before the key.
+        let mut lines = std::io::BufReader::new(stdout).lines().map(|line| line.expect("line"));
+        let line = lines
+            .by_ref()
+            .find_map(|line| line.split_once("key ").map(|(_, key)| key.to_owned()))
+            .expect("the owner's key");
+        let mut words = line.split(' ');
+        let owner_base = u64::from_str_radix(words.next().expect("base"), 16).expect("base");
+        let hex = words.next().expect("key");
+        let packed: Vec<u8> =
+            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex")).collect();
+        // The key is good: this process can map the owner's region through it.
+        let owner_key =
+            crate::rkey::RemoteKey::unpack_in(&s.client.shared.ctx.inner, &packed).expect("unpack");
+        assert!(owner_key.ptr(owner_base).is_ok(), "the owner's region maps here");
+        let (region, key) = s.rkey.region_and_key();
+        let to = s.target.address() as u64;
+        assert_refused(&s, "a third process's source", &packed, |seq| {
+            announcement(seq, len, owner_base, region, key, to)
+        });
+        drop(owner.stdin.take());
+        // Read to the end, so the owner's last lines do not meet a closed pipe.
+        lines.for_each(drop);
+        assert!(owner.wait().expect("the owner exits").success());
+    }
+
     /// Announcements a target must refuse: a wrong destination key, a destination outside the
     /// region, a source outside its region, a source key naming another process. The target
     /// claims no chunk of them and writes nothing, and the link goes on.
@@ -268,68 +351,17 @@ mod tests {
         other_pid.shm.as_mut().expect("memfd-backed").pid = 1;
         let other_pid = other_pid.try_encode().expect("encode");
         let (region, key) = s.rkey.region_and_key();
-        let base = s.target.address() as u64;
-        let good = |seq| Op::PutHelp {
-            seq,
-            chunk_shift: CHUNK_SHIFT,
-            len: len as u64,
-            src: src.address() as u64,
-            region,
-            key,
-            addr: base,
-        };
-        type Forge = fn(Op) -> Op;
-        let cases: [(&str, Forge, bool); 4] = [
-            (
-                "wrong key",
-                |op| match op {
-                    Op::PutHelp { seq, chunk_shift, len, src, region, addr, .. } => {
-                        Op::PutHelp { seq, chunk_shift, len, src, region, key: [0; 16], addr }
-                    }
-                    op => op,
-                },
-                false,
-            ),
-            (
-                "destination past the region",
-                |op| match op {
-                    Op::PutHelp { seq, chunk_shift, len, src, region, key, addr } => {
-                        Op::PutHelp { seq, chunk_shift, len, src, region, key, addr: addr + 4096 }
-                    }
-                    op => op,
-                },
-                false,
-            ),
-            (
-                "source past its region",
-                |op| match op {
-                    Op::PutHelp { seq, chunk_shift, len, src, region, key, addr } => {
-                        Op::PutHelp { seq, chunk_shift, len, src: src + 4096, region, key, addr }
-                    }
-                    op => op,
-                },
-                false,
-            ),
-            ("source of another process", |op| op, true),
-        ];
-        for (what, forge, foreign) in cases {
-            // SAFETY: the target region is mapped read-write; nothing else writes it now.
-            unsafe { std::ptr::write_bytes(s.target.address(), 0xEE, len) };
-            let chunks = chunk_count(len as u64, CHUNK_SHIFT).expect("chunks");
-            let job = s.ep.direct().expect("lane").lane.start_help(chunks).expect("idle lane");
-            let op = forge(good(job.seq()));
-            let mut header = [0u8; MAX_HEADER_LEN];
-            let n = op.encode(&mut header);
-            let key_bytes = if foreign { &other_pid } else { &packed };
-            assert!(s.ep.direct().expect("lane").lane.send(&header[..n], key_bytes), "{what}: announced");
-            // A flush answered means the target read the announcement; a little more time lets a
-            // wrongly queued job run.
-            let flush = s.ep.flush().expect("flush");
-            progress_until(&[&s.client], "the flush", || flush.is_done());
-            std::thread::sleep(Duration::from_millis(20));
-            assert_eq!(job.finish(|| true), Ok(0), "{what}: the target claimed chunks");
-            assert!(bytes(&s.target).iter().all(|&b| b == 0xEE), "{what}: the target wrote");
-        }
+        let (from, to) = (src.address() as u64, s.target.address() as u64);
+        assert_refused(&s, "wrong key", &packed, |seq| announcement(seq, len, from, region, [0; 16], to));
+        assert_refused(&s, "destination past the region", &packed, |seq| {
+            announcement(seq, len, from, region, key, to + 4096)
+        });
+        assert_refused(&s, "source past its region", &packed, |seq| {
+            announcement(seq, len, from + 4096, region, key, to)
+        });
+        assert_refused(&s, "source of another process", &other_pid, |seq| {
+            announcement(seq, len, from, region, key, to)
+        });
         // The link still carries a helped put.
         put_whole(&s, &src);
         assert!(bytes(&s.target) == bytes(&src));
