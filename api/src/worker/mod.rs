@@ -514,14 +514,8 @@ impl WorkerShared {
                 quiet::Check::Doorbell | quiet::Check::Skip => {}
             }
             let events = core.st.events;
-            let lent = if slot.is_taken() {
-                // Its handler runs below, after the lock is released; until it returns, no other
-                // call may end the loan.
-                self.lent_in_use.store(true, Ordering::Relaxed);
-                core.st.lent
-            } else {
-                None
-            };
+            // Its handler runs below, after the lock is released.
+            let lent = self.take_lent(slot, &core.st);
             if core.st.deferred.is_empty() && lent.is_none() {
                 let quiet = events == 0 && core.is_quiet();
                 if quiet {
@@ -623,6 +617,16 @@ impl WorkerShared {
     /// Ends the loan of the worker's lent message (see [`am_lent`]) unless its handler may still
     /// be reading it; true when ended.
     #[cold]
+    /// The message this call's poll lent to its handler (`slot` taken), marked in use: until the
+    /// handler returns, no other call may end the loan. Call with the lock held.
+    fn take_lent(&self, slot: &LendSlot, st: &State) -> Option<am_lent::LentAm> {
+        if !slot.is_taken() {
+            return None;
+        }
+        self.lent_in_use.store(true, Ordering::Relaxed);
+        st.lent
+    }
+
     /// Gives the quiet watch the transports' doorbells when their set changed since it last
     /// got them (call before arming it).
     fn refresh_bells(&self, core: &mut Core) {

@@ -27,7 +27,6 @@
 //! tail, and borrows the handler table rather than counting a reference to it (see `am_lent`):
 //! 538 instructions before.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use zcx_dataplane::LendSlot;
@@ -59,10 +58,7 @@ impl WorkerShared {
                     // The usual end: the frame left nothing behind (no callback, no reply to
                     // send), or only an active message lent to its handler, which runs here as
                     // the general poll's tail would run it.
-                    let lent = if slot.is_taken() { st.lent } else { None };
-                    let Some(lent) = lent else { return 1 };
-                    // Set under the lock: until the handler returns, no call ends the loan.
-                    self.lent_in_use.store(true, Ordering::Relaxed);
+                    let Some(lent) = self.take_lent(&slot, st) else { return 1 };
                     drop(guard);
                     // SAFETY: the loan was taken by this call and `lent_in_use` is set, so no
                     // call ends it before `deliver` returns.
