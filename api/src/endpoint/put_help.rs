@@ -11,7 +11,7 @@
 use std::sync::{Arc, RwLock};
 
 use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
-use zcx_dataplane::shm::put_help::{chunk_count, chunk_range, CHUNK_SHIFT};
+use zcx_dataplane::shm::put_help::{chunk_count, copy_chunk, CHUNK_SHIFT};
 
 use crate::endpoint::rma::EpRkey;
 use crate::endpoint::Endpoint;
@@ -125,15 +125,8 @@ impl Endpoint {
             return None;
         }
         while let Some(chunk) = job.claim() {
-            let (start, end) = chunk_range(chunk, CHUNK_SHIFT, len as u64);
-            // SAFETY: `start < end <= len`, inside both ranges of the caller's contract.
-            unsafe {
-                zcx_dataplane::copy::copy_bytes(
-                    src.add(start as usize),
-                    dst.add(start as usize),
-                    (end - start) as usize,
-                )
-            };
+            // SAFETY: the caller's contract, for the whole of `len`.
+            unsafe { copy_chunk(src, dst, chunk, CHUNK_SHIFT, len as u64) };
         }
         Some(job.finish(|| direct.lane.peer_alive()).map(drop).map_err(|theirs| {
             fail_with(

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use zcx_dataplane::proto::wire::Op;
-use zcx_dataplane::shm::put_help::{chunk_count, chunk_range, HelpWords};
+use zcx_dataplane::shm::put_help::{chunk_count, copy_chunk, HelpWords};
 use zcx_dataplane::{LinkId, RemoteAccess, Transport as _, TransportSet};
 
 use crate::context::ContextInner;
@@ -98,7 +98,7 @@ fn check(tl: &TransportSet, st: &mut State, a: Announcement) -> Option<HelpCopy>
 /// The peer's source region named by `packed`, mapped here: kept from an earlier announcement of
 /// `ep`, or unpacked (and kept) now.
 fn source_key(st: &mut State, ep: u64, packed: &[u8]) -> Option<Arc<RemoteKey>> {
-    let kept = st.help_sources.entry(ep).or_default();
+    let kept = st.help_mappings.entry(ep).or_default();
     if let Some(at) = kept.iter().position(|(bytes, _)| **bytes == *packed) {
         return Some(Arc::clone(&kept[at].1));
     }
@@ -116,18 +116,11 @@ pub(crate) fn run(ctx: &ContextInner, job: HelpCopy) {
     let HelpCopy { words, seq, chunks, chunk_shift, len, src, source, region, key, addr } = job;
     let copied = ctx.remote_access.with_access(region, &key, addr, len, RemoteAccess::Write, |dst| {
         while let Some(chunk) = words.claim(seq, chunks) {
-            let (start, end) = chunk_range(chunk, chunk_shift, len);
-            // SAFETY: `start < end <= len`. The destination's `[addr, addr + len)` passed the
-            // access check, whose read lock keeps it mapped for this closure; the source's
-            // `[src, src + len)` lies in `source`'s mapping (checked when the job was made),
-            // which `source` keeps. The two are different mappings.
-            unsafe {
-                zcx_dataplane::copy::copy_bytes(
-                    src.add(start as usize),
-                    dst.add(start as usize),
-                    (end - start) as usize,
-                )
-            };
+            // SAFETY: the destination's `[addr, addr + len)` passed the access check, whose read
+            // lock keeps it mapped for this closure; the source's `[src, src + len)` lies in
+            // `source`'s mapping (checked when the job was made), which `source` keeps. The two
+            // are different mappings.
+            unsafe { copy_chunk(src, dst, chunk, chunk_shift, len) };
             words.chunk_done(seq);
         }
     });

@@ -418,7 +418,7 @@ pub(crate) struct State {
     /// [`crate::worker::put_help`]).
     pub help_announced: Vec<crate::worker::put_help::Announcement>,
     /// Peers' source regions mapped for put help, by endpoint, with their packed keys.
-    pub help_sources: FastMap<u64, crate::worker::put_help::KeptSources>,
+    pub help_mappings: FastMap<u64, crate::worker::put_help::KeptSources>,
     pub ops: FastMap<u64, OutOp>,
     pub deferred: Vec<Deferred>,
     pub out: Vec<OutFrame>,
@@ -513,7 +513,7 @@ impl State {
             lent: None,
             lent_tables: Vec::new(),
             help_announced: Vec::new(),
-            help_sources: FastMap::default(),
+            help_mappings: FastMap::default(),
             ops: FastMap::default(),
             deferred: Vec::new(),
             out: Vec::new(),
@@ -556,7 +556,7 @@ impl State {
             state.stop_direct();
             self.bury(state);
         }
-        if let Some(sources) = self.help_sources.remove(&ep) {
+        if let Some(sources) = self.help_mappings.remove(&ep) {
             self.bury(sources);
         }
     }

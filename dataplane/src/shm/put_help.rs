@@ -260,6 +260,23 @@ pub fn chunk_range(index: u32, shift: u8, len: u64) -> (u64, u64) {
     (start, (start + (1u64 << shift)).min(len))
 }
 
+/// Copies chunk `index` of a job of `len` bytes in chunks of `1 << shift` bytes from the job's
+/// source at `src` to its destination at `dst`: what each side does with a chunk it claimed.
+///
+/// # Safety
+/// `src..src + len` is readable and `dst..dst + len` writable, and the two do not overlap.
+#[inline]
+pub unsafe fn copy_chunk(src: *const u8, dst: *mut u8, index: u32, shift: u8, len: u64) {
+    let (start, end) = chunk_range(index, shift, len);
+    if start >= end {
+        return;
+    }
+    // SAFETY: `start < end <= len`, inside both ranges of the caller's contract.
+    unsafe {
+        crate::copy::copy_bytes(src.add(start as usize), dst.add(start as usize), (end - start) as usize)
+    };
+}
+
 /// Chunks of `1 << shift` bytes in a job of `len` bytes, or `None` above [`MAX_CHUNKS`] or for
 /// a shift outside [`CHUNK_SHIFTS`].
 pub fn chunk_count(len: u64, shift: u8) -> Option<u32> {
