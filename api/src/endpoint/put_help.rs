@@ -8,7 +8,9 @@
 //! put, or one whose link is already helping another, is copied by the initiator alone, as
 //! before. The put still completes before the call returns, once both sides' chunks are copied.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use zcx_control::RkeyWire;
 
 use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
 use zcx_dataplane::shm::put_help::{chunk_count, copy_chunk, CHUNK_SHIFT};
@@ -17,12 +19,15 @@ use crate::endpoint::rma::EpRkey;
 use crate::endpoint::Endpoint;
 use crate::status::{fail_with, Result, Status};
 
-/// A region a helped put may copy from: memfd-backed, `REMOTE_READ`, with its packed key.
+/// A region a helped put may copy from: memfd-backed, `REMOTE_READ`, with its key, packed by
+/// the first helped put from it (not at `mem_map`, where packing would double the cost of a
+/// registration-cache hit).
 struct HelpSource {
     region: u64,
     base: usize,
     end: usize,
-    packed: Arc<[u8]>,
+    wire: RkeyWire,
+    packed: OnceLock<Option<Arc<[u8]>>>,
 }
 
 /// This context's regions that helped puts may copy from, entered at `mem_map` and removed at
@@ -33,8 +38,8 @@ pub(crate) struct HelpSources {
 }
 
 impl HelpSources {
-    pub fn insert(&self, region: u64, base: usize, len: usize, packed: &[u8]) {
-        let source = HelpSource { region, base, end: base + len, packed: Arc::from(packed) };
+    pub fn insert(&self, region: u64, base: usize, len: usize, wire: RkeyWire) {
+        let source = HelpSource { region, base, end: base + len, wire, packed: OnceLock::new() };
         self.regions.write().unwrap_or_else(|p| p.into_inner()).push(source);
     }
 
@@ -46,7 +51,8 @@ impl HelpSources {
     fn find(&self, ptr: usize, len: usize) -> Option<Arc<[u8]>> {
         let end = ptr.checked_add(len)?;
         let regions = self.regions.read().unwrap_or_else(|p| p.into_inner());
-        regions.iter().find(|s| s.base <= ptr && end <= s.end).map(|s| Arc::clone(&s.packed))
+        let source = regions.iter().find(|s| s.base <= ptr && end <= s.end)?;
+        source.packed.get_or_init(|| source.wire.try_encode().ok().map(Arc::from)).clone()
     }
 }
 

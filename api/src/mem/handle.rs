@@ -191,7 +191,12 @@ impl MemHandle {
         if flags.contains(MemhPackFlags::EXPORT) {
             return self.pack_exported();
         }
-        let wire = RkeyWire {
+        encode_packed(self.rkey_wire().try_encode())
+    }
+
+    /// The remote key of this handle, before encoding (what `pack` encodes).
+    pub(crate) fn rkey_wire(&self) -> RkeyWire {
+        RkeyWire {
             context_id: self.ctx.id,
             region_id: self.region_id,
             base: self.address as u64,
@@ -202,8 +207,7 @@ impl MemHandle {
             symmetric: self.flags.contains(MemMapFlags::SYMMETRIC_RKEY),
             shm: if self.length == 0 { None } else { self.shm_locator() },
             transport_keys: Vec::new(),
-        };
-        encode_packed(wire.try_encode())
+        }
     }
 
     /// `ucp_rkey_pack` (deprecated in UCP, kept as an alias): same as `pack` without flags.
@@ -250,7 +254,7 @@ impl MemHandle {
     }
 
     /// How a same-host peer maps this region, when it is memfd-backed.
-    pub(crate) fn shm_locator(&self) -> Option<zcx_control::ShmLocator> {
+    fn shm_locator(&self) -> Option<zcx_control::ShmLocator> {
         self.backing_allocation().and_then(|a| locator_for(&self.ctx.identity, a, self.address))
     }
 

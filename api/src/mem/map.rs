@@ -73,10 +73,11 @@ fn new_handle(
         // removes the entry before the memory can be released.
         unsafe { ctx.remote_access.insert(handle.region_id, entry) };
     }
-    if length > 0 && prot.contains(Prot::REMOTE_READ) && handle.shm_locator().is_some() {
-        // A peer may then map it and read it anyway: so it may copy a large put's chunks from it.
-        if let Ok(packed) = handle.rkey_pack() {
-            ctx.help_sources.insert(handle.region_id, address, length, &packed);
+    if length > 0 && prot.contains(Prot::REMOTE_READ) {
+        // A peer may map it and read it anyway: so it may copy a large put's chunks from it.
+        let wire = handle.rkey_wire();
+        if wire.shm.is_some() {
+            ctx.help_sources.insert(handle.region_id, address, length, wire);
         }
     }
     Ok(handle)
