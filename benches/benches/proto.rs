@@ -92,6 +92,7 @@ fn regions(count: usize) -> Regions {
             length: REGION_BYTES as u64,
             prot: zcx_dataplane::access::PROT_REMOTE_READ | zcx_dataplane::access::PROT_REMOTE_WRITE,
             access_key: key(i as u64),
+            shm: None,
         };
         // SAFETY: the region is inside `memory`, which lives (and does not move: it is never
         // resized) as long as the table in the same `Regions`.

@@ -6,9 +6,16 @@
 //! the range it returned; a forged key, an unknown region, bytes outside the region, a missing
 //! REMOTE_READ/REMOTE_WRITE protection or a misaligned atomic are refused before any byte is read
 //! or written.
+//!
+//! A peer that would access a region directly (a same-host peer mapping its memfd) asks the owner
+//! to vouch for its key first ([`RemoteAccessTable::vouch`]): the owner says yes only when every
+//! claim of the key equals its own entry, so the bounds and protection the peer then enforces are
+//! the owner's, not whatever the key's bytes were edited to say.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
+
+use zcx_control::{RkeyWire, ShmLocator};
 
 /// `UCP_MEM_MAP_PROT_REMOTE_READ`.
 pub const PROT_REMOTE_READ: u32 = 1 << 8;
@@ -54,6 +61,9 @@ pub struct RegionEntry {
     pub prot: u32,
     /// The capability a peer must present.
     pub access_key: [u8; 16],
+    /// How a same-host peer maps the region, exactly as the owner's packed keys say it; `None`
+    /// when the region cannot be mapped by a peer.
+    pub shm: Option<ShmLocator>,
 }
 
 /// Regions peers may access, by region id. Reads (checks) run concurrently; inserts and removals
@@ -137,6 +147,25 @@ impl RemoteAccessTable {
         Ok(result)
     }
 
+    /// Does the owner vouch for `claim`, a packed key of one of its regions as a peer holds it?
+    /// Yes only when the region is live, the access key matches, and the key's base, length,
+    /// protection and shared-memory locator are exactly those of the region's entry: a key edited
+    /// in any of them is [`AccessError::BadKey`], whatever accesses it would allow.
+    pub fn vouch(&self, claim: &RkeyWire) -> Result<(), AccessError> {
+        let regions = self.read();
+        let region = regions.get(&claim.region_id).ok_or(AccessError::BadKey)?;
+        let same = keys_equal(&region.access_key, &claim.access_key)
+            && region.base == claim.base
+            && region.length == claim.length
+            && region.prot == claim.prot
+            && region.shm == claim.shm;
+        if same {
+            Ok(())
+        } else {
+            Err(AccessError::BadKey)
+        }
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<u64, RegionEntry>> {
         // Mutations are single map operations: a poisoned table is still consistent.
         self.regions.read().unwrap_or_else(|p| p.into_inner())
@@ -192,7 +221,7 @@ mod tests {
     const KEY: [u8; 16] = [7; 16];
 
     fn region(prot: u32) -> RegionEntry {
-        RegionEntry { base: 0x1000, length: 0x100, prot, access_key: KEY }
+        RegionEntry { base: 0x1000, length: 0x100, prot, access_key: KEY, shm: None }
     }
 
     const RW: u32 = PROT_REMOTE_READ | PROT_REMOTE_WRITE;
@@ -242,6 +271,66 @@ mod tests {
             check_region(&r, &KEY, 0x1000, 2, RemoteAccess::Atomic { size: 2 }),
             Err(AccessError::BadAtomic)
         );
+    }
+
+    /// The packed key the owner of `region(PROT_REMOTE_READ)` under id 3 hands out.
+    fn honest_claim() -> RkeyWire {
+        RkeyWire {
+            context_id: [1; 16],
+            region_id: 3,
+            base: 0x1000,
+            length: 0x100,
+            prot: PROT_REMOTE_READ,
+            mem_type: 0,
+            access_key: KEY,
+            symmetric: false,
+            shm: None,
+            transport_keys: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn vouches_only_for_a_key_equal_to_its_record() {
+        let table = RemoteAccessTable::new();
+        let locator = ShmLocator {
+            boot_id: [2; 16],
+            pid: 10,
+            pid_start_time: 11,
+            fd: 12,
+            inode: 13,
+            dev: 14,
+            map_offset: 0x1000,
+            map_len: 0x2000,
+            page_size: 0x1000,
+        };
+        // SAFETY: only vouching is exercised; no access is executed on the region.
+        unsafe { table.insert(3, RegionEntry { shm: Some(locator), ..region(PROT_REMOTE_READ) }) };
+        let honest = RkeyWire { shm: Some(locator), ..honest_claim() };
+        assert_eq!(table.vouch(&honest), Ok(()));
+        type Edit = fn(&mut RkeyWire);
+        let edits: [(&str, Edit); 8] = [
+            ("longer", |w| w.length += 1),
+            ("shorter", |w| w.length -= 1),
+            ("base moved", |w| w.base += 0x10),
+            ("write added", |w| w.prot |= PROT_REMOTE_WRITE),
+            ("read removed", |w| w.prot = 0),
+            ("access key", |w| w.access_key[15] ^= 1),
+            ("other region", |w| w.region_id = 4),
+            ("locator moved", |w| w.shm.as_mut().unwrap().map_offset += 0x10),
+        ];
+        for (name, edit) in edits {
+            let mut forged = honest.clone();
+            edit(&mut forged);
+            assert_eq!(table.vouch(&forged), Err(AccessError::BadKey), "{name}");
+        }
+        let mut other_fd = honest.clone();
+        other_fd.shm.as_mut().unwrap().fd = 99;
+        assert_eq!(table.vouch(&other_fd), Err(AccessError::BadKey), "another memfd");
+        let mut no_locator = honest.clone();
+        no_locator.shm = None;
+        assert_eq!(table.vouch(&no_locator), Err(AccessError::BadKey), "locator dropped");
+        table.remove(3);
+        assert_eq!(table.vouch(&honest), Err(AccessError::BadKey), "unmapped");
     }
 
     #[test]

@@ -31,7 +31,7 @@ proptest! {
         len in prop_oneof![0u64..64, any::<u64>()],
         access in access(),
     ) {
-        let region = RegionEntry { base, length, prot, access_key: key };
+        let region = RegionEntry { base, length, prot, access_key: key, shm: None };
         let presented = if use_real_key { key } else { presented };
         let addr = if near_base { base.wrapping_add_signed(addr_delta) } else { raw_addr };
         match check_region(&region, &presented, addr, len, access) {

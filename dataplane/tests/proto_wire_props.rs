@@ -44,8 +44,19 @@ fn arb_frame() -> impl Strategy<Value = (Op, Vec<u8>)> {
                 (Op::AmRts { am_id, reply, header_len, sender_req, total_len }, p)
             }
         ),
-        (any::<u64>(), any::<u64>(), key(), any::<u64>(), any::<bool>(), data())
-            .prop_map(|(req, region, key, addr, ack, p)| (Op::Put { req, region, key, addr, ack }, p)),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            key(),
+            any::<u64>(),
+            (any::<bool>(), any::<u64>(), any::<u64>(), data())
+        )
+            .prop_map(|(req, region, key, addr, (ack, offset, extra, p))| {
+                // The fragment lies inside the put (the decoder refuses anything else).
+                let offset = offset % (u64::MAX - p.len() as u64);
+                let len = (offset + p.len() as u64).saturating_add(extra % 4096);
+                (Op::Put { req, region, key, addr, len, offset, ack }, p)
+            }),
         (any::<u64>(), any::<u64>(), key(), any::<u64>(), any::<u64>())
             .prop_map(|(req, region, key, addr, len)| (Op::Get { req, region, key, addr, len }, vec![])),
         (any::<u64>(), any::<u64>(), data()).prop_map(|(req, offset, p)| (Op::GetData { req, offset }, p)),
@@ -66,6 +77,7 @@ fn arb_frame() -> impl Strategy<Value = (Op, Vec<u8>)> {
             .prop_map(|((seq, chunk_shift, len, src), (region, key, addr, p))| {
                 (Op::PutHelp { seq, chunk_shift, len, src, region, key, addr }, p)
             }),
+        (any::<u64>(), data()).prop_map(|(req, p)| (Op::KeyCheck { req }, p)),
     ]
 }
 
@@ -123,7 +135,7 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(
         bytes in proptest::collection::vec(any::<u8>(), 0..200),
-        code in 0u8..=0x13,
+        code in 0u8..=0x14,
         prefixed in any::<bool>(),
     ) {
         let mut frame = bytes;

@@ -48,7 +48,7 @@ impl Page {
     }
 
     fn entry(&self, prot: u32) -> RegionEntry {
-        RegionEntry { base: self.base(), length: self.len as u64, prot, access_key: KEY }
+        RegionEntry { base: self.base(), length: self.len as u64, prot, access_key: KEY, shm: None }
     }
 
     fn snapshot(&self) -> Vec<u8> {

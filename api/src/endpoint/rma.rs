@@ -9,15 +9,15 @@ use zcx_dataplane::proto::rma_exec;
 use zcx_dataplane::proto::wire::Op;
 pub use zcx_dataplane::proto::AtomicOp;
 use zcx_dataplane::transport_set::member_of;
-use zcx_dataplane::Payload;
+use zcx_dataplane::{Payload, TransportSet};
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::Endpoint;
 use crate::mem::Prot;
-use crate::request::{OpInfo, OpSink, ReqCell, Request, RequestParams};
+use crate::request::{Callback, OpInfo, OpSink, ReqCell, Request, RequestParams};
 use crate::rkey::RemoteKey;
 use crate::status::{fail_with, Result, Status};
 use crate::worker::state::{
@@ -46,18 +46,21 @@ impl AtomicSize {
 /// that endpoint only.
 ///
 /// Over shared memory the key's region is mapped here and accessed with CPU copies and atomics,
-/// but only once its owner has vouched for the key: the first operation with it goes to the owner,
-/// which checks the access key, bounds and protection like any remote access, and its success
-/// makes the key trusted for direct access. A forged key is therefore refused by the owner as over
-/// any transport. As in UCP, the owner must not unmap a region while peers still use keys for it.
+/// but only once its owner has vouched for the key as a whole: the first operation with it asks
+/// the owner ([`Op::KeyCheck`]), which says yes only when every claim of the key (region, access
+/// key, base, length, protection, memfd locator) equals its own record. Until then, and for good
+/// when the owner says no, operations go to the owner, which checks each one against its record
+/// as over any transport. So the bounds and protection enforced here are always the owner's: a
+/// key edited to be longer, shifted or more permissive never opens a direct view. As in UCP, the
+/// owner must not unmap a region while peers still use keys for it.
 #[derive(Debug)]
 pub struct EpRkey {
     ep: u64,
     region: u64,
     key: [u8; 16],
     rkey: RemoteKey,
-    /// Set once the owner acknowledged an operation with this key.
-    verified: Arc<AtomicBool>,
+    /// Where the owner's verdict on the key stands ([`Vouch`]).
+    vouch: Arc<AtomicU8>,
     /// The endpoint's "direct access allowed" flag, when it reached its peer over shared memory
     /// at unpack time and the region is memfd-backed: cleared by the worker when the endpoint
     /// fails or closes. Read without the worker's lock, so direct accesses take no lock at all.
@@ -68,6 +71,38 @@ pub struct EpRkey {
     /// `ZCX_SHM_PUT_HELP` (the smallest put the target helps copy, `usize::MAX` when off), kept
     /// here where a direct put reads it with the key's other fields.
     help_min: usize,
+}
+
+/// The states of [`EpRkey::vouch`].
+struct Vouch;
+
+impl Vouch {
+    /// Not asked yet, or the answer was lost with a failed link: the next operation asks.
+    const UNASKED: u8 = 0;
+    /// Asked; operations go to the owner meanwhile.
+    const ASKED: u8 = 1;
+    /// The owner's record equals the key: direct access may use the key's bounds and prot.
+    const VOUCHED: u8 = 2;
+    /// The owner refused the key: every operation with it goes to the owner.
+    const REFUSED: u8 = 3;
+}
+
+/// The completion of a key check: records the owner's verdict.
+struct KeyCheckSink {
+    vouch: Arc<AtomicU8>,
+}
+
+impl OpSink for KeyCheckSink {
+    fn complete(&self, _held: &State, status: Status, _info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
+        let verdict = match status {
+            Status::Ok => Vouch::VOUCHED,
+            Status::InvalidParam | Status::InvalidAddr => Vouch::REFUSED,
+            // No verdict (the endpoint failed or closed): a later operation may ask again.
+            _ => Vouch::UNASKED,
+        };
+        self.vouch.store(verdict, Ordering::Release);
+        None
+    }
 }
 
 /// Where a vouched key's region lies in the peer's address space and in ours.
@@ -121,7 +156,7 @@ impl Endpoint {
             region: wire.region_id,
             key: wire.access_key,
             rkey,
-            verified: Arc::new(AtomicBool::new(false)),
+            vouch: Arc::new(AtomicU8::new(Vouch::UNASKED)),
             live,
             window: OnceLock::new(),
             help_min: self.shared().ctx.inner.put_help_min,
@@ -159,7 +194,7 @@ impl Endpoint {
     /// mapping fails (owner gone, kernel refuses): the emulated path then reports it.
     #[cold]
     fn open_window(rkey: &EpRkey) -> Option<&Window> {
-        if !rkey.verified.load(Ordering::Acquire) {
+        if rkey.vouch.load(Ordering::Acquire) != Vouch::VOUCHED {
             return None;
         }
         let key = &rkey.rkey;
@@ -171,11 +206,20 @@ impl Endpoint {
         Some(rkey.window.get_or_init(|| Window { base: key.base(), end, prot: key.prot(), local }))
     }
 
-    /// Has the owner's answer to operation `op` vouch for `rkey` when the endpoint could then
-    /// access the key's region directly (see [`EpRkey`]).
-    fn vouch_with(st: &mut State, op: u64, rkey: &EpRkey) {
-        if rkey.live.is_some() && !rkey.verified.load(Ordering::Relaxed) {
-            st.rkey_checks.insert(op, Arc::clone(&rkey.verified));
+    /// Asks the owner to vouch for `rkey` (see [`EpRkey`]), once, when the endpoint could then
+    /// access the key's region directly. Sent before the operation that needs it, so the owner
+    /// answers in order; a key check that cannot be sent is asked again by a later operation.
+    fn ask_vouch(tl: &mut TransportSet, st: &mut State, ep: u64, rkey: &EpRkey) {
+        if rkey.live.is_none() || rkey.vouch.load(Ordering::Acquire) != Vouch::UNASKED {
+            return;
+        }
+        let Ok(claim) = rkey.rkey.wire().try_encode() else { return };
+        let sink = Arc::new(KeyCheckSink { vouch: Arc::clone(&rkey.vouch) });
+        let req = st.add_op(ep, sink, OutKind::RmaAck);
+        rkey.vouch.store(Vouch::ASKED, Ordering::Release);
+        if send_on_ep(tl, st, ep, &Op::KeyCheck { req }, Payload::Copy(&claim), None).is_err() {
+            st.ops.remove(&req);
+            rkey.vouch.store(Vouch::UNASKED, Ordering::Release);
         }
     }
 
@@ -268,20 +312,21 @@ impl Endpoint {
 
     #[inline(never)]
     fn put_nbi_by_target(&self, bytes: &[u8], remote_addr: u64, rkey: &EpRkey) -> Result<()> {
-        // A key the owner has yet to vouch for (for later direct access) needs an acknowledged
-        // put; otherwise an eager implicit put goes without one, as UCX's do: the target answers
+        // An eager implicit put goes without acknowledgement, as UCX's do: the target answers
         // only a refusal, and that answer precedes its answer to the next flush on the link.
-        let needs_vouch = rkey.live.is_some() && !rkey.verified.load(Ordering::Relaxed);
-        if !needs_vouch {
+        {
             let mut guard = self.shared().lock();
             let Core { tl, st } = &mut *guard;
             st.usable_ep(self.id())?;
+            Self::ask_vouch(tl, st, self.id(), rkey);
             if bytes.len() <= st.max_payload && bytes.len() < st.rndv_thresh {
                 let frame = Op::Put {
                     req: UNTRACKED_PUT,
                     region: rkey.region,
                     key: rkey.key,
                     addr: remote_addr,
+                    len: bytes.len() as u64,
+                    offset: 0,
                     ack: false,
                 };
                 send_on_ep(tl, st, self.id(), &frame, Payload::Copy(bytes), None)?;
@@ -318,11 +363,19 @@ impl Endpoint {
         let eager = len <= st.max_payload && len < st.rndv_thresh;
         let (sink, ptr) = sink(st, eager);
         if eager {
+            Self::ask_vouch(tl, st, self.id(), rkey);
             let op = st.add_op(self.id(), sink, OutKind::RmaAck);
-            Self::vouch_with(st, op, rkey);
             // SAFETY: the sink's bytes stay in place for this call (the caller's contract).
             let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
-            let frame = Op::Put { req: op, region: rkey.region, key: rkey.key, addr: remote_addr, ack: true };
+            let frame = Op::Put {
+                req: op,
+                region: rkey.region,
+                key: rkey.key,
+                addr: remote_addr,
+                len: len as u64,
+                offset: 0,
+                ack: true,
+            };
             if let Err(status) = send_on_ep(tl, st, self.id(), &frame, Payload::Copy(bytes), None) {
                 st.ops.remove(&op);
                 return Err(status);
@@ -330,8 +383,8 @@ impl Endpoint {
             return Ok(());
         }
         let frag = FragKind::Put { region: rkey.region, key: rkey.key, addr: remote_addr };
+        Self::ask_vouch(tl, st, self.id(), rkey);
         let op = st.add_op(self.id(), sink, OutKind::Send { ptr, len, sent: 0, frag, acked: false });
-        Self::vouch_with(st, op, rkey);
         if let Some(ep) = st.eps.get_mut(&self.id()) {
             ep.bulk.push_back(BulkJob::Send { op, stream: false });
         }
@@ -383,8 +436,8 @@ impl Endpoint {
         let Core { tl, st } = &mut *guard;
         st.usable_ep(self.id())?;
         let cell = ReqCell::new(shared, buf, params.callback);
+        Self::ask_vouch(tl, st, self.id(), rkey);
         let op = st.add_op(self.id(), cell.clone(), OutKind::Get { ptr, len, received: 0 });
-        Self::vouch_with(st, op, rkey);
         let frame =
             Op::Get { req: op, region: rkey.region, key: rkey.key, addr: remote_addr, len: len as u64 };
         if let Err(status) = send_on_ep(tl, st, self.id(), &frame, Payload::None, None) {
@@ -437,8 +490,8 @@ impl Endpoint {
         let Core { tl, st } = &mut *guard;
         st.usable_ep(self.id())?;
         let cell = ReqCell::new(shared, (), params.callback);
+        Self::ask_vouch(tl, st, self.id(), rkey);
         let req = st.add_op(self.id(), cell.clone(), OutKind::RmaAck);
-        Self::vouch_with(st, req, rkey);
         let frame = Op::Atomic {
             req,
             region: rkey.region,

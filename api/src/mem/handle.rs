@@ -254,7 +254,7 @@ impl MemHandle {
     }
 
     /// How a same-host peer maps this region, when it is memfd-backed.
-    fn shm_locator(&self) -> Option<zcx_control::ShmLocator> {
+    pub(crate) fn shm_locator(&self) -> Option<zcx_control::ShmLocator> {
         self.backing_allocation().and_then(|a| locator_for(&self.ctx.identity, a, self.address))
     }
 

@@ -67,6 +67,8 @@ fn new_handle(
             length: length as u64,
             prot: prot.bits(),
             access_key: handle.access_key,
+            // What the handle's packed keys say, for the owner to vouch against (see `rkey_wire`).
+            shm: handle.shm_locator(),
         };
         // SAFETY: the range is mapped read-write for as long as the handle lives: zcx allocated it,
         // or the caller promised so through the unsafe `MemMapParams::address`; the handle's Drop

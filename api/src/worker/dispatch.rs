@@ -219,8 +219,9 @@ fn on_op(st: &mut State, link: LinkId, ep: u64, op: Op, payload: &[u8]) {
             st.deferred.push(Deferred::Am(delivery));
             st.am_queued = true;
         }
-        Op::Put { req, region, key, addr, ack } => {
-            let result = rma_exec::put(&st.ctx.remote_access, region, &key, addr, payload);
+        Op::Put { req, region, key, addr, len, offset, ack } => {
+            let result =
+                rma_exec::put_fragment(&st.ctx.remote_access, region, &key, addr, len, offset, payload);
             match result {
                 Ok(()) if ack => st.reply(link, &Op::RmaAck { req, status: 0, value: 0 }, None),
                 Ok(()) => {}
@@ -272,6 +273,14 @@ fn on_op(st: &mut State, link: LinkId, ep: u64, op: Op, payload: &[u8]) {
             st.recheck_flushes(ep);
         }
         op @ Op::PutHelp { .. } => put_help::on_announce(st, link, ep, op, payload),
+        Op::KeyCheck { req } => {
+            // Undecodable bytes vouch for nothing: the same answer as a forged key.
+            let verdict = zcx_control::RkeyWire::decode(payload)
+                .map_err(|_| zcx_dataplane::AccessError::BadKey)
+                .and_then(|claim| st.ctx.remote_access.vouch(&claim));
+            let status = verdict.map_or_else(rma_exec::status_of, |()| rma_exec::UCS_OK);
+            st.reply(link, &Op::RmaAck { req, status, value: 0 }, None);
+        }
         Op::Keepalive => {}
         Op::Disconnect { force: _ } => {
             // The peer closed its endpoint: ours can carry nothing more.
@@ -493,9 +502,6 @@ fn on_rma_ack(st: &mut State, ep: u64, req: u64, status: i8, value: u64) {
         return;
     }
     let status = if status == 0 {
-        if let Some(verified) = st.rkey_checks.get(&req) {
-            verified.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
         Status::Ok
     } else {
         Status::from_code(i32::from(status)).unwrap_or(Status::IoError)

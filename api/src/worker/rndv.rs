@@ -137,7 +137,9 @@ fn send_fragments(core: &mut Core, link: LinkId, op_id: u64) -> Step {
                 req: op_id,
                 region,
                 key,
-                addr: addr.wrapping_add(*sent as u64),
+                addr,
+                len: *len as u64,
+                offset: *sent as u64,
                 ack: *sent + n == *len,
             },
         };

@@ -427,9 +427,6 @@ pub(crate) struct State {
     /// Client endpoints that moved to a shared-memory lane during the poll, with the link they
     /// left: its socket addresses are kept for `query`, then it is closed.
     pub lanes_taken: Vec<(u64, LinkId)>,
-    /// RMA operations whose success proves a remote key good (see `EpRkey`): the flag is set
-    /// when the owner acknowledges one with OK.
-    pub rkey_checks: FastMap<u64, Arc<std::sync::atomic::AtomicBool>>,
     /// The link and endpoint of the last frame received: most frames come on the link of the one
     /// before. Only a hint: a hit is checked against the endpoint's current link.
     pub rx_hint: (LinkId, u64),
@@ -519,7 +516,6 @@ impl State {
             out: Vec::new(),
             lane_dials: Vec::new(),
             lanes_taken: Vec::new(),
-            rkey_checks: FastMap::default(),
             closes_pending: false,
             doorbell_generation: u64::MAX,
             last_tick_coarse: 0,
@@ -612,9 +608,6 @@ impl State {
     /// Removes a finished operation and completes its request.
     fn complete_op(&mut self, id: u64) {
         let Some(op) = self.ops.remove(&id) else { return };
-        if !self.rkey_checks.is_empty() {
-            self.rkey_checks.remove(&id);
-        }
         let (status, info) = op.result.unwrap_or((Status::Ok, OpInfo::default()));
         self.complete_sink(&op.sink, status, info);
         let ep = op.ep;

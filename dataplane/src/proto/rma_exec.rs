@@ -45,15 +45,35 @@ pub fn put(
     addr: u64,
     data: &[u8],
 ) -> Result<(), AccessError> {
-    table.with_access(region, key, addr, data.len() as u64, RemoteAccess::Write, |dst| {
+    put_fragment(table, region, key, addr, data.len() as u64, 0, data)
+}
+
+/// One fragment of an emulated `ucp_put_nbx` of `len` bytes at `addr`: writes `data` at
+/// `addr + offset`. The whole put, not just the fragment, must be a permitted access, so a put
+/// that ends outside its region writes no fragment at all. A fragment outside the put it names
+/// is refused as out of bounds.
+pub fn put_fragment(
+    table: &RemoteAccessTable,
+    region: u64,
+    key: &[u8; 16],
+    addr: u64,
+    len: u64,
+    offset: u64,
+    data: &[u8],
+) -> Result<(), AccessError> {
+    if offset.checked_add(data.len() as u64).is_none_or(|end| end > len) {
+        return Err(AccessError::OutOfBounds);
+    }
+    table.with_access(region, key, addr, len, RemoteAccess::Write, |start| {
         if data.is_empty() {
             return;
         }
-        // SAFETY: `with_access` accepted `[addr, addr + data.len())` for writing and holds the
-        // table's read lock, so the bytes are mapped and writable until we return (the table's
-        // entries describe live memory until removed). `copy` tolerates `data` lying inside the
-        // region itself, and no reference to the region's bytes is created.
-        unsafe { std::ptr::copy(data.as_ptr(), dst, data.len()) }
+        // SAFETY: `with_access` accepted `[addr, addr + len)` for writing and holds the table's
+        // read lock, so those bytes are mapped and writable until we return (the table's entries
+        // describe live memory until removed); `[offset, offset + data.len())` lies inside
+        // `[0, len)` (checked above, so the offset fits in `usize`). `copy` tolerates `data`
+        // lying inside the region itself, and no reference to the region's bytes is created.
+        unsafe { std::ptr::copy(data.as_ptr(), start.add(offset as usize), data.len()) }
     })
 }
 

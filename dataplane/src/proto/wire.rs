@@ -145,7 +145,11 @@ pub enum Op {
         /// Length of the data (not counting the header).
         total_len: u64,
     },
-    /// Emulated `ucp_put_nbx`: write the payload at `addr` of the target's region.
+    /// Emulated `ucp_put_nbx`, or one fragment of it: write the payload at `addr + offset` of the
+    /// target's region. Every fragment names the whole put (`addr`, `len`), so the target checks
+    /// the whole range before it writes any fragment: a put that ends outside the region writes
+    /// nothing. The payload must lie inside the put (`offset + payload length <= len`), or the
+    /// frame does not decode.
     Put {
         /// The initiator's request, echoed in the [`Op::RmaAck`].
         req: u64,
@@ -153,8 +157,12 @@ pub enum Op {
         region: u64,
         /// The region's access key, from the rkey.
         key: [u8; 16],
-        /// Target address of the first byte.
+        /// Target address of the put's first byte.
         addr: u64,
+        /// Length of the whole put.
+        len: u64,
+        /// Where this fragment's payload starts in the put.
+        offset: u64,
         /// The initiator wants an [`Op::RmaAck`] (it always gets one on error).
         ack: bool,
     },
@@ -248,6 +256,15 @@ pub enum Op {
         /// `UCP_EP_CLOSE_MODE_FORCE`: the peer fails its endpoint instead of flushing it.
         force: bool,
     },
+    /// Does the owner vouch for this remote key as it stands? Payload: the packed key, as the
+    /// initiator unpacked it. The owner answers with an [`Op::RmaAck`]: `UCS_OK` only when every
+    /// claim of the key (region, access key, base, length, protection, shared-memory locator)
+    /// equals its own record of the region. An initiator that would access the region directly
+    /// (shared memory) asks before it does, and then enforces the owner's bounds and protection.
+    KeyCheck {
+        /// The initiator's request, echoed in the `RmaAck`.
+        req: u64,
+    },
 }
 
 /// Why a frame header was rejected. Every variant means the same to the caller: the frame is not
@@ -300,6 +317,7 @@ mod code {
     pub const KEEPALIVE: u8 = 0x11;
     pub const DISCONNECT: u8 = 0x12;
     pub const PUT_HELP: u8 = 0x13;
+    pub const KEY_CHECK: u8 = 0x14;
 }
 
 impl Op {
@@ -325,6 +343,7 @@ impl Op {
             Op::Keepalive => code::KEEPALIVE,
             Op::Disconnect { .. } => code::DISCONNECT,
             Op::PutHelp { .. } => code::PUT_HELP,
+            Op::KeyCheck { .. } => code::KEY_CHECK,
         }
     }
 
@@ -341,6 +360,7 @@ impl Op {
                 | Op::Put { .. }
                 | Op::GetData { .. }
                 | Op::PutHelp { .. }
+                | Op::KeyCheck { .. }
         )
     }
 
@@ -353,12 +373,12 @@ impl Op {
             Op::Hello | Op::Stream | Op::Keepalive => 0,
             Op::TagEager { .. } => 1 + 2 * U64,
             Op::TagRts { .. } => 1 + 3 * U64,
-            Op::SyncAck { .. } | Op::FlushReq { .. } | Op::FlushAck { .. } => U64,
+            Op::SyncAck { .. } | Op::FlushReq { .. } | Op::FlushAck { .. } | Op::KeyCheck { .. } => U64,
             Op::Rtr { .. } => 3 * U64,
             Op::RndvData { .. } | Op::GetData { .. } => 2 * U64,
             Op::AmEager { .. } => 1 + 2 + 2,
             Op::AmRts { .. } => 1 + 2 + 2 + 2 * U64,
-            Op::Put { .. } => 1 + 3 * U64 + KEY,
+            Op::Put { .. } => 1 + 5 * U64 + KEY,
             Op::Get { .. } => 4 * U64 + KEY,
             // Atomic op, size, flags; req, region, key, addr, value, compare.
             Op::Atomic { .. } => 3 + 5 * U64 + KEY,
@@ -414,12 +434,14 @@ impl Op {
                 w.u64(sender_req);
                 w.u64(total_len);
             }
-            Op::Put { req, region, key, addr, ack } => {
+            Op::Put { req, region, key, addr, len, offset, ack } => {
                 w.flag(ack);
                 w.u64(req);
                 w.u64(region);
                 w.bytes(&key);
                 w.u64(addr);
+                w.u64(len);
+                w.u64(offset);
             }
             Op::Get { req, region, key, addr, len } => {
                 w.u64(req);
@@ -444,7 +466,7 @@ impl Op {
                 w.u64(req);
                 w.u64(value);
             }
-            Op::FlushReq { id } | Op::FlushAck { id } => w.u64(id),
+            Op::FlushReq { id } | Op::FlushAck { id } | Op::KeyCheck { req: id } => w.u64(id),
             Op::Disconnect { force } => w.flag(force),
             Op::PutHelp { seq, chunk_shift, len, src, region, key, addr } => {
                 w.bytes(&seq.to_le_bytes());
@@ -567,7 +589,13 @@ impl Op {
             }
             code::PUT => {
                 let ack = r.flag()?;
-                Op::Put { ack, req: r.u64()?, region: r.u64()?, key: r.key()?, addr: r.u64()? }
+                let (req, region, key, addr) = (r.u64()?, r.u64()?, r.key()?, r.u64()?);
+                let (len, offset) = (r.u64()?, r.u64()?);
+                // The fragment must lie inside the put it names.
+                if offset.checked_add(r.remaining() as u64).is_none_or(|end| end > len) {
+                    return Err(ProtoError::BadValue("put fragment outside the put"));
+                }
+                Op::Put { req, region, key, addr, len, offset, ack }
             }
             code::GET => {
                 Op::Get { req: r.u64()?, region: r.u64()?, key: r.key()?, addr: r.u64()?, len: r.u64()? }
@@ -603,6 +631,7 @@ impl Op {
             code::FLUSH_ACK => Op::FlushAck { id: r.u64()? },
             code::KEEPALIVE => Op::Keepalive,
             code::DISCONNECT => Op::Disconnect { force: r.flag()? },
+            code::KEY_CHECK => Op::KeyCheck { req: r.u64()? },
             code::PUT_HELP => {
                 let seq = r.0.u32().map_err(|_| ProtoError::Truncated)?;
                 let chunk_shift = r.u8()?;
@@ -717,7 +746,7 @@ mod tests {
     const KEY: [u8; 16] = [0xA5; 16];
 
     /// One op of every kind, with distinct non-zero fields and every boolean set.
-    fn every_op() -> [Op; 19] {
+    fn every_op() -> [Op; 20] {
         [
             Op::Hello,
             Op::TagEager { tag: 1, sync: true, sender_req: 2 },
@@ -728,7 +757,7 @@ mod tests {
             Op::Stream,
             Op::AmEager { am_id: 1, reply: true, header_len: 0 },
             Op::AmRts { am_id: 1, reply: true, header_len: 0, sender_req: 2, total_len: 3 },
-            Op::Put { req: 1, region: 2, key: KEY, addr: 3, ack: true },
+            Op::Put { req: 1, region: 2, key: KEY, addr: 3, len: 4, offset: 1, ack: true },
             Op::Get { req: 1, region: 2, key: KEY, addr: 3, len: 4 },
             Op::GetData { req: 1, offset: 2 },
             Op::Atomic {
@@ -748,6 +777,7 @@ mod tests {
             Op::Keepalive,
             Op::Disconnect { force: true },
             Op::PutHelp { seq: 1, chunk_shift: 17, len: 2, src: 3, region: 4, key: KEY, addr: 5 },
+            Op::KeyCheck { req: 6 },
         ]
     }
 
@@ -809,7 +839,7 @@ mod tests {
     fn rejects_what_its_op_does_not_allow() {
         assert_eq!(Op::decode(&[]), Err(ProtoError::Truncated));
         assert_eq!(Op::decode(&[0x00]), Err(ProtoError::UnknownOp(0)));
-        assert_eq!(Op::decode(&[0x14]), Err(ProtoError::UnknownOp(0x14)));
+        assert_eq!(Op::decode(&[0x15]), Err(ProtoError::UnknownOp(0x15)));
         assert_eq!(Op::decode(&[0x12, 0x02]), Err(ProtoError::BadFlags));
         assert_eq!(Op::decode(&[0x12, 0x01, 0x00]), Err(ProtoError::TrailingBytes));
         assert_eq!(Op::decode(&[0x11, 0x00]), Err(ProtoError::TrailingBytes));
@@ -817,6 +847,24 @@ mod tests {
         let mut buf = [0; MAX_HEADER_LEN];
         let len = Op::TagEager { tag: 1, sync: false, sender_req: 9 }.encode(&mut buf);
         assert_eq!(Op::decode(&buf[..len]), Err(ProtoError::BadValue("sender_req")));
+
+        // A put fragment must lie inside the put its header names, also where the sum wraps.
+        for (len, offset, payload, ok) in [
+            (8, 0, 8, true),
+            (8, 8, 0, true),
+            (8, 4, 5, false),
+            (8, 9, 0, false),
+            (u64::MAX, u64::MAX, 1, false),
+        ] {
+            let put = Op::Put { req: 1, region: 2, key: KEY, addr: 3, len, offset, ack: false };
+            let header_len = put.encode(&mut buf);
+            let mut frame = buf[..header_len].to_vec();
+            frame.resize(header_len + payload, 0xEE);
+            let decoded = Op::decode(&frame).map(|(op, _)| op);
+            let expected =
+                if ok { Ok(put) } else { Err(ProtoError::BadValue("put fragment outside the put")) };
+            assert_eq!(decoded, expected, "len {len}, offset {offset}, payload {payload}");
+        }
 
         let help = every_op()[18];
         let len = help.encode(&mut buf);
