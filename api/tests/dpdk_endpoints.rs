@@ -124,11 +124,16 @@ fn progress_until(worker: &Worker, what: &str, mut done: impl FnMut() -> bool) {
 }
 
 fn wait<B: Send + 'static>(worker: &Worker, request: Request<B>) -> zcx::Completion<B> {
+    finish(worker, request).expect("request failed")
+}
+
+/// How `request` ends, success or not.
+fn finish<B: Send + 'static>(worker: &Worker, request: Request<B>) -> Result<zcx::Completion<B>, Status> {
     let mut request = request;
     let deadline = Instant::now() + PATIENCE;
     loop {
         request = match request.try_take() {
-            Ok(result) => return result.expect("request failed"),
+            Ok(result) => return result,
             Err(r) => r,
         };
         worker.progress();
@@ -236,6 +241,10 @@ fn server() {
     assert!(there == pattern(MIB, 8).as_slice(), "put bytes differ");
     // SAFETY: as above.
     assert_eq!(unsafe { (memh.address().add(word_off) as *const u64).read() }, 42);
+    // The client's puts that ran past the end were refused whole: the tail is as allocated.
+    // SAFETY: as above.
+    let tail = unsafe { std::slice::from_raw_parts(memh.address().add(MIB + 4096), MIB - 4096) };
+    assert!(tail.iter().all(|&b| b == 0), "a refused put wrote into the region");
     assert_on_dpdk(&ep, "server");
     println!("server: verified everything over dpdk");
     // In flight when the client goes: must end with the endpoint's error.
@@ -299,6 +308,15 @@ fn client() {
         ep.atomic(AtomicOp::Add, AtomicSize::U64, 2, 0, word, &rkey, RequestParams::default()).unwrap(),
     );
     assert_eq!(fetched.info.value, 40);
+    // Accesses that start inside the region and end past it: refused before any byte moves.
+    for (offset, len) in [(MIB + MIB / 2, MIB), (2 * MIB - 1, 2)] {
+        let result = ep.put(vec![0xEE; len], base + offset as u64, &rkey, RequestParams::default());
+        let status = finish(&worker, result.unwrap()).map(drop);
+        assert_eq!(status, Err(Status::InvalidAddr), "put of {len} at +{offset:#x}");
+        let result = ep.get(vec![0u8; len], base + offset as u64, &rkey, RequestParams::default());
+        let status = finish(&worker, result.unwrap()).map(drop);
+        assert_eq!(status, Err(Status::InvalidAddr), "get of {len} at +{offset:#x}");
+    }
     wait(&worker, ep.flush().unwrap());
     wait(&worker, ep.tag_send(b"rma done".to_vec(), 7, TagSendParams::default()).unwrap());
     assert_eq!(recv_tag(&worker, 8, 64), b"exit now");
