@@ -617,10 +617,15 @@ macro_rules! suite {
             let (memh, base, rkey) = pair.server_region(len);
             // SAFETY: the handle maps `len` bytes for the whole test.
             let region = || unsafe { std::slice::from_raw_parts(memh.address(), len) }.to_vec();
-            // No key is vouched for yet, so this goes to the target, which refuses it: the call
-            // succeeds, the next flush reports the refusal, and the flush after it is clean.
+            // A key claiming more than the region passes the initiator's own check, so this goes to
+            // the target, which refuses it: the call succeeds, the next flush reports the refusal,
+            // and the flush after it is clean.
+            let mut longer = zcx_control::RkeyWire::decode(&memh.rkey_pack().unwrap()).unwrap();
+            longer.length += 4096;
+            longer.shm = None;
+            let longer = pair.client_ep.rkey_unpack(&longer.encode()).unwrap();
             let before = region();
-            pair.client_ep.put_nbi(&[1u8; 16], base + len as u64 - 8, &rkey).unwrap();
+            pair.client_ep.put_nbi(&[1u8; 16], base + len as u64 - 8, &longer).unwrap();
             assert_eq!(wait(&pair.both(), pair.client_ep.flush().unwrap()).unwrap_err(), Status::InvalidAddr);
             assert!(region() == before, "a refused put wrote");
             wait(&pair.both(), pair.client_ep.flush().unwrap()).unwrap();

@@ -92,11 +92,11 @@ fn out_of_bounds_and_missing_protection_are_refused() {
     let before = snapshot(&read_only);
     let rkey = t.ep.rkey_unpack(&read_only.rkey_pack().unwrap()).unwrap();
     let base = read_only.address() as u64;
-    let put = t.ep.put(vec![1u8; 8], base, &rkey, RequestParams::default()).unwrap();
-    assert_eq!(wait(&both, put).unwrap_err(), Status::InvalidParam, "put without REMOTE_WRITE");
-    let amo =
-        t.ep.atomic(AtomicOp::Swap, AtomicSize::U64, 1, 0, base, &rkey, RequestParams::default()).unwrap();
-    assert_eq!(wait(&both, amo).unwrap_err(), Status::InvalidParam, "atomic without REMOTE_WRITE");
+    // Refused by the target, or at once where the key itself shows the access is not allowed.
+    let put = outcome(&both, t.ep.put(vec![1u8; 8], base, &rkey, RequestParams::default()));
+    assert_eq!(put.unwrap_err(), Status::InvalidParam, "put without REMOTE_WRITE");
+    let amo = t.ep.atomic(AtomicOp::Swap, AtomicSize::U64, 1, 0, base, &rkey, RequestParams::default());
+    assert_eq!(outcome(&both, amo).unwrap_err(), Status::InvalidParam, "atomic without REMOTE_WRITE");
     // Reading is allowed.
     let got = wait(&both, t.ep.get(vec![0u8; 16], base, &rkey, RequestParams::default()).unwrap()).unwrap();
     assert_eq!(got.buf, vec![0x5A; 16]);
@@ -107,16 +107,14 @@ fn out_of_bounds_and_missing_protection_are_refused() {
     let rkey = t.ep.rkey_unpack(&rw.rkey_pack().unwrap()).unwrap();
     let base = rw.address() as u64;
     let len = rw.length() as u64;
-    // Refused by the target, or at once where the owner vouched for the key for direct access.
-    let outcome = |issued: zcx::Result<zcx::Request<Vec<u8>>>| issued.and_then(|r| wait(&both, r)).map(drop);
     for (addr, n) in [(base + len, 1usize), (base - 1, 2), (base + len - 4, 8), (u64::MAX - 2, 8), (0, 8)] {
-        let put = outcome(t.ep.put(vec![9u8; n], addr, &rkey, RequestParams::default()));
+        let put = outcome(&both, t.ep.put(vec![9u8; n], addr, &rkey, RequestParams::default()));
         assert_eq!(put.unwrap_err(), Status::InvalidAddr, "put of {n} at {addr:#x}");
-        let get = outcome(t.ep.get(vec![0u8; n], addr, &rkey, RequestParams::default()));
+        let get = outcome(&both, t.ep.get(vec![0u8; n], addr, &rkey, RequestParams::default()));
         assert_eq!(get.unwrap_err(), Status::InvalidAddr, "get of {n} at {addr:#x}");
     }
     // A large put straddling the end: refused before any fragment lands.
-    assert!(outcome(t.ep.put(vec![7u8; 1 << 20], base, &rkey, RequestParams::default())).is_err());
+    assert!(outcome(&both, t.ep.put(vec![7u8; 1 << 20], base, &rkey, RequestParams::default())).is_err());
     assert!(snapshot(&rw)[..] == before[..], "refused put modified the region");
     // After unmap the key is dead.
     let rkey_bytes = rw.rkey_pack().unwrap();
@@ -124,6 +122,15 @@ fn out_of_bounds_and_missing_protection_are_refused() {
     let dead = t.ep.rkey_unpack(&rkey_bytes).unwrap();
     let put = t.ep.put(vec![1u8; 8], base, &dead, RequestParams::default()).unwrap();
     assert_eq!(wait(&both, put).unwrap_err(), Status::InvalidParam);
+}
+
+/// How an operation ends: refused at once (the initiator's own checks, or a direct access over
+/// shared memory with a key the owner vouched for) or by the target.
+fn outcome<B: Send + 'static>(
+    workers: &[&Worker],
+    issued: zcx::Result<zcx::Request<B>>,
+) -> Result<(), Status> {
+    wait(workers, issued?).map(drop)
 }
 
 /// Writes one transport frame (length prefix + bytes) to a raw socket.

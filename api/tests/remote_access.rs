@@ -98,17 +98,32 @@ fn forged(ep: &Endpoint, memh: &MemHandle, edit: impl FnOnce(&mut RkeyWire)) -> 
     ep.rkey_unpack(&wire.encode()).unwrap()
 }
 
-/// Puts, gets and implicit puts that start inside the region and end outside it, over a key the
-/// owner has not yet seen and over one it has accepted: each is refused whole.
+/// Puts, gets and implicit puts that start inside the region and end outside it are refused
+/// whole: by the initiator where the key shows it, by the target where the key claims more than
+/// the owner registered (so only the target's check of the whole range stands between the put and
+/// the bytes past the region), and by either once the owner vouched for the key.
 #[test]
 fn accesses_that_run_past_the_end_are_refused_before_any_byte_moves() {
     let p = Pair::new();
-    let memh = region(&p.ctx, MIB, RW, 0x5A);
+    // The region lies inside a larger allocation, so bytes past its end are mapped, and a
+    // fragment that got through would land there rather than fault.
+    let parent = region(&p.ctx, 4 * MIB, LOCAL, 0x5A);
+    let region_addr = parent.address().wrapping_add(MIB);
+    // SAFETY: the range lies inside `parent`, which outlives `memh`.
+    let memh =
+        p.ctx.mem_map(&unsafe { MemMapParams::new().address(region_addr) }.length(MIB).prot(RW)).unwrap();
     let base = memh.address() as u64;
-    let before = snapshot(&memh);
-    for vouched in [false, true] {
-        let rkey = p.ep.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap();
-        if vouched {
+    let before = snapshot(&parent);
+    for kind in ["fresh", "vouched", "claims more"] {
+        let rkey = match kind {
+            "claims more" => forged(&p.ep, &memh, |w| {
+                w.length = 2 * MIB as u64;
+                // Without a locator the key never opens a direct view: every access goes to the owner.
+                w.shm = None;
+            }),
+            _ => p.ep.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap(),
+        };
+        if kind == "vouched" {
             // An honest access first: the key is then known good to the owner.
             let got = p.outcome(p.ep.get(vec![0u8; 8], base, &rkey, RequestParams::default())).unwrap();
             assert_eq!(got, vec![0x5A; 8]);
@@ -116,22 +131,22 @@ fn accesses_that_run_past_the_end_are_refused_before_any_byte_moves() {
         let straddles =
             [(base, MIB + 1), (base + 768 * 1024, MIB), (base + MIB as u64 - 1, 2), (base, 2 * MIB)];
         for (addr, len) in straddles {
-            let what = format!("{len} bytes at base+{:#x} (key vouched: {vouched})", addr - base);
+            let what = format!("{len} bytes at base+{:#x} ({kind} key)", addr - base);
             let put = p.outcome(p.ep.put(vec![0xEE; len], addr, &rkey, RequestParams::default()));
             assert_eq!(put.unwrap_err(), Status::InvalidAddr, "put of {what}");
-            assert!(snapshot(&memh) == before, "a refused put of {what} wrote into the region");
+            assert!(snapshot(&parent) == before, "a refused put of {what} wrote");
             let get = p.outcome(p.ep.get(vec![0u8; len], addr, &rkey, RequestParams::default()));
             assert_eq!(get.unwrap_err(), Status::InvalidAddr, "get of {what}");
             let nbi = p.ep.put_nbi(&vec![0xEE; len], addr, &rkey).and_then(|()| p.flushed());
             assert_eq!(nbi.unwrap_err(), Status::InvalidAddr, "implicit put of {what}");
-            assert!(snapshot(&memh) == before, "a refused implicit put of {what} wrote into the region");
+            assert!(snapshot(&parent) == before, "a refused implicit put of {what} wrote");
         }
         // The key and the endpoint still work for accesses inside.
         let put = p.outcome(p.ep.put(vec![0x11; 16], base + 64, &rkey, RequestParams::default()));
-        assert!(put.is_ok());
-        assert_eq!(bytes_at(memh.address().wrapping_add(64), 16), vec![0x11; 16]);
+        assert!(put.is_ok(), "{kind} key: put inside refused");
+        assert_eq!(bytes_at(region_addr.wrapping_add(64), 16), vec![0x11; 16]);
         // SAFETY: 16 bytes inside the handle.
-        unsafe { std::ptr::write_bytes(memh.address().wrapping_add(64), 0x5A, 16) };
+        unsafe { std::ptr::write_bytes(region_addr.wrapping_add(64), 0x5A, 16) };
     }
 }
 

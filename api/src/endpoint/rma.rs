@@ -133,6 +133,23 @@ impl EpRkey {
     pub fn remote_key(&self) -> &RemoteKey {
         &self.rkey
     }
+
+    /// What the initiator can check of an access before it goes to the owner: the protection and
+    /// bounds the key claims, in the owner's order (so the status is the one the owner would
+    /// give). An honest key's claims are the owner's record, so what they refuse the owner would
+    /// refuse too; a forged key's claims prove nothing either way, and the owner checks every
+    /// access with it against its own record.
+    fn check_claims(&self, addr: u64, len: u64, need: Prot) -> Result<()> {
+        let key = &self.rkey;
+        if !key.prot().contains(need) {
+            return Err(refused_without(need));
+        }
+        let end = key.base().saturating_add(key.length());
+        if addr < key.base() || addr.checked_add(len).is_none_or(|last| last > end) {
+            return Err(refused_outside());
+        }
+        Ok(())
+    }
 }
 
 impl Endpoint {
@@ -312,6 +329,7 @@ impl Endpoint {
 
     #[inline(never)]
     fn put_nbi_by_target(&self, bytes: &[u8], remote_addr: u64, rkey: &EpRkey) -> Result<()> {
+        rkey.check_claims(remote_addr, bytes.len() as u64, Prot::REMOTE_WRITE)?;
         // An eager implicit put goes without acknowledgement, as UCX's do: the target answers
         // only a refusal, and that answer precedes its answer to the next flush on the link.
         {
@@ -357,6 +375,7 @@ impl Endpoint {
         rkey: &EpRkey,
         sink: impl FnOnce(&State, bool) -> (Arc<dyn OpSink>, *const u8),
     ) -> Result<()> {
+        rkey.check_claims(remote_addr, len as u64, Prot::REMOTE_WRITE)?;
         let mut guard = self.shared().lock();
         let Core { tl, st } = &mut *guard;
         st.usable_ep(self.id())?;
@@ -431,6 +450,7 @@ impl Endpoint {
         rkey: &EpRkey,
         params: RequestParams,
     ) -> Result<Request<B>> {
+        rkey.check_claims(remote_addr, len as u64, Prot::REMOTE_READ)?;
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
@@ -485,6 +505,7 @@ impl Endpoint {
             // Misaligned in our view of the region (cannot happen for zcx allocations): emulate.
             Some(Ok(_)) | None => {}
         }
+        rkey.check_claims(remote_addr, u64::from(bytes), need)?;
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
