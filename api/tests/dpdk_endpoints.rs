@@ -308,14 +308,20 @@ fn client() {
         ep.atomic(AtomicOp::Add, AtomicSize::U64, 2, 0, word, &rkey, RequestParams::default()).unwrap(),
     );
     assert_eq!(fetched.info.value, 40);
-    // Accesses that start inside the region and end past it: refused before any byte moves.
+    // Accesses that start inside the region and end past it: refused before any byte moves, with
+    // the real key (here at once) and with one that claims a longer region (by the target).
+    let mut longer = zcx_control::RkeyWire::decode(&key[8..]).unwrap();
+    longer.length *= 2;
+    longer.shm = None;
+    let longer = ep.rkey_unpack(&longer.encode()).unwrap();
+    let outcome = |issued: zcx::Result<Request<Vec<u8>>>| issued.and_then(|r| finish(&worker, r)).map(drop);
     for (offset, len) in [(MIB + MIB / 2, MIB), (2 * MIB - 1, 2)] {
-        let result = ep.put(vec![0xEE; len], base + offset as u64, &rkey, RequestParams::default());
-        let status = finish(&worker, result.unwrap()).map(drop);
-        assert_eq!(status, Err(Status::InvalidAddr), "put of {len} at +{offset:#x}");
-        let result = ep.get(vec![0u8; len], base + offset as u64, &rkey, RequestParams::default());
-        let status = finish(&worker, result.unwrap()).map(drop);
-        assert_eq!(status, Err(Status::InvalidAddr), "get of {len} at +{offset:#x}");
+        for (name, rkey) in [("key", &rkey), ("longer key", &longer)] {
+            let put = ep.put(vec![0xEE; len], base + offset as u64, rkey, RequestParams::default());
+            assert_eq!(outcome(put), Err(Status::InvalidAddr), "put of {len} at +{offset:#x}, {name}");
+            let get = ep.get(vec![0u8; len], base + offset as u64, rkey, RequestParams::default());
+            assert_eq!(outcome(get), Err(Status::InvalidAddr), "get of {len} at +{offset:#x}, {name}");
+        }
     }
     wait(&worker, ep.flush().unwrap());
     wait(&worker, ep.tag_send(b"rma done".to_vec(), 7, TagSendParams::default()).unwrap());
