@@ -337,6 +337,7 @@ fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                 let old = std::mem::replace(&mut state.link, link);
                 st.link_eps.remove(&old);
                 st.link_eps.insert(link, ep);
+                st.established.push(link);
                 st.lanes_taken.push((ep, old));
                 tracing::debug!(ep, ?old, lane = ?link, "connected over a faster lane");
             }

@@ -734,6 +734,13 @@ impl CoreGuard<'_> {
 impl Core {
     /// Sends the replies built during the poll.
     pub(crate) fn send_out(&mut self) {
+        if !self.st.established.is_empty() {
+            // Before anything goes out on them: the peer's answer to our accept may be large.
+            let Core { tl, st } = self;
+            for link in st.established.drain(..) {
+                tl.link_established(link);
+            }
+        }
         if !self.st.lane_dials.is_empty() {
             lifecycle::open_lanes(self);
         }
@@ -772,7 +779,7 @@ impl Core {
     /// [`Core::after_poll`] when the poll left something to do.
     #[inline(never)]
     fn after_busy_poll(&mut self) {
-        if !self.st.out.is_empty() || !self.st.lane_dials.is_empty() {
+        if !self.st.out.is_empty() || !self.st.lane_dials.is_empty() || !self.st.established.is_empty() {
             self.send_out();
         }
         if !self.st.to_flush.is_empty() {

@@ -401,6 +401,9 @@ pub(crate) struct State {
     pub eps: FastMap<u64, EpState>,
     pub link_eps: FastMap<LinkId, u64>,
     pub incoming: FastMap<LinkId, Incoming>,
+    /// Links whose handshake completed during the poll: the transport is told after it (see
+    /// `Transport::link_established`), before anything is sent on them.
+    pub established: Vec<LinkId>,
     pub listeners: FastMap<ListenerId, ListenerEntry>,
     pub tags: TagMatcher<PostedTagRecv, Unexpected>,
     /// Replaced whole, never changed in place (see [`AmHandlers`]).
@@ -489,6 +492,7 @@ impl State {
             && self.bulk_active.is_empty()
             && !self.closes_pending
             && self.help_announced.is_empty()
+            && self.established.is_empty()
     }
 
     pub fn new(
@@ -506,6 +510,7 @@ impl State {
             eps: FastMap::default(),
             link_eps: FastMap::default(),
             incoming: FastMap::default(),
+            established: Vec::new(),
             listeners: FastMap::default(),
             tags: TagMatcher::new(),
             am_handlers: Arc::default(),

@@ -153,6 +153,17 @@ impl FrameReader {
         }
     }
 
+    /// The largest frame the reader accepts now.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    /// Changes the largest frame accepted from the next length prefix on (a link that completed
+    /// its handshake is allowed more than one that has not).
+    pub fn set_max_frame(&mut self, max_frame: usize) {
+        self.max_frame = max_frame;
+    }
+
     /// True when no partial frame is buffered (the stream is at a frame boundary).
     pub fn is_idle(&self) -> bool {
         self.prefix_have == 0 && !self.assembling
@@ -724,6 +735,25 @@ mod tests {
         let most = receive_in_chunks(&mut rx, &mut sink, &wire[..200_000], 300, 1 << 20, 1 << 20);
         assert_eq!(most, RX_FIRST);
         assert_eq!(sink.got.len(), 200_000 / 104);
+    }
+
+    #[test]
+    fn a_reader_limited_to_a_handshake_refuses_more_until_raised() {
+        let limit = crate::transport::MAX_HANDSHAKE_FRAME;
+        let (mut r, mut placing, mut sink) = (FrameReader::new(limit), None, Collect::default());
+        let fits = vec![7u8; limit];
+        feed_all(&mut r, &mut placing, &mut sink, &[&prefix(limit), &fits]).unwrap();
+        r.set_max_frame(1 << 20);
+        let big = vec![8u8; limit + 1];
+        feed_all(&mut r, &mut placing, &mut sink, &[&prefix(big.len()), &big]).unwrap();
+        assert_eq!(sink.got, vec![Item::Frame(fits), Item::Frame(big)]);
+        let (mut r, mut sink) = (FrameReader::new(limit), Collect::default());
+        let err = r.feed(&prefix(limit + 1), &mut placing, &mut sink).unwrap_err();
+        assert_eq!(err.len, limit as u64 + 1);
+        let mut rx = RxBuf::default();
+        let wire = [&prefix(limit + 1)[..], &[0]].concat();
+        assert!(drive_rx(&mut rx, &mut placing, &mut sink, &[&wire], limit).is_err());
+        assert!(sink.got.is_empty());
     }
 
     fn pattern_frame(len: usize) -> Vec<u8> {
