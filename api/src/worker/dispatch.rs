@@ -18,7 +18,7 @@ use crate::worker::am::{AmBytes, AmDelivery};
 use crate::worker::am_lent::LentAm;
 use crate::worker::lifecycle::fail_ep;
 use crate::worker::put_help;
-use crate::worker::state::{status_of, BulkJob, Deferred, Incoming, OutKind, Phase, State, Unexpected};
+use crate::worker::state::{status_of, BulkJob, Deferred, OutKind, Phase, State, Unexpected};
 use crate::worker::stream::deliver_stream;
 
 /// Handles one transport event. `lend`: the poll's offer of frames to keep past the event (see
@@ -32,7 +32,9 @@ pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>, lend: Option<&LendSlo
             }
         }
         TlEvent::Accepted { listener, link, peer } => {
-            st.incoming.insert(link, Incoming { listener, peer });
+            if let Some(oldest) = st.incoming.admit(link, listener, peer, std::time::Instant::now()) {
+                st.to_close.push((oldest, true));
+            }
         }
         TlEvent::Frame { link, bytes } => on_frame(st, link, bytes, lend),
         TlEvent::Placed { link, header, len, dest } => on_placed(st, link, header, len, dest),

@@ -6,6 +6,7 @@ pub(crate) mod am_lent;
 mod bell_set;
 pub(crate) mod dispatch;
 pub(crate) mod lifecycle;
+mod pending;
 pub(crate) mod put_help;
 pub(crate) mod quiet;
 pub(crate) mod rndv;
@@ -328,7 +329,11 @@ impl Worker {
             Err(other) => return Err(other),
             Ok(()) => {}
         }
-        let timeout = self.shared.lock().st.keepalive / 2;
+        // Wake for the timers: keepalives, and connections that must make their request in time.
+        let timeout = {
+            let core = self.shared.lock();
+            (core.st.keepalive / 2).min(core.st.incoming.timeout() / 2)
+        };
         wakeup::wait_readable(self.shared.epoll.as_fd(), Some(timeout))?;
         // Keepalive deadlines may have passed while asleep.
         self.shared.lock().tick(Instant::now());
@@ -813,7 +818,12 @@ impl Core {
             return;
         }
         let interval = self.st.keepalive;
-        self.st.next_tick = now + interval / 4;
+        self.st.next_tick = now + (interval / 4).min(self.st.incoming.timeout() / 4);
+        if !self.st.incoming.is_empty() {
+            let mut expired = Vec::new();
+            self.st.incoming.expire(now, &mut expired);
+            self.st.to_close.extend(expired.into_iter().map(|link| (link, true)));
+        }
         let connect_timeout = (interval * 10).max(Duration::from_secs(10));
         let mut to_fail = Vec::new();
         let mut to_ping = Vec::new();
