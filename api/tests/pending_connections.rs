@@ -188,8 +188,10 @@ fn stalled_handshakes_time_out_and_everything_is_given_back() {
 
     let mut closed = vec![false; stalled];
     let mut first_close = None;
+    let mut peak = rss();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
+        peak = peak.max(rss());
         let n = check_closed(&peers, &mut closed);
         if n > 0 && first_close.is_none() {
             first_close = Some(start.elapsed());
@@ -206,7 +208,13 @@ fn stalled_handshakes_time_out_and_everything_is_given_back() {
         first_close >= timeout,
         "a stalled connection was closed after {first_close:?}, before the timeout"
     );
-    eprintln!("{stalled} stalled peers closed; the first after {first_close:?}");
+    let growth = peak.saturating_sub(rss0);
+    eprintln!(
+        "{stalled} stalled peers closed; the first after {first_close:?}; memory grew by {} KiB",
+        growth >> 10
+    );
+    // While they wait, each costs its bookkeeping, not a receive buffer.
+    assert!(growth < 2 * MIB, "{stalled} stalled peers grew the server by {} KiB", growth >> 10);
 
     drop(peers);
     let fds = settle_fds(&server, fds0);

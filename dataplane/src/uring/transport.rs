@@ -402,7 +402,13 @@ impl UringTransport {
             }
             (Some(ring), _) if !link.bulk => opcode::RecvMulti::new(fd, ring.bgid()).build(),
             _ => {
-                let min_cap = if link.bulk { BULK_BUFFER } else { self.cfg.recv_buffer_size };
+                let min_cap = if link.bulk {
+                    BULK_BUFFER
+                } else if pre_handshake(link) {
+                    PREFIX_LEN + MAX_HANDSHAKE_FRAME
+                } else {
+                    self.cfg.recv_buffer_size
+                };
                 let (ptr, mut len) = link.rx.spare(min_cap);
                 if link.placed_mode {
                     len = len.min(PLACED_MODE_READ.max(link.rx.missing()));
@@ -671,7 +677,7 @@ impl UringTransport {
     fn log_oversized(&mut self, index: usize, len: u64) {
         let Some(link) = self.links[index].as_ref() else { return };
         let peer = link.peer_addr;
-        if link.reader.max_frame() >= MAX_FRAME {
+        if !pre_handshake(link) {
             tracing::debug!(?peer, len, "peer announced an oversized frame; closing the link");
             return;
         }
@@ -867,10 +873,13 @@ impl UringTransport {
                             .placing
                             .as_ref()
                             .is_some_and(|p| p.next_dest().is_some() && p.remaining() >= BULK_MISSING);
+                        // Not before the handshake: a connection that is anyone's gets no system
+                        // call per poll and no buffer of its own.
                         let spin = self.cfg.spin_recv
                             && self.polls.wrapping_sub(self.last_sleep_poll) >= SPIN_AFTER_POLLS
                             && link.placing.is_none()
-                            && !link.placed_mode;
+                            && !link.placed_mode
+                            && !pre_handshake(link);
                         let cancel =
                             if (link.reader.missing() >= BULK_MISSING || placing_much) && !link.want_bulk {
                                 link.want_bulk = true;
@@ -1332,6 +1341,12 @@ impl Transport for UringTransport {
             || !self.deferred.is_empty()
             || !self.dirty.is_empty()
     }
+}
+
+/// True for a link a listener accepted whose handshake the protocol layer has not reported
+/// complete (`link_established`): it takes no frame larger than a handshake.
+fn pre_handshake(link: &Link) -> bool {
+    link.reader.max_frame() < MAX_FRAME
 }
 
 fn check_room(link: &Link, extra: usize) -> Result<(), TlError> {
