@@ -69,7 +69,7 @@ const KNOWN: &[Known] = &[
     Known {
         name: "MAX_PENDING_CONNECTIONS",
         default: "128",
-        doc: "Connections each listener holds while they wait for their connection request; a new one beyond closes the oldest",
+        doc: "Connections each listener holds while they wait for their connection request; beyond, the oldest is closed once it has had 100 ms",
     },
     Known {
         name: "URING_SQPOLL",

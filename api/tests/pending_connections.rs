@@ -11,13 +11,14 @@ mod common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::net::{accepting_listener, progress_until, wait};
 use common::open_fds;
 use zcx::{
-    Config, Context, ContextParams, EpParams, Features, RequestParams, TagSendParams, Worker, WorkerParams,
+    Config, Context, ContextParams, Endpoint, EpParams, Features, ListenerParams, RequestParams,
+    TagSendParams, Worker, WorkerParams,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -270,4 +271,34 @@ fn a_listener_holds_at_most_its_cap_of_pending_connections_and_honest_clients_ge
     assert_eq!(wait(&both, recv).unwrap().buf, b"back");
     let still_open = FLOOD - check_closed(&peers, &mut closed);
     assert!(still_open >= CAP - 1, "only {still_open} of the flood held open");
+}
+
+#[test]
+fn a_burst_of_honest_clients_larger_than_the_cap_all_get_through() {
+    let _turn = serial();
+    const CAP: usize = 4;
+    const CLIENTS: usize = 16;
+    let (ctx, server) =
+        server(&[("ZCX_HANDSHAKE_TIMEOUT", "60s"), ("ZCX_MAX_PENDING_CONNECTIONS", &CAP.to_string())]);
+    let accepted: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
+    let slot = Arc::clone(&accepted);
+    let listener = server
+        .listen(ListenerParams {
+            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+            accept_handler: Some(Box::new(move |ep| slot.lock().unwrap().push(ep))),
+            ..Default::default()
+        })
+        .unwrap();
+    let client = ctx.create_worker(&WorkerParams::default()).expect("client worker");
+    // All connect before the server looks: their connections are accepted together.
+    let eps: Vec<Endpoint> = (0..CLIENTS)
+        .map(|_| client.create_endpoint(EpParams::sockaddr(listener.sockaddr())).unwrap())
+        .collect();
+    let both = [&client, &server];
+    progress_until(&both, "every client accepted", || accepted.lock().unwrap().len() == CLIENTS);
+    for (i, ep) in eps.iter().enumerate() {
+        let recv = server.tag_recv(vec![0u8; 8], i as u64, u64::MAX, RequestParams::default()).unwrap();
+        ep.tag_send((i as u64).to_le_bytes().to_vec(), i as u64, TagSendParams::default()).unwrap();
+        assert_eq!(wait(&both, recv).unwrap().buf, (i as u64).to_le_bytes());
+    }
 }

@@ -32,9 +32,9 @@ pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>, lend: Option<&LendSlo
             }
         }
         TlEvent::Accepted { listener, link, peer } => {
-            if let Some(oldest) = st.incoming.admit(link, listener, peer, std::time::Instant::now()) {
-                st.to_close.push((oldest, true));
-            }
+            let mut evicted = Vec::new();
+            st.incoming.admit(link, listener, peer, std::time::Instant::now(), &mut evicted);
+            st.to_close.extend(evicted.into_iter().map(|old| (old, true)));
         }
         TlEvent::Frame { link, bytes } => on_frame(st, link, bytes, lend),
         TlEvent::Placed { link, header, len, dest } => on_placed(st, link, header, len, dest),

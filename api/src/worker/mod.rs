@@ -820,9 +820,10 @@ impl Core {
         let interval = self.st.keepalive;
         self.st.next_tick = now + (interval / 4).min(self.st.incoming.timeout() / 4);
         if !self.st.incoming.is_empty() {
-            let mut expired = Vec::new();
-            self.st.incoming.expire(now, &mut expired);
-            self.st.to_close.extend(expired.into_iter().map(|link| (link, true)));
+            // Past their time, or pushed out by newer ones while a listener is over its cap.
+            let mut dropped = Vec::new();
+            self.st.incoming.sweep(now, &mut dropped);
+            self.st.to_close.extend(dropped.into_iter().map(|link| (link, true)));
         }
         let connect_timeout = (interval * 10).max(Duration::from_secs(10));
         let mut to_fail = Vec::new();
