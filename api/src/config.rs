@@ -62,6 +62,16 @@ const KNOWN: &[Known] = &[
         doc: "Endpoints exchange keepalives this often; a peer silent for 3 intervals fails with ENDPOINT_TIMEOUT",
     },
     Known {
+        name: "HANDSHAKE_TIMEOUT",
+        default: "5s",
+        doc: "A connection accepted by a listener that has not made its connection request within this time is closed",
+    },
+    Known {
+        name: "MAX_PENDING_CONNECTIONS",
+        default: "128",
+        doc: "Connections each listener holds while they wait for their connection request; beyond, the oldest is closed once it has had 100 ms",
+    },
+    Known {
         name: "URING_SQPOLL",
         default: "n",
         doc: "Let a kernel thread poll the io_uring submission queue (costs a core): y or n",
@@ -252,6 +262,18 @@ impl Config {
         self.get("KEEPALIVE_INTERVAL").and_then(parse_duration).unwrap_or(std::time::Duration::from_secs(1))
     }
 
+    /// `ZCX_HANDSHAKE_TIMEOUT`: how long a connection a listener accepted may take to make its
+    /// connection request before it is closed.
+    pub fn handshake_timeout(&self) -> std::time::Duration {
+        self.get("HANDSHAKE_TIMEOUT").and_then(parse_duration).unwrap_or(std::time::Duration::from_secs(5))
+    }
+
+    /// `ZCX_MAX_PENDING_CONNECTIONS`: connections each listener holds while they wait for their
+    /// connection request.
+    pub fn max_pending_connections(&self) -> usize {
+        self.get("MAX_PENDING_CONNECTIONS").and_then(|v| v.parse().ok()).unwrap_or(128)
+    }
+
     /// `ZCX_URING_SQPOLL`.
     pub fn uring_sqpoll(&self) -> bool {
         parse_bool(self.get("URING_SQPOLL").unwrap_or("n")).unwrap_or(false)
@@ -381,7 +403,8 @@ fn validate(name: &str, value: &str) -> Result<()> {
         "RCACHE_ENABLE" | "URING_SQPOLL" | "URING_SPIN" => parse_bool(value).is_some(),
         "RNDV_THRESH" => parse_size(value).is_some(),
         "SHM_PUT_HELP" => parse_size(value).is_some() || parse_bool(value) == Some(false),
-        "KEEPALIVE_INTERVAL" => parse_duration(value).is_some(),
+        "KEEPALIVE_INTERVAL" | "HANDSHAKE_TIMEOUT" => parse_duration(value).is_some(),
+        "MAX_PENDING_CONNECTIONS" => value.parse::<u32>().is_ok_and(|n| (1..=1 << 20).contains(&n)),
         "TLS" => value.split(',').map(str::trim).filter(|s| !s.is_empty()).all(|t| {
             matches!(
                 t.trim_start_matches('^'),
@@ -511,6 +534,27 @@ mod tests {
         assert_eq!(Config::from_vars([("ZCX_SHM_PUT_HELP", "0")]).unwrap().shm_put_help(), None);
         assert_eq!(Config::from_vars([("ZCX_SHM_PUT_HELP", "some")]).unwrap_err(), Status::InvalidParam);
         assert_eq!(Config::from_vars([("ZCX_KEEPALIVE_INTERVAL", "0s")]).unwrap_err(), Status::InvalidParam);
+    }
+
+    #[test]
+    fn pending_connection_bounds() {
+        let d = Config::default();
+        assert_eq!(d.handshake_timeout(), std::time::Duration::from_secs(5));
+        assert_eq!(d.max_pending_connections(), 128);
+        let c =
+            Config::from_vars([("ZCX_HANDSHAKE_TIMEOUT", "300ms"), ("ZCX_MAX_PENDING_CONNECTIONS", "16")])
+                .unwrap();
+        assert_eq!(c.handshake_timeout(), std::time::Duration::from_millis(300));
+        assert_eq!(c.max_pending_connections(), 16);
+        for (name, bad) in [
+            ("ZCX_HANDSHAKE_TIMEOUT", "0s"),
+            ("ZCX_HANDSHAKE_TIMEOUT", "soon"),
+            ("ZCX_MAX_PENDING_CONNECTIONS", "0"),
+            ("ZCX_MAX_PENDING_CONNECTIONS", "-1"),
+            ("ZCX_MAX_PENDING_CONNECTIONS", "many"),
+        ] {
+            assert_eq!(Config::from_vars([(name, bad)]).unwrap_err(), Status::InvalidParam, "{name}={bad}");
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod doorbell;
 pub mod dpdk;
 pub mod fast_map;
 pub mod lend;
+pub mod log_limit;
 mod os_error;
 pub mod proto;
 pub mod rcache;
@@ -28,11 +29,12 @@ pub mod wakeup;
 pub use access::{AccessError, RegionEntry, RemoteAccess, RemoteAccessTable};
 pub use fast_map::{FastMap, FastSet};
 pub use lend::LendSlot;
+pub use log_limit::LogLimit;
 pub use rcache::{RcacheStats, RegistrationCache};
 pub use shm::{ShmConfig, ShmTransport};
 pub use transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
-    Transport, ZcopyPayload,
+    Transport, ZcopyPayload, MAX_HANDSHAKE_FRAME,
 };
 pub use transport_set::TransportSet;
 pub use uring::{UringConfig, UringTransport};

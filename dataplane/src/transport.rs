@@ -15,6 +15,12 @@ use std::os::fd::BorrowedFd;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LinkId(pub u32);
 
+/// Largest frame a link a listener accepted may carry before [`Transport::link_established`]:
+/// the largest handshake frame the protocol layer sends (an op header and a handshake message).
+/// Until its peer has made a valid connection request, a link is anyone's, and nothing it
+/// announces may make the transport set memory aside for it.
+pub const MAX_HANDSHAKE_FRAME: usize = crate::proto::wire::MAX_HEADER_LEN + zcx_control::MAX_FRAME_LEN;
+
 /// One listening socket of a transport that accepts by sockaddr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ListenerId(pub u32);
@@ -378,6 +384,14 @@ pub trait Transport: Send {
     ) -> Result<SendOutcome, TlError> {
         self.send(link, header, payload)
     }
+
+    /// The peer of `link`, a link a listener accepted, made a valid connection request and was
+    /// accepted: from now on its frames may be as large as [`Caps::max_frame`] allows. Until
+    /// then a transport that sizes its receive buffers from what a peer announces refuses (fails
+    /// the link on) any frame over [`MAX_HANDSHAKE_FRAME`]. Links this side connected are
+    /// established from the start. Harmless for an unknown or established link. Default:
+    /// nothing to do (the transport never sizes a buffer from an announcement).
+    fn link_established(&mut self, _link: LinkId) {}
 
     /// Closes a link. Queued frames are sent first unless `force`; with `force`, in-flight
     /// zero-copy sends report `SendDone` with `Canceled`. No `LinkFailed` follows a local close.

@@ -294,6 +294,12 @@ impl Transport for TransportSet {
         }
     }
 
+    fn link_established(&mut self, link: LinkId) {
+        if let Some((tl, local)) = self.member_mut(link.0) {
+            tl.link_established(LinkId(local));
+        }
+    }
+
     fn open_send_lane(&mut self, link: LinkId) -> Option<std::sync::Arc<crate::shm::ShmSendLane>> {
         let (tl, local) = self.member_mut(link.0)?;
         tl.open_send_lane(LinkId(local))

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use zcx_control::TransportAddress;
 use zcx_dataplane::{
     ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, SendOutcome, TlError, TlEvent, Transport,
-    UringConfig, UringTransport, ZcopyPayload,
+    UringConfig, UringTransport, ZcopyPayload, MAX_HANDSHAKE_FRAME,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -132,6 +132,8 @@ fn pair(a: &mut Side, b: &mut Side, ip: &str) -> (LinkId, LinkId) {
     });
     // Accepted connections outlive their listener.
     a.t.close_listener(lid);
+    // The protocol layer's handshake is not run here: the accepted link takes any frame at once.
+    a.t.link_established(la.unwrap());
     (la.unwrap(), lb)
 }
 
@@ -487,6 +489,49 @@ fn huge_length_prefix_fails_the_link() {
     assert!(matches!(peer.read(&mut byte), Ok(0) | Err(_)));
 }
 
+/// A link a listener accepted is anyone's until the protocol layer says its handshake is done:
+/// until then a frame larger than a handshake fails it, whatever the transport's largest frame.
+#[test]
+fn accepted_links_refuse_frames_larger_than_a_handshake_until_established() {
+    let mut a = Side::new();
+    let (lid, bound) = a.t.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let accepted = |a: &Side, n: usize| -> Vec<LinkId> {
+        let links: Vec<LinkId> =
+            a.ev.iter()
+                .filter_map(|e| match e {
+                    Ev::Accepted(l, link) if *l == lid => Some(*link),
+                    _ => None,
+                })
+                .collect();
+        assert!(links.len() <= n, "{links:?}");
+        links
+    };
+
+    // Five bytes: a frame of 200 KiB announced (below max_frame) and its first byte.
+    let mut liar = TcpStream::connect(bound).unwrap();
+    liar.write_all(&[&(200u32 << 10).to_le_bytes()[..], &[0xAB]].concat()).unwrap();
+    pump_one(&mut a, "the liar's link failed", |a| a.ev.iter().any(|e| matches!(e, Ev::Failed(..))));
+    let link = accepted(&a, 1)[0];
+    assert_eq!(a.ev, [Ev::Accepted(lid, link), Ev::Failed(link, TlError::InvalidParam)]);
+    liar.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    assert!(matches!(liar.read(&mut [0u8; 1]), Ok(0) | Err(_)), "the liar's socket is still open");
+
+    // A frame as large as a handshake passes; once established, a large one too.
+    a.ev.clear();
+    let mut honest = TcpStream::connect(bound).unwrap();
+    let hello = pattern(MAX_HANDSHAKE_FRAME, 1);
+    honest.write_all(&[&(hello.len() as u32).to_le_bytes()[..], &hello].concat()).unwrap();
+    pump_one(&mut a, "the handshake-sized frame", |a| a.ev.iter().any(|e| matches!(e, Ev::Frame(..))));
+    let link = accepted(&a, 1)[0];
+    assert!(a.frames(link) == [hello]);
+    a.t.link_established(link);
+    let big = pattern(200 << 10, 2);
+    honest.write_all(&[&(big.len() as u32).to_le_bytes()[..], &big].concat()).unwrap();
+    pump_one(&mut a, "the large frame", |a| a.frames(link).len() == 2);
+    assert!(a.frames(link)[1] == big);
+    assert!(!a.ev.iter().any(|e| matches!(e, Ev::Failed(..))));
+}
+
 #[test]
 fn event_fd_wakes_a_sleeping_thread() {
     let mut a = Side::new();
@@ -646,6 +691,8 @@ fn echo_with_a_second_process() {
         a.poll();
         for e in std::mem::take(&mut a.ev) {
             match e {
+                // Reported before any receive of the link completes.
+                Ev::Accepted(_, l) => a.t.link_established(l),
                 Ev::Frame(l, f) => {
                     a.t.send(l, &f, Payload::None).unwrap();
                     echoed += 1;

@@ -18,7 +18,7 @@ use crate::worker::am::{AmBytes, AmDelivery};
 use crate::worker::am_lent::LentAm;
 use crate::worker::lifecycle::fail_ep;
 use crate::worker::put_help;
-use crate::worker::state::{status_of, BulkJob, Deferred, Incoming, OutKind, Phase, State, Unexpected};
+use crate::worker::state::{status_of, BulkJob, Deferred, OutKind, Phase, State, Unexpected};
 use crate::worker::stream::deliver_stream;
 
 /// Handles one transport event. `lend`: the poll's offer of frames to keep past the event (see
@@ -32,7 +32,9 @@ pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>, lend: Option<&LendSlo
             }
         }
         TlEvent::Accepted { listener, link, peer } => {
-            st.incoming.insert(link, Incoming { listener, peer });
+            let mut evicted = Vec::new();
+            st.incoming.admit(link, listener, peer, std::time::Instant::now(), &mut evicted);
+            st.to_close.extend(evicted.into_iter().map(|old| (old, true)));
         }
         TlEvent::Frame { link, bytes } => on_frame(st, link, bytes, lend),
         TlEvent::Placed { link, header, len, dest } => on_placed(st, link, header, len, dest),
@@ -346,6 +348,7 @@ fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                 let old = std::mem::replace(&mut state.link, link);
                 st.link_eps.remove(&old);
                 st.link_eps.insert(link, ep);
+                st.established.push(link);
                 st.lanes_taken.push((ep, old));
                 tracing::debug!(ep, ?old, lane = ?link, "connected over a faster lane");
             }

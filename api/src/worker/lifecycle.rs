@@ -129,6 +129,7 @@ pub(crate) fn create_server_ep(st: &mut State, request: &ConnRequestData, params
     }
     st.eps.insert(id, state);
     st.link_eps.insert(request.link, id);
+    st.established.push(request.link);
     tracing::debug!(ep = id, link = ?request.link, client = request.client_id, "accepted");
     id
 }

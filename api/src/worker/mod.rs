@@ -6,6 +6,7 @@ pub(crate) mod am_lent;
 mod bell_set;
 pub(crate) mod dispatch;
 pub(crate) mod lifecycle;
+mod pending;
 pub(crate) mod put_help;
 pub(crate) mod quiet;
 pub(crate) mod rndv;
@@ -328,7 +329,11 @@ impl Worker {
             Err(other) => return Err(other),
             Ok(()) => {}
         }
-        let timeout = self.shared.lock().st.keepalive / 2;
+        // Wake for the timers: keepalives, and connections that must make their request in time.
+        let timeout = {
+            let core = self.shared.lock();
+            (core.st.keepalive / 2).min(core.st.incoming.timeout() / 2)
+        };
         wakeup::wait_readable(self.shared.epoll.as_fd(), Some(timeout))?;
         // Keepalive deadlines may have passed while asleep.
         self.shared.lock().tick(Instant::now());
@@ -734,6 +739,13 @@ impl CoreGuard<'_> {
 impl Core {
     /// Sends the replies built during the poll.
     pub(crate) fn send_out(&mut self) {
+        if !self.st.established.is_empty() {
+            // Before anything goes out on them: the peer's answer to our accept may be large.
+            let Core { tl, st } = self;
+            for link in st.established.drain(..) {
+                tl.link_established(link);
+            }
+        }
         if !self.st.lane_dials.is_empty() {
             lifecycle::open_lanes(self);
         }
@@ -772,7 +784,7 @@ impl Core {
     /// [`Core::after_poll`] when the poll left something to do.
     #[inline(never)]
     fn after_busy_poll(&mut self) {
-        if !self.st.out.is_empty() || !self.st.lane_dials.is_empty() {
+        if !self.st.out.is_empty() || !self.st.lane_dials.is_empty() || !self.st.established.is_empty() {
             self.send_out();
         }
         if !self.st.to_flush.is_empty() {
@@ -806,7 +818,13 @@ impl Core {
             return;
         }
         let interval = self.st.keepalive;
-        self.st.next_tick = now + interval / 4;
+        self.st.next_tick = now + (interval / 4).min(self.st.incoming.timeout() / 4);
+        if !self.st.incoming.is_empty() {
+            // Past their time, or pushed out by newer ones while a listener is over its cap.
+            let mut dropped = Vec::new();
+            self.st.incoming.sweep(now, &mut dropped);
+            self.st.to_close.extend(dropped.into_iter().map(|link| (link, true)));
+        }
         let connect_timeout = (interval * 10).max(Duration::from_secs(10));
         let mut to_fail = Vec::new();
         let mut to_ping = Vec::new();

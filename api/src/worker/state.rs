@@ -24,6 +24,7 @@ use crate::request::{Callback, OpInfo, OpSink};
 use crate::status::Status;
 use crate::worker::am::AmHandlers;
 use crate::worker::am_lent::LentAm;
+use crate::worker::pending::PendingConnections;
 
 /// Largest payload of one fragment: the transport's frame minus our header.
 pub(crate) fn max_payload(max_frame: usize) -> usize {
@@ -320,12 +321,6 @@ pub(crate) enum Unexpected {
     Rts { sender_req: u64, total_len: u64 },
 }
 
-/// A connection accepted by a listener, waiting for the client's request.
-pub(crate) struct Incoming {
-    pub listener: ListenerId,
-    pub peer: SocketAddr,
-}
-
 /// A listener: its handlers and the parameters of endpoints it accepts itself.
 pub(crate) struct ListenerEntry {
     pub handlers: ListenerHandlers,
@@ -400,7 +395,11 @@ pub(crate) struct State {
     pub ctx: Arc<ContextInner>,
     pub eps: FastMap<u64, EpState>,
     pub link_eps: FastMap<LinkId, u64>,
-    pub incoming: FastMap<LinkId, Incoming>,
+    /// Connections accepted by a listener, waiting for their connection request.
+    pub incoming: PendingConnections,
+    /// Links whose handshake completed during the poll: the transport is told after it (see
+    /// `Transport::link_established`), before anything is sent on them.
+    pub established: Vec<LinkId>,
     pub listeners: FastMap<ListenerId, ListenerEntry>,
     pub tags: TagMatcher<PostedTagRecv, Unexpected>,
     /// Replaced whole, never changed in place (see [`AmHandlers`]).
@@ -486,6 +485,7 @@ impl State {
             && self.bulk_active.is_empty()
             && !self.closes_pending
             && self.help_announced.is_empty()
+            && self.established.is_empty()
     }
 
     pub fn new(
@@ -496,13 +496,15 @@ impl State {
         let max_frame = caps.max_frame;
         let config = &ctx.config;
         let max_payload = max_payload(max_frame);
+        let incoming = PendingConnections::new(config.max_pending_connections(), config.handshake_timeout());
         State {
             rndv_thresh: config.rndv_thresh().min(max_payload),
             keepalive: config.keepalive_interval(),
             ctx,
             eps: FastMap::default(),
             link_eps: FastMap::default(),
-            incoming: FastMap::default(),
+            incoming,
+            established: Vec::new(),
             listeners: FastMap::default(),
             tags: TagMatcher::new(),
             am_handlers: Arc::default(),

@@ -153,6 +153,17 @@ impl FrameReader {
         }
     }
 
+    /// The largest frame the reader accepts now.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    /// Changes the largest frame accepted from the next length prefix on (a link that completed
+    /// its handshake is allowed more than one that has not).
+    pub fn set_max_frame(&mut self, max_frame: usize) {
+        self.max_frame = max_frame;
+    }
+
     /// True when no partial frame is buffered (the stream is at a frame boundary).
     pub fn is_idle(&self) -> bool {
         self.prefix_have == 0 && !self.assembling
@@ -220,8 +231,9 @@ impl FrameReader {
                 dispatch(&data[..len], placed, placing, sink);
                 data = &data[len..];
             } else {
-                // Bounded by `max_frame`, so peer input never makes this grow without limit.
-                self.partial.reserve(len);
+                // Grown by what arrives, not by the announced `len` (which is bounded by
+                // `max_frame` all the same): a peer that announces much and sends little is
+                // given little.
                 self.partial.extend_from_slice(data);
                 data = &[];
                 self.want = len;
@@ -260,15 +272,36 @@ impl FrameReader {
     }
 }
 
+/// The first size of an empty receive buffer (when the frame or the caller asks for as much).
+pub const RX_FIRST: usize = 64 << 10;
+
 /// A receive buffer the kernel writes into directly, parsed in place: whole frames are lent
 /// straight from it, and a frame in progress is received where it will be delivered from, so
 /// large frames are never copied in user space. Only the incomplete tail is moved to the front
-/// when the buffer end is near (growing the buffer when the frame is larger than all of it).
+/// when the buffer end is near.
+///
+/// The buffer grows by what arrives, never by what a length prefix announces: see
+/// [`rx_grown_len`]. A peer that announces a large frame and sends a byte costs [`RX_FIRST`]
+/// at most; one that sends the frame gets a buffer that holds it whole after a few doublings.
 #[derive(Debug, Default)]
 pub struct RxBuf {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// The last receive brought at least half the buffer's size: traffic that earns a larger one.
+    busy: bool,
+}
+
+/// The length to grow a receive buffer of `len` bytes to, when it holds `held` bytes of a frame
+/// in progress, must fit `need` bytes now, and would at most hold `goal` (the whole frame in
+/// progress, or the caller's preferred size). `busy`: the last receive filled half of it.
+///
+/// Growth is earned by bytes that arrived: the buffer at most doubles over what it holds, or
+/// over its size after a receive that filled half of it, and starts at [`RX_FIRST`]. Never
+/// below `need`, never above `goal` (unless `need` is); never shrinks.
+pub fn rx_grown_len(len: usize, held: usize, need: usize, goal: usize, busy: bool) -> usize {
+    let earned = RX_FIRST.max(held.saturating_mul(2)).max(if busy { len.saturating_mul(2) } else { 0 });
+    earned.min(goal).max(need).max(len)
 }
 
 impl RxBuf {
@@ -289,13 +322,25 @@ impl RxBuf {
         self.end += bytes.len();
     }
 
-    /// Makes room for at least the rest of the frame in progress, with at least `min_cap` bytes
-    /// allocated, and returns where to receive and how much.
+    /// Makes room to receive at least one byte, growing the buffer toward `min_cap` bytes (or
+    /// the whole frame in progress, when larger) as far as the bytes that arrived earn (see
+    /// [`rx_grown_len`]), and returns where to receive and how much.
     pub fn spare(&mut self, min_cap: usize) -> (*mut u8, usize) {
         self.make_room(0, min_cap);
         let len = self.buf.len() - self.end;
         // SAFETY: `end <= buf.len()`, so the pointer is inside the allocation or one past it.
         (unsafe { self.buf.as_mut_ptr().add(self.end) }, len)
+    }
+
+    /// Bytes the frame in progress needs in all (prefix included), or the prefix alone while
+    /// fewer bytes than a prefix are held.
+    fn frame_len(&self) -> usize {
+        if self.end - self.start >= PREFIX_LEN {
+            let b = &self.buf[self.start..];
+            PREFIX_LEN + (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & !PLACED) as usize
+        } else {
+            PREFIX_LEN
+        }
     }
 
     fn make_room(&mut self, extra: usize, min_cap: usize) {
@@ -304,18 +349,19 @@ impl RxBuf {
             self.end = 0;
         }
         let held = self.end - self.start;
-        // Bytes the frame in progress needs in all (prefix included), or the prefix alone.
-        let frame = if held >= PREFIX_LEN {
-            let b = &self.buf[self.start..];
-            PREFIX_LEN + (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & !PLACED) as usize
-        } else {
-            PREFIX_LEN
-        };
-        let need = frame.max(held + extra).max(held + 1);
-        if self.buf.len() < min_cap.max(need) {
-            self.buf.resize(min_cap.max(need).max(self.buf.len() * 2), 0);
+        let frame = self.frame_len();
+        let need = (held + extra).max(held + 1);
+        let goal = frame.max(min_cap);
+        if self.buf.len() < goal.max(need) {
+            let len = rx_grown_len(self.buf.len(), held, need, goal, self.busy);
+            if len > self.buf.len() {
+                self.buf.resize(len, 0);
+            }
         }
-        if self.start + need > self.buf.len() {
+        self.busy = false;
+        // Keep the frame in progress where it can be completed in place: at the front when it
+        // does not fit behind its start.
+        if self.start > 0 && self.start + frame.max(need) > self.buf.len() {
             self.buf.copy_within(self.start..self.end, 0);
             self.end = held;
             self.start = 0;
@@ -352,6 +398,7 @@ impl RxBuf {
         sink: &mut dyn FrameSink,
     ) -> Result<(), FrameTooLarge> {
         self.end = (self.end + n).min(self.buf.len());
+        self.busy = n.saturating_mul(2) >= self.buf.len();
         loop {
             if let Some(p) = placing.as_mut() {
                 self.start += p.absorb(&self.buf[self.start..self.end]);
@@ -614,6 +661,105 @@ mod tests {
         assert!(rx.is_empty());
     }
 
+    /// Receives `data` into `rx` the way the transport's single-shot receives do, at most
+    /// `chunk` bytes per receive, asking `spare` for `min_cap`; returns the largest capacity seen.
+    fn receive_in_chunks(
+        rx: &mut RxBuf,
+        sink: &mut Collect,
+        data: &[u8],
+        chunk: usize,
+        min_cap: usize,
+        max: usize,
+    ) -> usize {
+        let (mut placing, mut at, mut most) = (None, 0, 0);
+        while at < data.len() {
+            let (ptr, room) = rx.spare(min_cap);
+            most = most.max(rx.capacity());
+            // Growth is paid for by bytes that arrived, the announcement aside.
+            assert!(
+                rx.capacity() <= RX_FIRST.max(2 * at.saturating_add(chunk)),
+                "{} after {at}",
+                rx.capacity()
+            );
+            let n = room.min(chunk).min(data.len() - at);
+            // SAFETY: `spare` returned `room` writable bytes at `ptr`.
+            unsafe { std::ptr::copy_nonoverlapping(data[at..].as_ptr(), ptr, n) };
+            at += n;
+            rx.filled(n, max, &mut placing, sink).unwrap();
+        }
+        most
+    }
+
+    #[test]
+    fn an_announced_frame_is_not_allocated_before_its_bytes_arrive() {
+        // What the transport does when a link switches to bulk receives: the bytes the reader
+        // held move to the link's buffer, which is then offered to the kernel.
+        let mut reader = FrameReader::new(1 << 20);
+        let (mut placing, mut sink) = (None, Collect::default());
+        let mut wire = prefix(200 << 10).to_vec();
+        wire.push(0xAB);
+        reader.feed(&wire, &mut placing, &mut sink).unwrap();
+        assert!(reader.partial.capacity() < 64, "the reader reserved {}", reader.partial.capacity());
+        let mut rx = RxBuf::default();
+        reader.drain_into(&mut rx);
+        let (_, room) = rx.spare(1 << 20);
+        assert!(rx.capacity() <= RX_FIRST, "{} bytes for 5 that arrived", rx.capacity());
+        assert!(room > 0);
+        assert_eq!(rx.missing(), (200 << 10) - 1);
+    }
+
+    #[test]
+    fn a_frame_that_really_arrives_is_received_whole_into_a_buffer_grown_by_doubling() {
+        let frame = pattern_frame(200 << 10);
+        let wire = [&prefix(frame.len())[..], &frame].concat();
+        for chunk in [1000, 16 << 10, 1 << 20] {
+            let (mut rx, mut sink) = (RxBuf::default(), Collect::default());
+            let most = receive_in_chunks(&mut rx, &mut sink, &wire, chunk, 1 << 20, 1 << 20);
+            assert_eq!(sink.got, vec![Item::Frame(frame.clone())], "chunk {chunk}");
+            assert!(most <= 2 * wire.len(), "chunk {chunk}: grew to {most}");
+            assert!(rx.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_busy_link_grows_its_buffer_toward_the_asked_size_and_no_further() {
+        // Small frames in receives that fill the buffer: the buffer doubles up to `min_cap`.
+        let items: Vec<Item> = (0..20_000).map(|i| Item::Frame(vec![i as u8; 100])).collect();
+        let wire = encode(&items);
+        let (mut rx, mut sink) = (RxBuf::default(), Collect::default());
+        let most = receive_in_chunks(&mut rx, &mut sink, &wire, 1 << 30, 1 << 20, 1 << 20);
+        assert_eq!(sink.got, items);
+        assert_eq!(most, 1 << 20);
+        // Receives of a few bytes earn nothing beyond the first size.
+        let (mut rx, mut sink) = (RxBuf::default(), Collect::default());
+        let most = receive_in_chunks(&mut rx, &mut sink, &wire[..200_000], 300, 1 << 20, 1 << 20);
+        assert_eq!(most, RX_FIRST);
+        assert_eq!(sink.got.len(), 200_000 / 104);
+    }
+
+    #[test]
+    fn a_reader_limited_to_a_handshake_refuses_more_until_raised() {
+        let limit = crate::transport::MAX_HANDSHAKE_FRAME;
+        let (mut r, mut placing, mut sink) = (FrameReader::new(limit), None, Collect::default());
+        let fits = vec![7u8; limit];
+        feed_all(&mut r, &mut placing, &mut sink, &[&prefix(limit), &fits]).unwrap();
+        r.set_max_frame(1 << 20);
+        let big = vec![8u8; limit + 1];
+        feed_all(&mut r, &mut placing, &mut sink, &[&prefix(big.len()), &big]).unwrap();
+        assert_eq!(sink.got, vec![Item::Frame(fits), Item::Frame(big)]);
+        let (mut r, mut sink) = (FrameReader::new(limit), Collect::default());
+        let err = r.feed(&prefix(limit + 1), &mut placing, &mut sink).unwrap_err();
+        assert_eq!(err.len, limit as u64 + 1);
+        let mut rx = RxBuf::default();
+        let wire = [&prefix(limit + 1)[..], &[0]].concat();
+        assert!(drive_rx(&mut rx, &mut placing, &mut sink, &[&wire], limit).is_err());
+        assert!(sink.got.is_empty());
+    }
+
+    fn pattern_frame(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(7) ^ (i >> 8) as u8).collect()
+    }
+
     proptest! {
         #[test]
         fn any_split_through_the_reader_gives_the_same_items(
@@ -638,6 +784,25 @@ mod tests {
             prop_assert_eq!(sink.got, seen(&items));
             prop_assert!(rx.is_empty() && placing.is_none() && sink.open == 0);
             prop_assert!(rx.capacity() <= 512);
+        }
+
+        /// The growth rule: never below what must fit or what is there, never above the goal
+        /// unless that must fit, and at most double what arrived (or the first size).
+        #[test]
+        fn rx_growth_is_bounded_by_what_arrived(
+            len in 0usize..1 << 22,
+            held in 0usize..1 << 22,
+            extra in 0usize..1 << 16,
+            goal in 0usize..1 << 22,
+            busy in any::<bool>(),
+        ) {
+            let held = held.min(len);
+            let need = held + extra.max(1);
+            let grown = rx_grown_len(len, held, need, goal, busy);
+            prop_assert!(grown >= need && grown >= len);
+            prop_assert!(grown <= goal.max(need).max(len));
+            let earned = RX_FIRST.max(2 * held).max(if busy { 2 * len } else { 0 });
+            prop_assert!(grown <= earned.max(need).max(len));
         }
 
         /// The transport's switch from multishot to single-shot receives, at any byte.

@@ -12,9 +12,10 @@ use super::buf_ring::BufRing;
 use super::framing::{self, FrameSink, PREFIX_LEN};
 use super::link::{Link, LinkState};
 use super::socket::{self, RawAddr};
+use crate::log_limit::LogLimit;
 use crate::transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
-    Transport,
+    Transport, MAX_HANDSHAKE_FRAME,
 };
 
 /// Largest frame (header plus payload) one `send` accepts and one peer may announce.
@@ -77,8 +78,11 @@ const KIND_QUIET_CANCEL: u64 = 7;
 const BULK_MISSING: usize = 32 << 10;
 /// A bulk-mode receive at a frame boundary shorter than this goes back to multishot.
 const BULK_EXIT: usize = 4 << 10;
-/// Size of a bulk-mode link buffer: room for several of the largest frames per receive.
+/// Size a bulk-mode link buffer grows to while large frames keep arriving: room for several of
+/// the largest frames per receive.
 const BULK_BUFFER: usize = 1 << 20;
+// A link that has not completed its handshake can never announce enough to switch to bulk mode.
+const _: () = assert!(MAX_HANDSHAKE_FRAME < BULK_MISSING);
 
 /// Frames at least this long go straight to the socket whenever its queue is empty; shorter ones
 /// only for the first frame of a link per poll round, so bursts of small frames are still batched
@@ -229,6 +233,8 @@ pub struct UringTransport {
     foreign_polls: u32,
     /// Poll rounds so far.
     polls: u64,
+    /// Lines about links refused before their handshake: a flood of them logs a few.
+    refused_log: LogLimit,
 }
 
 impl UringTransport {
@@ -298,6 +304,7 @@ impl UringTransport {
             owner: thread_token(),
             foreign_polls: 0,
             polls: 0,
+            refused_log: LogLimit::new(Duration::from_secs(1)),
         };
         let (_, bound) = this.listen(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
         let ip = cfg.advertise_ip.unwrap_or_else(socket::default_advertise_ip);
@@ -395,7 +402,13 @@ impl UringTransport {
             }
             (Some(ring), _) if !link.bulk => opcode::RecvMulti::new(fd, ring.bgid()).build(),
             _ => {
-                let min_cap = if link.bulk { BULK_BUFFER } else { self.cfg.recv_buffer_size };
+                let min_cap = if link.bulk {
+                    BULK_BUFFER
+                } else if pre_handshake(link) {
+                    PREFIX_LEN + MAX_HANDSHAKE_FRAME
+                } else {
+                    self.cfg.recv_buffer_size
+                };
                 let (ptr, mut len) = link.rx.spare(min_cap);
                 if link.placed_mode {
                     len = len.min(PLACED_MODE_READ.max(link.rx.missing()));
@@ -607,10 +620,10 @@ impl UringTransport {
         if got > 0 {
             link.spin_idle = 0;
             let mut events = LinkEvents { link: id, sink, count, placed: false };
-            let fed = link.rx.filled(got as usize, MAX_FRAME, &mut link.placing, &mut events);
+            let fed = link.rx.filled(got as usize, link.reader.max_frame(), &mut link.placing, &mut events);
             let placed = events.placed;
             if let Err(too_large) = fed {
-                tracing::debug!(len = too_large.len, "peer announced an oversized frame");
+                self.log_oversized(index, too_large.len);
                 self.leave_spin(index);
                 self.kill(index, Some(TlError::InvalidParam));
                 return false;
@@ -656,6 +669,27 @@ impl UringTransport {
             link.bulk = true;
         }
         self.arm_recv(index);
+    }
+
+    /// The peer of the link at `index` announced a frame longer than the link allows (`len`;
+    /// 0 when the reader had failed before): logged, the caller fails the link.
+    #[cold]
+    fn log_oversized(&mut self, index: usize, len: u64) {
+        let Some(link) = self.links[index].as_ref() else { return };
+        let peer = link.peer_addr;
+        if !pre_handshake(link) {
+            tracing::debug!(?peer, len, "peer announced an oversized frame; closing the link");
+            return;
+        }
+        if let Some(held_back) = self.refused_log.allow(Instant::now()) {
+            tracing::warn!(
+                ?peer,
+                len,
+                limit = MAX_HANDSHAKE_FRAME,
+                held_back,
+                "connection announced a frame larger than a handshake before completing one; closing it"
+            );
+        }
     }
 
     fn taskrun_pending(&self) -> bool {
@@ -736,7 +770,8 @@ impl UringTransport {
             tracing::debug!(%err, "TCP_NODELAY on an accepted socket failed");
         }
         let peer = socket::peer_addr(fd.as_raw_fd());
-        let mut link = Link::new(fd, LinkState::Open, MAX_FRAME, RawAddr::zeroed());
+        // Anyone's until the protocol layer says otherwise (`link_established`).
+        let mut link = Link::new(fd, LinkState::Open, MAX_HANDSHAKE_FRAME, RawAddr::zeroed());
         link.peer_addr = peer;
         let Ok(index) = self.insert_link(link) else { return };
         let id = self.link_id(index);
@@ -838,10 +873,13 @@ impl UringTransport {
                             .placing
                             .as_ref()
                             .is_some_and(|p| p.next_dest().is_some() && p.remaining() >= BULK_MISSING);
+                        // Not before the handshake: a connection that is anyone's gets no system
+                        // call per poll and no buffer of its own.
                         let spin = self.cfg.spin_recv
                             && self.polls.wrapping_sub(self.last_sleep_poll) >= SPIN_AFTER_POLLS
                             && link.placing.is_none()
-                            && !link.placed_mode;
+                            && !link.placed_mode
+                            && !pre_handshake(link);
                         let cancel =
                             if (link.reader.missing() >= BULK_MISSING || placing_much) && !link.want_bulk {
                                 link.want_bulk = true;
@@ -866,7 +904,8 @@ impl UringTransport {
                         fed
                     }
                     _ => {
-                        let fed = link.rx.filled(res as usize, MAX_FRAME, &mut link.placing, &mut events);
+                        let max_frame = link.reader.max_frame();
+                        let fed = link.rx.filled(res as usize, max_frame, &mut link.placing, &mut events);
                         let quiet =
                             link.rx.is_empty() && link.placing.is_none() && (res as usize) < BULK_EXIT;
                         link.quiet_reads = if quiet { link.quiet_reads + 1 } else { 0 };
@@ -885,7 +924,7 @@ impl UringTransport {
                 self.links[index].as_mut().expect("index is live").placed_mode = true;
             }
             if let Err(too_large) = fed {
-                tracing::debug!(len = too_large.len, "peer announced an oversized frame");
+                self.log_oversized(index, too_large.len);
                 error = Some(TlError::InvalidParam);
             }
         } else if res == 0 {
@@ -1187,6 +1226,12 @@ impl Transport for UringTransport {
         self.send_frame(link, prefix, head, payload, usize::MAX)
     }
 
+    fn link_established(&mut self, link: LinkId) {
+        let Some(index) = self.index(link) else { return };
+        let l = self.links[index].as_mut().expect("index is live");
+        l.reader.set_max_frame(MAX_FRAME);
+    }
+
     fn close(&mut self, link: LinkId, force: bool) {
         let Some(index) = self.index(link) else { return };
         let l = self.links[index].as_mut().expect("index is live");
@@ -1296,6 +1341,12 @@ impl Transport for UringTransport {
             || !self.deferred.is_empty()
             || !self.dirty.is_empty()
     }
+}
+
+/// True for a link a listener accepted whose handshake the protocol layer has not reported
+/// complete (`link_established`): it takes no frame larger than a handshake.
+fn pre_handshake(link: &Link) -> bool {
+    link.reader.max_frame() < MAX_FRAME
 }
 
 fn check_room(link: &Link, extra: usize) -> Result<(), TlError> {
