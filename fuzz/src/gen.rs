@@ -18,7 +18,8 @@ fn mostly(u: &mut Unstructured<'_>) -> Result<bool> {
     Ok(u.int_in_range(0u8..=3)? != 0)
 }
 
-fn bytes_up_to(u: &mut Unstructured<'_>, max: usize) -> Result<Vec<u8>> {
+/// Up to `max` bytes.
+pub fn bytes_up_to(u: &mut Unstructured<'_>, max: usize) -> Result<Vec<u8>> {
     let len = u.int_in_range(0..=max)?;
     Ok(u.bytes(len)?.to_vec())
 }
