@@ -288,4 +288,5 @@ fn main() {
     // The stateful targets read everything through `arbitrary`: any bytes are valid input.
     seeds.write("uring_framing", &[noise(11, 64), noise(12, 300), noise(13, 1200)]);
     seeds.write("reliable_session", &[noise(14, 128), noise(15, 600), noise(16, 2000)]);
+    seeds.write("shm_ring", &[noise(17, 64), noise(18, 400), noise(19, 1500)]);
 }
