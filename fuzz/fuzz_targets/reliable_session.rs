@@ -245,8 +245,8 @@ fn heal(ends: &mut [End; 2], links: &mut [Vec<Vec<u8>>; 2], mut now: u64) {
             moved |= !out.is_empty();
             links[i].extend(out);
         }
-        for i in 0..2 {
-            for datagram in std::mem::take(&mut links[i]) {
+        for (i, link) in links.iter_mut().enumerate() {
+            for datagram in std::mem::take(link) {
                 moved = true;
                 let [a, b] = &mut *ends;
                 let (from, to) = if i == 0 { (&*a, b) } else { (&*b, a) };

@@ -139,7 +139,7 @@ pub fn transport_address(u: &mut Unstructured<'_>) -> Result<TransportAddress> {
         _ => {
             let mut kind: u8 = u.arbitrary()?;
             if valid && matches!(kind, TRANSPORT_URING | TRANSPORT_SHM | TRANSPORT_DPDK | TRANSPORT_VERBS) {
-                kind = 0x40 | kind;
+                kind |= 0x40;
             }
             TransportAddress::Unknown { kind, bytes: bytes_up_to(u, if valid { 256 } else { 300 })? }
         }
