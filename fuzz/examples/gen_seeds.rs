@@ -144,6 +144,7 @@ fn ops() -> Vec<Vec<u8>> {
         (Op::Stream, b"stream bytes"),
         (Op::AmEager { am_id: 3, reply: true, header_len: 2 }, b"hdata"),
         (Op::AmRts { am_id: 3, reply: false, header_len: 3, sender_req: 5, total_len: 100_000 }, b"hdr"),
+        (Op::Put { req: 8, region: 1, key, addr: 0x1000, len: 4096, offset: 64, ack: true }, b"put data"),
         (Op::Get { req: 6, region: 1, key, addr: 0x1000, len: 64 }, b""),
         (Op::GetData { req: 6, offset: 0 }, b"got"),
         (
@@ -165,6 +166,7 @@ fn ops() -> Vec<Vec<u8>> {
         (Op::FlushAck { id: 1 }, b""),
         (Op::Keepalive, b""),
         (Op::Disconnect { force: true }, b""),
+        (Op::KeyCheck { req: 10 }, b"packed rkey"),
         (
             Op::PutHelp { seq: 1, chunk_shift: 16, len: 1 << 20, src: 0x2000, region: 1, key, addr: 0x3000 },
             b"rkey",
@@ -178,14 +180,6 @@ fn ops() -> Vec<Vec<u8>> {
             with(RAW, &[&buf[..n], payload].concat())
         })
         .collect();
-    // A put, written from its documented layout: op, ack flag, req, region, key, addr, payload.
-    let mut put = vec![0x0A, 1];
-    put.extend_from_slice(&8u64.to_le_bytes());
-    put.extend_from_slice(&1u64.to_le_bytes());
-    put.extend_from_slice(&key);
-    put.extend_from_slice(&0x1000u64.to_le_bytes());
-    put.extend_from_slice(b"put data");
-    seeds.push(with(RAW, &put));
     seeds.push(with(0x80, &noise(1, 64)));
     seeds
 }

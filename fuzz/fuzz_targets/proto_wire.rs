@@ -6,9 +6,9 @@
 //! - the codec is canonical: an accepted header re-encodes (`Op::encode`, and the fast
 //!   `tag_eager_header` / `am_eager_header`) to the very bytes it was read from, of
 //!   `encoded_len` bytes, and ops without payload refuse trailing bytes;
-//! - structured headers (every op but `Put`, whose fields are being extended; the byte-level
-//!   checks above cover it) decode back to themselves exactly when they follow the rules the
-//!   module documents, and are refused otherwise.
+//! - structured headers decode back to themselves exactly when they follow the rules the module
+//!   documents (a put fragment lies inside its put, an eager AM carries its header, ...), and are
+//!   refused otherwise.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -64,7 +64,7 @@ fn structured(u: &mut arbitrary::Unstructured<'_>) -> arbitrary::Result<(Op, boo
     let payload_len = u.int_in_range(0..=64usize)?;
     let mut payload = u.bytes(payload_len)?.to_vec();
     let key: [u8; 16] = u.arbitrary()?;
-    let (op, valid) = match u.int_in_range(0u8..=17)? {
+    let (op, valid) = match u.int_in_range(0u8..=19)? {
         0 => (Op::Hello, true),
         1 => {
             let (sync, sender_req) = (flag(u)?, u.arbitrary()?);
@@ -139,6 +139,25 @@ fn structured(u: &mut arbitrary::Unstructured<'_>) -> arbitrary::Result<(Op, boo
         14 => (Op::FlushAck { id: u.arbitrary()? }, true),
         15 => (Op::Keepalive, true),
         16 => (Op::Disconnect { force: flag(u)? }, true),
+        17 => {
+            let offset: u64 = if u.arbitrary()? { u.int_in_range(0..=1 << 20)? } else { u.arbitrary()? };
+            let len = if u.arbitrary()? {
+                offset.saturating_add(payload.len() as u64).saturating_add(u.int_in_range(0..=64)?)
+            } else {
+                u.arbitrary()?
+            };
+            let put = Op::Put {
+                req: u.arbitrary()?,
+                region: u.arbitrary()?,
+                key,
+                addr: u.arbitrary()?,
+                len,
+                offset,
+                ack: flag(u)?,
+            };
+            (put, offset.checked_add(payload.len() as u64).is_some_and(|end| end <= len))
+        }
+        18 => (Op::KeyCheck { req: u.arbitrary()? }, true),
         _ => {
             let chunk_shift = if u.arbitrary()? { u.int_in_range(CHUNK_SHIFTS)? } else { u.arbitrary()? };
             let op = Op::PutHelp {

@@ -4,15 +4,22 @@
 //! `filled`, after `FrameReader::drain_into`) and direct receives into a placed payload's
 //! destination (`Placing::next_dest` / `advance`), wherever the transport allows each.
 //!
+//! The frame limit may be raised at one point of the stream (`FrameReader::set_max_frame`, as the
+//! transport does once a link's handshake completes), which every run does at the same byte.
+//!
 //! Asserts: the frames, placed headers, placed payloads and the final error (an oversized length
-//! word) are exactly those of the same bytes fed to a `FrameReader` in one piece, which in turn
-//! match this crate's own reading of the documented framing; what is left buffered at the end is
-//! the same; nothing panics and nothing is written outside a destination (exact-size heap
-//! buffers, under the address sanitizer).
+//! word) are exactly those of the same bytes fed to a `FrameReader` in one piece (two, split where
+//! the limit is raised), which in turn match this crate's own reading of the documented framing;
+//! what is left buffered at the end is the same; the in-place buffer grows by bytes that arrived,
+//! never by what a length word announces (at most `RX_FIRST` or four times the bytes received);
+//! nothing panics and nothing is written outside a destination (exact-size heap buffers, under
+//! the address sanitizer).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zcx_dataplane::uring::framing::{finish_placing, FrameReader, FrameSink, Placing, RxBuf, PLACED};
+use zcx_dataplane::uring::framing::{
+    finish_placing, FrameReader, FrameSink, Placing, RxBuf, PLACED, RX_FIRST,
+};
 use zcx_dataplane::PlaceTarget;
 
 const PREFIX_LEN: usize = 4;
@@ -73,6 +80,25 @@ impl FrameSink for Recorder {
     }
 }
 
+/// The frame limit: `first`, raised to `then` from stream byte `at` on.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    first: usize,
+    at: usize,
+    then: usize,
+}
+
+impl Limits {
+    /// The limit for a length word whose last byte is stream byte `end - 1`.
+    fn for_prefix_ending_at(&self, end: usize) -> usize {
+        if end <= self.at {
+            self.first
+        } else {
+            self.then
+        }
+    }
+}
+
 /// What receiving a stream gave.
 #[derive(Debug, PartialEq, Eq)]
 struct Outcome {
@@ -87,7 +113,7 @@ struct Outcome {
 /// The framing as documented, read by this crate: `u32` LE length words; bit 31 marks a placed
 /// frame whose counted bytes are a `u32` payload length and a header of at most 4096 bytes, and
 /// whose payload follows uncounted.
-fn model(stream: &[u8], max_frame: usize, accept: u64) -> Outcome {
+fn model(stream: &[u8], limits: Limits, accept: u64) -> Outcome {
     let mut rec = Recorder::new(accept);
     let mut pos = 0;
     let mut error = None;
@@ -101,6 +127,7 @@ fn model(stream: &[u8], max_frame: usize, accept: u64) -> Outcome {
         let word = u32::from_le_bytes(word.try_into().unwrap());
         let placed = word & PLACED != 0;
         let len = (word & !PLACED) as usize;
+        let max_frame = limits.for_prefix_ending_at(pos + PREFIX_LEN);
         let too_large = if placed {
             !(PREFIX_LEN..=PREFIX_LEN + MAX_PLACED_HEADER).contains(&len)
         } else {
@@ -140,12 +167,18 @@ fn model(stream: &[u8], max_frame: usize, accept: u64) -> Outcome {
     Outcome { events: rec.events, dests: rec.dests, error, held, placing_remaining }
 }
 
-/// The whole stream in one `feed`.
-fn one_piece(stream: &[u8], max_frame: usize, accept: u64) -> Outcome {
+/// The whole stream in one `feed` (two, when the limit is raised inside it).
+fn one_piece(stream: &[u8], limits: Limits, accept: u64) -> Outcome {
     let mut rec = Recorder::new(accept);
-    let mut reader = FrameReader::new(max_frame);
+    let mut reader = FrameReader::new(limits.first);
     let mut placing = None;
-    let error = reader.feed(stream, &mut placing, &mut rec).err().map(|e| e.len);
+    let (before, after) = stream.split_at(limits.at.min(stream.len()));
+    let mut error = reader.feed(before, &mut placing, &mut rec).err().map(|e| e.len);
+    if error.is_none() && limits.at <= stream.len() {
+        reader.set_max_frame(limits.then);
+        assert_eq!(reader.max_frame(), limits.then);
+        error = reader.feed(after, &mut placing, &mut rec).err().map(|e| e.len);
+    }
     finish(rec, reader, RxBuf::default(), placing, error)
 }
 
@@ -167,17 +200,21 @@ fn finish(
 }
 
 /// The stream in chunks, each taken by whichever receive path `plan` picks (when allowed).
-fn chunked(stream: &[u8], max_frame: usize, accept: u64, plan: &[u8]) -> Outcome {
+fn chunked(stream: &[u8], limits: Limits, accept: u64, plan: &[u8]) -> Outcome {
     let mut rec = Recorder::new(accept);
-    let mut reader = FrameReader::new(max_frame);
+    let mut reader = FrameReader::new(limits.first);
     let mut rx = RxBuf::default();
     let mut placing: Option<Placing> = None;
     let mut plan = plan.iter().copied().cycle();
     let mut pos = 0;
     let mut error = None;
     while pos < stream.len() {
+        if pos == limits.at {
+            reader.set_max_frame(limits.then);
+        }
         let (step, size) = (plan.next().unwrap_or(0xFF), plan.next().unwrap_or(0xFF));
-        let left = stream.len() - pos;
+        // No chunk crosses the byte where the limit is raised.
+        let left = if pos < limits.at { limits.at.min(stream.len()) - pos } else { stream.len() - pos };
         let size = match step >> 6 {
             0 => 1 + usize::from(size % 8),
             1 => 1 + usize::from(size),
@@ -216,7 +253,14 @@ fn chunked(stream: &[u8], max_frame: usize, accept: u64, plan: &[u8]) -> Outcome
                 // allocation, which nothing else touches until `filled`; the stream is separate.
                 unsafe { std::ptr::copy_nonoverlapping(stream[pos..].as_ptr(), spare, n) };
                 pos += n;
-                rx.filled(n, max_frame, &mut placing, &mut rec)
+                // As the transport does: the reader's limit is the link's.
+                let fed = rx.filled(n, reader.max_frame(), &mut placing, &mut rec);
+                assert!(
+                    rx.capacity() <= RX_FIRST.max(4 * pos),
+                    "the receive buffer grew to {} bytes after {pos} bytes arrived",
+                    rx.capacity()
+                );
+                fed
             }
         };
         if let Err(e) = fed {
@@ -227,10 +271,18 @@ fn chunked(stream: &[u8], max_frame: usize, accept: u64, plan: &[u8]) -> Outcome
     finish(rec, reader, rx, placing, error)
 }
 
-/// A stream that is mostly well framed: ordinary and placed frames, and some junk.
+/// A stream that is mostly well framed: ordinary and placed frames, now and then a large one
+/// (filled with a pattern, so that the receive buffers must grow), and some junk.
 fn framed_stream(u: &mut arbitrary::Unstructured<'_>, max_frame: usize) -> arbitrary::Result<Vec<u8>> {
     let mut stream = Vec::new();
     for _ in 0..u.int_in_range(0..=8)? {
+        if u.ratio(1u8, 16)? {
+            let len = u.int_in_range(0..=max_frame.min(100_000))?;
+            let seed: u8 = u.arbitrary()?;
+            stream.extend_from_slice(&(len as u32).to_le_bytes());
+            stream.extend((0..len).map(|i| (i as u8) ^ seed));
+            continue;
+        }
         match u.int_in_range(0u8..=7)? {
             0..=3 => {
                 let body = zcx_fuzz::gen::bytes_up_to(u, max_frame.min(600))?;
@@ -254,14 +306,19 @@ fn framed_stream(u: &mut arbitrary::Unstructured<'_>, max_frame: usize) -> arbit
 fuzz_target!(|data: &[u8]| {
     zcx_fuzz::with_unstructured(data, |u| {
         let framed: bool = u.arbitrary()?;
-        let max_frame = if u.arbitrary()? { u.int_in_range(0..=1 << 20)? } else { u.int_in_range(0..=64)? };
+        let first: usize =
+            if u.arbitrary()? { u.int_in_range(0..=1 << 20)? } else { u.int_in_range(0..=64)? };
+        let then = first.saturating_add(if u.arbitrary()? { u.int_in_range(0..=1 << 20)? } else { 0 });
         let accept: u64 = u.arbitrary()?;
-        let stream = if framed { framed_stream(u, max_frame)? } else { zcx_fuzz::gen::bytes_up_to(u, 4096)? };
+        let stream = if framed { framed_stream(u, first)? } else { zcx_fuzz::gen::bytes_up_to(u, 4096)? };
+        // Past the end of the stream: never raised.
+        let at = u.int_in_range(0..=stream.len() + 1)?;
+        let limits = Limits { first, at, then };
         let plan = u.bytes(u.len())?;
 
-        let reference = one_piece(&stream, max_frame, accept);
-        assert_eq!(reference, model(&stream, max_frame, accept), "one-piece feed differs from the framing");
-        let split = chunked(&stream, max_frame, accept, plan);
+        let reference = one_piece(&stream, limits, accept);
+        assert_eq!(reference, model(&stream, limits, accept), "one-piece feed differs from the framing");
+        let split = chunked(&stream, limits, accept, plan);
         assert_eq!(split, reference, "chunked receive differs from the one-piece feed");
         Ok(())
     });
