@@ -41,6 +41,11 @@ echo "== api integration tests again over TCP only (ZCX_TLS=tcp)"
 ZCX_TLS=tcp cargo test -p zcx --tests --locked -- --nocapture 2>&1 | tee -a "$log"
 echo "== doc tests"
 cargo test --workspace --doc --locked 2>&1 | tee -a "$log"
+# Every decoder of peer bytes under cargo-fuzz, about 10 s a target (scripts/fuzz.sh; FUZZ_SECONDS=600
+# is the long run). Prints "skipped: <reason>" without a nightly toolchain; installs cargo-fuzz when
+# it is missing. A crash, failed assertion or hang fails the suite.
+echo "== fuzz (scripts/fuzz.sh)"
+FUZZ_SECONDS=10 FUZZ_INSTALL=1 scripts/fuzz.sh 2>&1 | tee -a "$log"
 # Real PCI NICs exist only in a guest: the DPDK endpoint test once more inside a QEMU VM
 # (scripts/vm/), on two virtio-net NICs bound to uio_pci_generic, then to vfio-pci. Emulated (no
 # KVM here): 40 to 70 s a driver; each guest is killed after 6 minutes. Without QEMU it says
