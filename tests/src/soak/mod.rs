@@ -122,8 +122,8 @@ pub enum Line {
     Stats { last: bool, counters: Counters },
     /// Traffic stopped, every request finished and every other peer connected.
     Quiet,
-    /// A measurement: resident set (KiB) and open descriptors.
-    Mem { label: String, rss_kib: u64, fds: u64 },
+    /// A measurement: resident set (KiB), open descriptors, endpoints the worker holds.
+    Mem { label: String, rss_kib: u64, fds: u64, endpoints: u64 },
     /// A data-integrity failure or a hang; the peer exits after printing it.
     Fail(String),
 }
@@ -137,7 +137,9 @@ impl Line {
                 format!("{} {}", if *last { "final" } else { "stat" }, words.join(" "))
             }
             Line::Quiet => "quiet".into(),
-            Line::Mem { label, rss_kib, fds } => format!("mem {label} {rss_kib} {fds}"),
+            Line::Mem { label, rss_kib, fds, endpoints } => {
+                format!("mem {label} {rss_kib} {fds} {endpoints}")
+            }
             Line::Fail(why) => format!("fail {}", why.replace('\n', " ")),
         }
     }
@@ -168,6 +170,7 @@ impl Line {
                     label: w.next()?.to_owned(),
                     rss_kib: w.next()?.parse().ok()?,
                     fds: w.next()?.parse().ok()?,
+                    endpoints: w.next()?.parse().ok()?,
                 }
             }
             "fail" => Line::Fail(rest.to_owned()),
@@ -186,7 +189,7 @@ mod tests {
         for line in [
             Line::Stats { last: true, counters },
             Line::Quiet,
-            Line::Mem { label: "baseline".into(), rss_kib: 1234, fds: 17 },
+            Line::Mem { label: "baseline".into(), rss_kib: 1234, fds: 17, endpoints: 6 },
             Line::Fail("tag seq 4 after 2".into()),
         ] {
             let text = line.text();

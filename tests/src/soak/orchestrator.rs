@@ -90,6 +90,7 @@ struct Mem {
     incarnation: u32,
     rss_kib: u64,
     fds: u64,
+    endpoints: u64,
 }
 
 struct Run {
@@ -254,8 +255,9 @@ impl Run {
                 Some(Line::Quiet) => {
                     self.quiet.insert(key);
                 }
-                Some(Line::Mem { label, rss_kib, fds }) => {
-                    self.mems.insert((label, msg.peer), Mem { incarnation: msg.incarnation, rss_kib, fds });
+                Some(Line::Mem { label, rss_kib, fds, endpoints }) => {
+                    let mem = Mem { incarnation: msg.incarnation, rss_kib, fds, endpoints };
+                    self.mems.insert((label, msg.peer), mem);
                 }
                 Some(Line::Fail(why)) => {
                     self.failures.push(format!("peer {}.{}: {why}", msg.peer, msg.incarnation))
@@ -448,6 +450,13 @@ impl Run {
                 self.failures
                     .push(format!("peer {id}: open descriptors grew from {} to {}", before.fds, after.fds));
             }
+            // Both measurements see the same connections: one each way with every other peer.
+            if after.endpoints > before.endpoints {
+                self.failures.push(format!(
+                    "peer {id}: the worker holds {} endpoints, {} at the baseline",
+                    after.endpoints, before.endpoints
+                ));
+            }
         }
     }
 
@@ -529,13 +538,15 @@ impl Run {
                     format!("incarnations {} and {}: not compared", b.incarnation, a.incarnation)
                 };
                 println!(
-                    "  peer {id} ({role}): rss {} → {} KiB ({:+} KiB, limit {} KiB), fds {} → {}",
+                    "  peer {id} ({role}): rss {} → {} KiB ({:+} KiB, limit {} KiB), fds {} → {}, endpoints {} → {}",
                     b.rss_kib,
                     a.rss_kib,
                     a.rss_kib as i64 - b.rss_kib as i64,
                     self.rss_limit(b.rss_kib),
                     b.fds,
-                    a.fds
+                    a.fds,
+                    b.endpoints,
+                    a.endpoints
                 );
             }
         }

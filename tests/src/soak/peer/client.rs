@@ -88,6 +88,12 @@ pub(crate) struct Live {
     op_error: Option<(Status, Instant)>,
     /// Since when the server's peer file shows another incarnation (or none).
     server_gone_since: Option<Instant>,
+    /// This side closed the endpoint (stale port, no slot): its failure is ours.
+    closed_by_us: bool,
+    /// Per kind, since when the oldest unconfirmed message waits for its credit.
+    credit_wait: [Instant; 3],
+    /// When the current step of the access chain was issued.
+    rma_at: Instant,
 }
 
 impl Live {
@@ -172,11 +178,20 @@ impl Peer {
         let now = Instant::now();
         let Some(index) = self.clients.iter().position(|c| c.live.as_ref().is_some_and(|l| l.nonce == nonce))
         else {
+            if self.own_closes.contains(&nonce) {
+                // It failed on its own before the close this side issued took effect.
+                self.count("epfail.client_closed_by_us", 1);
+                return;
+            }
             fail(format!("error handler of a client endpoint no longer held (nonce {nonce}): {status:?}"))
         };
         let client = &mut self.clients[index];
         let peer = client.peer;
         let live = client.live.as_mut().expect("found above");
+        if live.closed_by_us {
+            self.count("epfail.client_closed_by_us", 1);
+            return;
+        }
         if let Some((first, _)) = live.failed {
             fail(format!("error handler ran twice on connection {nonce}: {first:?}, then {status:?}"));
         }
@@ -208,7 +223,12 @@ impl Peer {
         if wrong_peer || !reply.accepted {
             // A stale port now used by another peer, or no slot free: try again a little later.
             live.failed = Some((Status::Canceled, now));
+            live.closed_by_us = true;
             drop(live.ep.close(CloseMode::Force));
+            if self.own_closes.len() == 64 {
+                self.own_closes.pop_front();
+            }
+            self.own_closes.push_back(reply.nonce);
             client.retry_at = now + Duration::from_millis(300);
             self.count(if wrong_peer { "conn.wrong_peer" } else { "conn.refused_busy" }, 1);
             return;
@@ -248,7 +268,10 @@ impl Peer {
                     credit.checked[k], KIND_NAMES[k], live.next[k]
                 ));
             }
-            live.credited[k] = live.credited[k].max(credit.checked[k]);
+            if credit.checked[k] > live.credited[k] {
+                live.credited[k] = credit.checked[k];
+                live.credit_wait[k] = Instant::now();
+            }
         }
     }
 
@@ -340,7 +363,34 @@ impl Peer {
         if live.usable() && !self.quiescing {
             busy |= self.issue(index, live, now);
         }
+        if live.usable() {
+            Self::watch_stalls(client.peer, live, now);
+        }
         busy
+    }
+
+    /// On a live connection every message is confirmed and every access ends: a message lost
+    /// on the way, or a request stuck, leaves its wait without end.
+    fn watch_stalls(peer: usize, live: &Live, now: Instant) {
+        for k in [TAG, STREAM, AM] {
+            if live.next[k] > live.credited[k] && overdue(live.credit_wait[k], now) {
+                fail(format!(
+                    "peer {peer} confirmed {} of {} {} messages on connection {} and nothing more for {:?}",
+                    live.credited[k],
+                    live.next[k],
+                    KIND_NAMES[k],
+                    live.nonce,
+                    now - live.credit_wait[k]
+                ));
+            }
+        }
+        if !matches!(live.rma, Rma::Idle) && overdue(live.rma_at, now) {
+            fail(format!(
+                "a remote access to peer {peer} on connection {} has not ended for {:?}",
+                live.nonce,
+                now - live.rma_at
+            ));
+        }
     }
 
     fn connect(&mut self, client: &mut Client, now: Instant) {
@@ -375,6 +425,9 @@ impl Peer {
             failed: None,
             op_error: None,
             server_gone_since: None,
+            closed_by_us: false,
+            credit_wait: [now; 3],
+            rma_at: now,
         };
         let hello = Hello::encode_request(self.args.id as u8, self.args.incarnation, nonce);
         let params = AmSendParams { reply: true, proto: AmProto::Eager, ..AmSendParams::default() };
@@ -495,7 +548,10 @@ impl Peer {
             },
         };
         match outcome {
-            Ok(rma) => live.rma = rma,
+            Ok(rma) => {
+                live.rma = rma;
+                live.rma_at = now;
+            }
             Err(status) => live.op_failed("remote access", status, now),
         }
         true
@@ -514,6 +570,12 @@ impl Peer {
         let mut busy = false;
         let nonce = live.nonce;
         let header = |kind, seq, len: usize| Header { kind, sender, slot, nonce, seq, len: len as u64 };
+        for k in [TAG, STREAM, AM] {
+            if live.next[k] == live.credited[k] {
+                // Nothing waits for a credit: the wait starts with the next message.
+                live.credit_wait[k] = now;
+            }
+        }
         if live.next[TAG] - live.credited[TAG] < WINDOW {
             let seq = live.next[TAG];
             let message = header(Kind::Tag, seq, self.rng.size(HEADER_LEN, MAX_MSG)).message();
@@ -552,7 +614,10 @@ impl Peer {
             let issued =
                 if self.rng.chance(60) { self.issue_put(index, live) } else { self.issue_atomic(live) };
             match issued {
-                Ok(rma) => live.rma = rma,
+                Ok(rma) => {
+                    live.rma = rma;
+                    live.rma_at = now;
+                }
                 Err(status) => live.op_failed("remote access", status, now),
             }
         }

@@ -216,6 +216,8 @@ pub(crate) struct Peer {
     pub next_nonce: u32,
     /// Client connections that failed after their hello: (server, its incarnation, when).
     pub failed_servers: Vec<(usize, u32, Instant)>,
+    /// The last client connections this side closed itself (nonces).
+    pub own_closes: VecDeque<u32>,
 }
 
 impl Peer {
@@ -348,6 +350,7 @@ pub fn run(args: PeerArgs) -> ! {
         // taken for this one's.
         next_nonce: (seed as u32) & 0x7FFF_FFFF,
         failed_servers: Vec::new(),
+        own_closes: VecDeque::new(),
         args,
     };
     peer.fill_canaries();
@@ -405,9 +408,13 @@ pub fn run(args: PeerArgs) -> ! {
                     quiet_reported = false;
                 }
                 Ok(Cmd::Resume) => peer.quiescing = false,
-                Ok(Cmd::Measure(label)) => {
-                    Line::Mem { label, rss_kib: super::rss_kib(), fds: super::open_fds() }.print()
+                Ok(Cmd::Measure(label)) => Line::Mem {
+                    label,
+                    rss_kib: super::rss_kib(),
+                    fds: super::open_fds(),
+                    endpoints: worker.endpoint_count() as u64,
                 }
+                .print(),
                 Ok(Cmd::Report) => {
                     peer.check_canaries();
                     peer.stats(true).print();
