@@ -97,23 +97,49 @@ impl Rng {
     }
 }
 
-/// Resident set size of this process in KiB (`VmRSS` of /proc/self/status).
-pub fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+/// A `kB` field of /proc/self/status.
+fn status_kib(status: &str, field: &str) -> u64 {
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
 
-/// Open file descriptors of this process (the directory listing's own descriptor not counted).
-pub fn open_fds() -> u64 {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64).saturating_sub(1)
+/// What this process holds: resident set (`VmRSS`, and its anonymous, file and shared-memory
+/// parts), open descriptors (the listing's own not counted) and memfd mappings.
+pub fn process_figures() -> Counters {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut figures = Counters::new();
+    for (name, field) in
+        [("rss_kib", "VmRSS"), ("anon_kib", "RssAnon"), ("file_kib", "RssFile"), ("shmem_kib", "RssShmem")]
+    {
+        figures.insert(name.into(), status_kib(&status, field));
+    }
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64).saturating_sub(1);
+    figures.insert("fds".into(), fds);
+    figures.insert("memfd_maps".into(), maps.lines().filter(|l| l.contains("/memfd:")).count() as u64);
+    figures
 }
+
+/// The resident set in a peer's stats line: a reading, not a count.
+pub const GAUGE_RSS: &str = "now.rss_kib";
 
 /// Named counters, reported as `name=value` words.
 pub type Counters = BTreeMap<String, u64>;
+
+/// Counters as `name=value` words.
+pub fn words(counters: &Counters) -> String {
+    counters.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+}
+
+fn parse_words(text: &str) -> Counters {
+    text.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
+        .collect()
+}
 
 /// One line a peer prints for the orchestrator.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,8 +148,8 @@ pub enum Line {
     Stats { last: bool, counters: Counters },
     /// Traffic stopped, every request finished and every other peer connected.
     Quiet,
-    /// A measurement: resident set (KiB), open descriptors, endpoints the worker holds.
-    Mem { label: String, rss_kib: u64, fds: u64, endpoints: u64 },
+    /// A measurement ([`process_figures`], and the endpoints the worker holds).
+    Mem { label: String, figures: Counters },
     /// A data-integrity failure or a hang; the peer exits after printing it.
     Fail(String),
 }
@@ -133,13 +159,10 @@ impl Line {
     pub fn text(&self) -> String {
         match self {
             Line::Stats { last, counters } => {
-                let words: Vec<String> = counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                format!("{} {}", if *last { "final" } else { "stat" }, words.join(" "))
+                format!("{} {}", if *last { "final" } else { "stat" }, words(counters))
             }
             Line::Quiet => "quiet".into(),
-            Line::Mem { label, rss_kib, fds, endpoints } => {
-                format!("mem {label} {rss_kib} {fds} {endpoints}")
-            }
+            Line::Mem { label, figures } => format!("mem {label} {}", words(figures)),
             Line::Fail(why) => format!("fail {}", why.replace('\n', " ")),
         }
     }
@@ -155,23 +178,11 @@ impl Line {
     pub fn parse(line: &str) -> Option<Line> {
         let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
         Some(match word {
-            "stat" | "final" => Line::Stats {
-                last: word == "final",
-                counters: rest
-                    .split_whitespace()
-                    .filter_map(|w| w.split_once('='))
-                    .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
-                    .collect(),
-            },
+            "stat" | "final" => Line::Stats { last: word == "final", counters: parse_words(rest) },
             "quiet" => Line::Quiet,
             "mem" => {
-                let mut w = rest.split_whitespace();
-                Line::Mem {
-                    label: w.next()?.to_owned(),
-                    rss_kib: w.next()?.parse().ok()?,
-                    fds: w.next()?.parse().ok()?,
-                    endpoints: w.next()?.parse().ok()?,
-                }
+                let (label, rest) = rest.split_once(' ')?;
+                Line::Mem { label: label.to_owned(), figures: parse_words(rest) }
             }
             "fail" => Line::Fail(rest.to_owned()),
             _ => return None,
@@ -189,7 +200,7 @@ mod tests {
         for line in [
             Line::Stats { last: true, counters },
             Line::Quiet,
-            Line::Mem { label: "baseline".into(), rss_kib: 1234, fds: 17, endpoints: 6 },
+            Line::Mem { label: "baseline".into(), figures: [("rss_kib".to_owned(), 1234)].into() },
             Line::Fail("tag seq 4 after 2".into()),
         ] {
             let text = line.text();

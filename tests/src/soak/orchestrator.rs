@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use super::hostile::{self, HostileStats, Hostiles, Limits};
 use super::peer::PeerArgs;
 use super::run_dir;
-use super::{env_u64, fail_deadline, Counters, Line, Rng};
+use super::{env_u64, fail_deadline, Counters, Line, Rng, GAUGE_RSS};
 
 /// The run's settings, from `SOAK_*` variables.
 #[derive(Clone, Debug)]
@@ -85,12 +85,16 @@ struct PeerProc {
 }
 
 /// A measurement of one peer.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Mem {
     incarnation: u32,
-    rss_kib: u64,
-    fds: u64,
-    endpoints: u64,
+    figures: Counters,
+}
+
+impl Mem {
+    fn get(&self, name: &str) -> u64 {
+        self.figures.get(name).copied().unwrap_or(0)
+    }
 }
 
 struct Run {
@@ -111,6 +115,9 @@ struct Run {
     restarts: u64,
     hostile: HostileStats,
     started: Instant,
+    /// Resident set of every incarnation every 10 s (seconds since the start, KiB), as its
+    /// stats lines report it: the trend behind the two measurements.
+    rss_trace: BTreeMap<(usize, u32), Vec<(u64, u64)>>,
 }
 
 /// Runs the whole soak; returns the process exit status (0: passed).
@@ -152,6 +159,7 @@ pub fn run() -> i32 {
         restarts: 0,
         hostile: HostileStats::new(),
         started: Instant::now(),
+        rss_trace: BTreeMap::new(),
         settings,
     };
     run.execute();
@@ -247,6 +255,13 @@ impl Run {
             let key = (msg.peer, msg.incarnation);
             match Line::parse(&text) {
                 Some(Line::Stats { last, counters }) => {
+                    if let Some(&rss) = counters.get(GAUGE_RSS) {
+                        let at = self.started.elapsed().as_secs();
+                        let trace = self.rss_trace.entry(key).or_default();
+                        if trace.last().is_none_or(|&(t, _)| at >= t + 10) {
+                            trace.push((at, rss));
+                        }
+                    }
                     self.stats.insert(key, counters);
                     if last {
                         self.finals.insert(key);
@@ -255,8 +270,8 @@ impl Run {
                 Some(Line::Quiet) => {
                     self.quiet.insert(key);
                 }
-                Some(Line::Mem { label, rss_kib, fds, endpoints }) => {
-                    let mem = Mem { incarnation: msg.incarnation, rss_kib, fds, endpoints };
+                Some(Line::Mem { label, figures }) => {
+                    let mem = Mem { incarnation: msg.incarnation, figures };
                     self.mems.insert((label, msg.peer), mem);
                 }
                 Some(Line::Fail(why)) => {
@@ -421,8 +436,8 @@ impl Run {
         (0..self.peers.len())
             .filter(|&id| !self.peers[id].killed_ever)
             .filter_map(|id| {
-                let before = *self.mems.get(&("baseline".to_owned(), id))?;
-                let after = *self.mems.get(&("final".to_owned(), id))?;
+                let before = self.mems.get(&("baseline".to_owned(), id))?.clone();
+                let after = self.mems.get(&("final".to_owned(), id))?.clone();
                 Some((id, before, after))
             })
             .collect()
@@ -438,23 +453,23 @@ impl Run {
             self.failures.push("no survivor was measured".into());
         }
         for (id, before, after) in survivors {
-            if after.rss_kib > self.rss_limit(before.rss_kib) {
+            let (rss_before, rss_after) = (before.get("rss_kib"), after.get("rss_kib"));
+            if rss_after > self.rss_limit(rss_before) {
                 self.failures.push(format!(
-                    "peer {id}: resident set grew from {} KiB to {} KiB (limit {} KiB)",
-                    before.rss_kib,
-                    after.rss_kib,
-                    self.rss_limit(before.rss_kib)
+                    "peer {id}: resident set grew from {rss_before} KiB to {rss_after} KiB (limit {} KiB)",
+                    self.rss_limit(rss_before)
                 ));
             }
-            if after.fds > before.fds + self.settings.fd_slack {
+            let (fds_before, fds_after) = (before.get("fds"), after.get("fds"));
+            if fds_after > fds_before + self.settings.fd_slack {
                 self.failures
-                    .push(format!("peer {id}: open descriptors grew from {} to {}", before.fds, after.fds));
+                    .push(format!("peer {id}: open descriptors grew from {fds_before} to {fds_after}"));
             }
             // Both measurements see the same connections: one each way with every other peer.
-            if after.endpoints > before.endpoints {
+            let (eps_before, eps_after) = (before.get("endpoints"), after.get("endpoints"));
+            if eps_after > eps_before {
                 self.failures.push(format!(
-                    "peer {id}: the worker holds {} endpoints, {} at the baseline",
-                    after.endpoints, before.endpoints
+                    "peer {id}: the worker holds {eps_after} endpoints, {eps_before} at the baseline"
                 ));
             }
         }
@@ -463,7 +478,7 @@ impl Run {
     fn print_summary(&self) {
         let mut totals = Counters::new();
         for counters in self.stats.values() {
-            for (k, v) in counters {
+            for (k, v) in counters.iter().filter(|(k, _)| *k != GAUGE_RSS) {
                 *totals.entry(k.clone()).or_default() += v;
             }
         }
@@ -537,17 +552,27 @@ impl Run {
                 } else {
                     format!("incarnations {} and {}: not compared", b.incarnation, a.incarnation)
                 };
+                let change = |name: &str| format!("{} → {}", b.get(name), a.get(name));
                 println!(
-                    "  peer {id} ({role}): rss {} → {} KiB ({:+} KiB, limit {} KiB), fds {} → {}, endpoints {} → {}",
-                    b.rss_kib,
-                    a.rss_kib,
-                    a.rss_kib as i64 - b.rss_kib as i64,
-                    self.rss_limit(b.rss_kib),
-                    b.fds,
-                    a.fds,
-                    b.endpoints,
-                    a.endpoints
+                    "  peer {id} ({role}): rss {} KiB ({:+} KiB, limit {} KiB; anon {}, shmem {}, file {}), \
+                     fds {}, endpoints {}, memfd mappings {}",
+                    change("rss_kib"),
+                    a.get("rss_kib") as i64 - b.get("rss_kib") as i64,
+                    self.rss_limit(b.get("rss_kib")),
+                    change("anon_kib"),
+                    change("shmem_kib"),
+                    change("file_kib"),
+                    change("fds"),
+                    change("endpoints"),
+                    change("memfd_maps"),
                 );
+            }
+        }
+        for &id in &survivors {
+            if let Some(trace) = self.rss_trace.get(&(id, 0)) {
+                let points: Vec<String> =
+                    trace.iter().map(|(t, kib)| format!("{t}s:{}", kib >> 10)).collect();
+                println!("  peer {id} resident set during traffic (MiB): {}", points.join(" "));
             }
         }
         // Every figure on one line, for scripts and the suite's short soak.

@@ -296,7 +296,11 @@ impl Peer {
     }
 
     fn stats(&self, last: bool) -> Line {
-        Line::Stats { last, counters: self.counters.clone() }
+        let mut counters = self.counters.clone();
+        // A reading, not a count: the orchestrator follows it over time instead of adding it up.
+        let rss = super::process_figures().get("rss_kib").copied().unwrap_or(0);
+        counters.insert(super::GAUGE_RSS.into(), rss);
+        Line::Stats { last, counters }
     }
 
     /// Every connection is up and idle: nothing in flight, every client connected to the current
@@ -323,7 +327,7 @@ pub fn run(args: PeerArgs) -> ! {
         .unwrap_or_else(|s| fail(format!("context: {s:?} {:?}", zcx::last_error_detail())));
     let worker =
         ctx.create_worker(&WorkerParams::default()).unwrap_or_else(|s| fail(format!("worker: {s:?}")));
-    let slots = Slots::new((4 * args.peers).clamp(8, 255));
+    let slots = Slots::new(args.peers);
     let data = region(&ctx, slots.len() * (SLOT_COUNTERS + MAX_RMA), RW);
     let data_key = data.rkey_pack().unwrap_or_else(|s| fail(format!("rkey_pack: {s:?}"))).into_vec();
     let local = region(&ctx, args.peers * 2 * MAX_RMA, RW);
@@ -408,13 +412,11 @@ pub fn run(args: PeerArgs) -> ! {
                     quiet_reported = false;
                 }
                 Ok(Cmd::Resume) => peer.quiescing = false,
-                Ok(Cmd::Measure(label)) => Line::Mem {
-                    label,
-                    rss_kib: super::rss_kib(),
-                    fds: super::open_fds(),
-                    endpoints: worker.endpoint_count() as u64,
+                Ok(Cmd::Measure(label)) => {
+                    let mut figures = super::process_figures();
+                    figures.insert("endpoints".into(), worker.endpoint_count() as u64);
+                    Line::Mem { label, figures }.print()
                 }
-                .print(),
                 Ok(Cmd::Report) => {
                     peer.check_canaries();
                     peer.stats(true).print();

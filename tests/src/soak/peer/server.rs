@@ -3,7 +3,6 @@
 //! receive, and its active messages; every message is checked against its header and the
 //! connection's sequence, and confirmed to the client with a credit message.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -24,36 +23,46 @@ pub(crate) const KIND_NAMES: [&str; 3] = ["tag", "stream", "am"];
 
 /// How long a freed slot rests before another connection gets it: a client whose connection
 /// this side already failed may go on writing to the slot directly (shared memory) until it
-/// notices the failure itself.
-const SLOT_QUARANTINE: Duration = Duration::from_secs(10);
+/// notices the failure itself, which keepalive bounds to about 3 s.
+const SLOT_QUARANTINE: Duration = Duration::from_secs(5);
 
-/// The slots of the data region: free ones in the order they were freed.
+/// The slots of the data region: two for each client peer, so that a client reconnecting while
+/// this side has not yet seen its old connection fail still finds one. A client only ever
+/// touches its own two slots of a server's region, so the pages it maps of it stop growing once
+/// it has used both.
 pub(crate) struct Slots {
-    free: VecDeque<(u8, Instant)>,
-    total: usize,
+    /// When each slot was freed; `None` while a connection holds it.
+    freed: Vec<Option<Instant>>,
 }
 
 impl Slots {
-    pub fn new(total: usize) -> Slots {
+    pub fn new(peers: usize) -> Slots {
         let long_ago = Instant::now().checked_sub(SLOT_QUARANTINE).unwrap_or_else(Instant::now);
-        Slots { free: (0..total).map(|s| (s as u8, long_ago)).collect(), total }
+        Slots { freed: vec![Some(long_ago); 2 * peers] }
     }
 
     pub fn len(&self) -> usize {
-        self.total
+        self.freed.len()
     }
 
-    fn take(&mut self, now: Instant) -> Option<u8> {
-        let &(slot, freed) = self.free.front()?;
-        if now.duration_since(freed) < SLOT_QUARANTINE {
-            return None;
-        }
-        self.free.pop_front();
-        Some(slot)
+    /// A slot of `client`'s pair, free and past its quarantine.
+    fn take(&mut self, client: u8, now: Instant) -> Option<u8> {
+        let first = 2 * usize::from(client);
+        let slot = (first..first + 2)
+            .filter(|&s| {
+                self.freed
+                    .get(s)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|at| now.duration_since(at) >= SLOT_QUARANTINE)
+            })
+            .min_by_key(|&s| self.freed[s])?;
+        self.freed[slot] = None;
+        Some(slot as u8)
     }
 
     fn give_back(&mut self, slot: u8, now: Instant) {
-        self.free.push_back((slot, now));
+        self.freed[usize::from(slot)] = Some(now);
     }
 }
 
@@ -293,7 +302,7 @@ impl Peer {
             data_addr: 0,
             counter_addr: 0,
         };
-        if let Some(slot) = self.slots.take(now) {
+        if let Some(slot) = self.slots.take(client, now) {
             let counter = (self.data.address() as usize + usize::from(slot) * SLOT_COUNTERS) as *mut u64;
             // SAFETY: the slot's counter words lie inside the data region, 8-byte aligned (the
             // region is page aligned and SLOT_COUNTERS a multiple of 8), mapped while `self.data`
