@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -70,8 +70,10 @@ pub struct KindStats {
     pub launched: u64,
     /// Connected (the others found no listener: the peer was just killed).
     pub connected: u64,
-    /// Found closed by the peer when this side came to close them.
+    /// Found closed by the peer when this side came to close them, the peer still running.
     pub closed_by_peer: u64,
+    /// Found closed because the peer had been killed meanwhile.
+    pub peer_died: u64,
     /// Handshakes the peer accepted (bad RMA only).
     pub handshakes: u64,
     /// Forbidden accesses the peer answered with an error status (bad RMA only).
@@ -83,6 +85,7 @@ impl KindStats {
         self.launched += other.launched;
         self.connected += other.connected;
         self.closed_by_peer += other.closed_by_peer;
+        self.peer_died += other.peer_died;
         self.handshakes += other.handshakes;
         self.refusals += other.refusals;
     }
@@ -132,6 +135,8 @@ struct Held {
     stream: TcpStream,
     kind: Kind,
     until: Instant,
+    peer: usize,
+    incarnation: u32,
 }
 
 /// What a bad-RMA connection's thread reports.
@@ -139,10 +144,11 @@ struct Exchange {
     handshake: bool,
     refusals: u64,
     closed_by_peer: bool,
+    peer_died: bool,
 }
 
 fn run(
-    dir: &std::path::Path,
+    dir: &Path,
     peers: usize,
     seed: u64,
     limits: Limits,
@@ -162,7 +168,7 @@ fn run(
         while i < held.len() {
             if held[i].until <= now {
                 let h = held.swap_remove(i);
-                close(h, &mut stats);
+                close(h, dir, &mut stats);
             } else {
                 i += 1;
             }
@@ -191,13 +197,21 @@ fn run(
                     if kind == Kind::BadRmaAfterHandshake {
                         exchanges.fetch_add(1, Ordering::SeqCst);
                         let (tx, count) = (done_tx.clone(), Arc::clone(&exchanges));
+                        let dir = dir.to_owned();
                         threads.push(std::thread::spawn(move || {
-                            let result = bad_rma_after_handshake(stream, &file, conn_seed);
+                            let mut result = bad_rma_after_handshake(stream, &file, conn_seed);
+                            if let Ok(exchange) = &mut result {
+                                if exchange.closed_by_peer && !still_runs(&dir, peer, file.incarnation) {
+                                    exchange.closed_by_peer = false;
+                                    exchange.peer_died = true;
+                                }
+                            }
                             count.fetch_sub(1, Ordering::SeqCst);
                             let _ = tx.send(result);
                         }));
                     } else if let Some(hold) = misbehave(kind, &stream, &file, &mut Rng::new(conn_seed)) {
-                        held.push(Held { stream, kind, until: now + hold });
+                        let incarnation = file.incarnation;
+                        held.push(Held { stream, kind, until: now + hold, peer, incarnation });
                     }
                 }
             }
@@ -206,7 +220,7 @@ fn run(
         std::thread::sleep(Duration::from_millis(2));
     }
     for h in held {
-        close(h, &mut stats);
+        close(h, dir, &mut stats);
     }
     for t in threads {
         let _ = t.join();
@@ -229,13 +243,48 @@ fn record_exchange(stats: &mut HostileStats, exchange: &Exchange) {
     entry.handshakes += u64::from(exchange.handshake);
     entry.refusals += exchange.refusals;
     entry.closed_by_peer += u64::from(exchange.closed_by_peer);
+    entry.peer_died += u64::from(exchange.peer_died);
 }
 
-/// Closes a held connection, noting whether the peer had closed it already.
-fn close(held: Held, stats: &mut HostileStats) {
+/// Whether `incarnation` of `peer` is the one running now.
+fn still_runs(dir: &Path, peer: usize, incarnation: u32) -> bool {
+    PeerFile::read(dir, peer).is_some_and(|f| f.incarnation == incarnation)
+}
+
+/// Closes a held connection, noting whether the peer had closed it already, and whether that
+/// was because it was killed.
+fn close(held: Held, dir: &Path, stats: &mut HostileStats) {
     if peer_closed(&held.stream) {
-        stats.entry(held.kind).or_default().closed_by_peer += 1;
+        let entry = stats.entry(held.kind).or_default();
+        if still_runs(dir, held.peer, held.incarnation) {
+            entry.closed_by_peer += 1;
+        } else {
+            entry.peer_died += 1;
+        }
     }
+}
+
+/// A connection to `addr` that only pins memory at the peer, if the peer lets it: a frame
+/// header announcing the largest frame and one byte of it (`huge`), or part of a connection
+/// request; nothing more is sent. `None` when it cannot connect.
+pub fn open_pinning(addr: SocketAddr, huge: bool, seed: u64) -> Option<TcpStream> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    let mut rng = Rng::new(seed);
+    let bytes = if huge {
+        let mut b = (MAX_FRAME as u32).to_le_bytes().to_vec();
+        b.push(0x0A);
+        b
+    } else {
+        let hello = hello_frame(&stream, &mut rng);
+        hello[..hello.len() / 2].to_vec()
+    };
+    stream.write_all(&bytes).ok()?;
+    Some(stream)
+}
+
+/// True when the peer closed or reset `stream`.
+pub fn closed_by_peer(stream: &TcpStream) -> bool {
+    peer_closed(stream)
 }
 
 /// True when the peer closed or reset the connection (whatever it sent before is skipped).
@@ -421,7 +470,7 @@ fn read_frame(mut stream: &TcpStream) -> std::io::Result<Vec<u8>> {
 /// malformed exchange). `Err` when a peer let a forbidden access through.
 fn bad_rma_after_handshake(stream: TcpStream, file: &PeerFile, seed: u64) -> Result<Exchange, String> {
     let mut rng = Rng::new(seed);
-    let mut exchange = Exchange { handshake: false, refusals: 0, closed_by_peer: false };
+    let mut exchange = Exchange { handshake: false, refusals: 0, closed_by_peer: false, peer_died: false };
     let (Some(rw), Some(ro)) = (canary(&file.canary_rw), canary(&file.canary_ro)) else {
         return Ok(exchange);
     };

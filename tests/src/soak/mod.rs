@@ -119,6 +119,21 @@ pub fn process_figures() -> Counters {
     }
     let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64).saturating_sub(1);
     figures.insert("fds".into(), fds);
+    // What the descriptors are (sockets, memfds, io_uring and event fds, ...), to tell which
+    // kind grew. The listing's own descriptor has vanished by the time it is read.
+    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+        for entry in dir.flatten() {
+            let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+            let target = target.to_string_lossy();
+            let kind = match target.split_once(':') {
+                Some(("anon_inode", what)) => what.trim_matches(|c| c == '[' || c == ']').to_owned(),
+                Some((kind, _)) => kind.to_owned(),
+                None if target.starts_with("/memfd") => "memfd".to_owned(),
+                None => "file".to_owned(),
+            };
+            *figures.entry(format!("fd.{kind}")).or_default() += 1;
+        }
+    }
     figures.insert("memfd_maps".into(), maps.lines().filter(|l| l.contains("/memfd:")).count() as u64);
     figures
 }

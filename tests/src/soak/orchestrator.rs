@@ -38,6 +38,11 @@ pub struct Settings {
     pub rss_slack_percent: u64,
     pub rss_slack_kib: u64,
     pub fd_slack: u64,
+    /// Unauthenticated connections opened to each survivor before the final measurement, half
+    /// announcing the largest frame, half sending part of a handshake; held this long, then
+    /// the survivor is measured with them open.
+    pub pin_connections: usize,
+    pub pin_hold: Duration,
 }
 
 impl Settings {
@@ -65,6 +70,8 @@ impl Settings {
             rss_slack_percent: env_u64("SOAK_RSS_SLACK_PERCENT", 5),
             rss_slack_kib: env_u64("SOAK_RSS_SLACK_KIB", 4096),
             fd_slack: env_u64("SOAK_FD_SLACK", 2),
+            pin_connections: env_u64("SOAK_PIN_CONNECTIONS", 32) as usize,
+            pin_hold: Duration::from_secs(env_u64("SOAK_PIN_HOLD", 3)),
         }
     }
 }
@@ -118,6 +125,8 @@ struct Run {
     /// Resident set of every incarnation every 10 s (seconds since the start, KiB), as its
     /// stats lines report it: the trend behind the two measurements.
     rss_trace: BTreeMap<(usize, u32), Vec<(u64, u64)>>,
+    /// Of the pinning connections (huge frame, partial handshake): opened, closed by the peer.
+    pinned: [(u64, u64); 2],
 }
 
 /// Runs the whole soak; returns the process exit status (0: passed).
@@ -160,6 +169,7 @@ pub fn run() -> i32 {
         hostile: HostileStats::new(),
         started: Instant::now(),
         rss_trace: BTreeMap::new(),
+        pinned: [(0, 0); 2],
         settings,
     };
     run.execute();
@@ -193,10 +203,10 @@ impl Run {
         }
         let total = Duration::from_secs(self.settings.seconds);
         let warmup = self.settings.warmup.min(total / 2);
-        if !self.traffic(warmup) || !self.measure("baseline", true) {
+        if !self.traffic(warmup) || !self.measure("baseline", true, false) {
             return;
         }
-        if !self.traffic(total - warmup) || !self.measure("final", false) {
+        if !self.traffic(total - warmup) || !self.measure("final", false, true) {
             return;
         }
         self.report();
@@ -371,7 +381,7 @@ impl Run {
 
     /// Stops the traffic, waits until every peer drained it and reconnected everything, lets
     /// them progress for the settle time, and takes their measurements.
-    fn measure(&mut self, label: &str, resume: bool) -> bool {
+    fn measure(&mut self, label: &str, resume: bool, pin: bool) -> bool {
         self.quiet.clear();
         for id in 0..self.peers.len() {
             self.send(id, "quiesce");
@@ -381,19 +391,15 @@ impl Run {
         }) {
             return false;
         }
+        if pin && !self.pin_probe() {
+            return false;
+        }
         let settle_end = Instant::now() + self.settings.settle;
         while Instant::now() < settle_end {
             self.pump(Duration::from_millis(50));
         }
-        for id in 0..self.peers.len() {
-            self.send(id, &format!("measure {label}"));
-        }
-        let label = label.to_owned();
-        if !self.wait_for("the measurements", |run| {
-            run.peers.iter().enumerate().all(|(id, p)| {
-                run.mems.get(&(label.clone(), id)).is_some_and(|m| m.incarnation == p.incarnation)
-            })
-        }) {
+        let everyone: Vec<usize> = (0..self.peers.len()).collect();
+        if !self.take_measurement(label, &everyone) {
             return false;
         }
         if resume {
@@ -402,6 +408,53 @@ impl Run {
             }
         }
         true
+    }
+
+    /// Asks `ids` for their figures under `label` and waits for them.
+    fn take_measurement(&mut self, label: &str, ids: &[usize]) -> bool {
+        for &id in ids {
+            self.send(id, &format!("measure {label}"));
+        }
+        let label = label.to_owned();
+        self.wait_for("the measurements", |run| {
+            ids.iter().all(|&id| {
+                let incarnation = run.peers[id].incarnation;
+                run.mems.get(&(label.clone(), id)).is_some_and(|m| m.incarnation == incarnation)
+            })
+        })
+    }
+
+    /// Holds unauthenticated connections open to every peer never killed and measures it with
+    /// them: what a client that never completes a handshake can make a listener keep.
+    fn pin_probe(&mut self) -> bool {
+        let n = self.settings.pin_connections;
+        let targets: Vec<usize> = (0..self.peers.len()).filter(|&id| !self.peers[id].killed_ever).collect();
+        if n == 0 || targets.is_empty() {
+            return true;
+        }
+        let mut held = Vec::new();
+        for &id in &targets {
+            let Some(file) = run_dir::PeerFile::read(&self.dir, id) else { continue };
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], file.port));
+            for i in 0..n {
+                let huge = i % 2 == 0;
+                self.pinned[usize::from(!huge)].0 += 1;
+                if let Some(stream) = hostile::open_pinning(addr, huge, self.rng.next_u64()) {
+                    held.push((huge, stream));
+                }
+            }
+        }
+        let hold_end = Instant::now() + self.settings.pin_hold;
+        while Instant::now() < hold_end {
+            self.pump(Duration::from_millis(50));
+        }
+        let measured = self.take_measurement("pinned", &targets);
+        for (huge, stream) in held {
+            if hostile::closed_by_peer(&stream) {
+                self.pinned[usize::from(!huge)].1 += 1;
+            }
+        }
+        measured
     }
 
     fn report(&mut self) {
@@ -465,6 +518,20 @@ impl Run {
                 self.failures
                     .push(format!("peer {id}: open descriptors grew from {fds_before} to {fds_after}"));
             }
+            if let Some(pinned) = self.mems.get(&("pinned".to_owned(), id)) {
+                let rss = pinned.get("rss_kib");
+                if rss > self.rss_limit(rss_before) {
+                    self.failures.push(format!(
+                        "peer {id}: with {} unauthenticated connections held open for {:?} (huge frame \
+                         announcements, partial handshakes) its resident set was {rss} KiB, {} KiB above \
+                         the baseline (limit {} KiB)",
+                        self.settings.pin_connections,
+                        self.settings.pin_hold,
+                        rss.saturating_sub(rss_before),
+                        self.rss_limit(rss_before)
+                    ));
+                }
+            }
             // Both measurements see the same connections: one each way with every other peer.
             let (eps_before, eps_after) = (before.get("endpoints"), after.get("endpoints"));
             if eps_after > eps_before {
@@ -527,18 +594,28 @@ impl Run {
         );
         println!("unread tag messages of failed connections drained: {}", get("drained.tag"));
         println!("canary checks: {}", get("canary_checks"));
-        println!("hostile connections (launched / connected / closed by peer / handshakes / refusals):");
+        println!(
+            "hostile connections (launched / connected / closed by the peer / peer killed meanwhile / \
+             handshakes / refusals):"
+        );
         for (kind, s) in &self.hostile {
             println!(
-                "  {:<24} {:>6} {:>6} {:>6} {:>6} {:>6}",
+                "  {:<24} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}",
                 kind.name(),
                 s.launched,
                 s.connected,
                 s.closed_by_peer,
+                s.peer_died,
                 s.handshakes,
                 s.refusals
             );
         }
+        let [huge, partial] = self.pinned;
+        println!(
+            "pinning probe, held {:?}: huge frame announcements {} opened, {} closed by the peer; \
+             partial handshakes {} opened, {} closed by the peer",
+            self.settings.pin_hold, huge.0, huge.1, partial.0, partial.1
+        );
         println!("memory (baseline after {:?} of warm-up → final):", self.settings.warmup);
         let survivors: BTreeSet<usize> = self.survivors().iter().map(|s| s.0).collect();
         for id in 0..self.peers.len() {
@@ -553,6 +630,14 @@ impl Run {
                     format!("incarnations {} and {}: not compared", b.incarnation, a.incarnation)
                 };
                 let change = |name: &str| format!("{} → {}", b.get(name), a.get(name));
+                if let Some(p) = self.mems.get(&("pinned".to_owned(), id)) {
+                    println!(
+                        "  peer {id} with the pinning connections open: rss {} KiB ({:+} KiB), fds {}",
+                        p.get("rss_kib"),
+                        p.get("rss_kib") as i64 - b.get("rss_kib") as i64,
+                        p.get("fds")
+                    );
+                }
                 println!(
                     "  peer {id} ({role}): rss {} KiB ({:+} KiB, limit {} KiB; anon {}, shmem {}, file {}), \
                      fds {}, endpoints {}, memfd mappings {}",
@@ -566,6 +651,16 @@ impl Run {
                     change("endpoints"),
                     change("memfd_maps"),
                 );
+                let kinds: BTreeSet<&String> =
+                    b.figures.keys().chain(a.figures.keys()).filter(|k| k.starts_with("fd.")).collect();
+                let kinds: Vec<String> =
+                    kinds.into_iter().map(|k| format!("{} {}", &k[3..], change(k))).collect();
+                println!("    descriptors by kind: {}", kinds.join(", "));
+                let kinds: BTreeSet<&String> =
+                    b.figures.keys().chain(a.figures.keys()).filter(|k| k.starts_with("ep.")).collect();
+                let kinds: Vec<String> =
+                    kinds.into_iter().map(|k| format!("{} {}", &k[3..], change(k))).collect();
+                println!("    endpoints by transport: {}", kinds.join(", "));
             }
         }
         for &id in &survivors {

@@ -18,6 +18,9 @@ use super::super::{MAX_MSG, MAX_RMA, MAX_STREAM_MSG, WINDOW};
 use super::server::{Credit, Hello, HelloReply, AM, KIND_NAMES, STREAM, TAG};
 use super::{fail, is_peer_failure, overdue, poll, push, tag_of, Event, Peer, AM_DATA, AM_HELLO};
 
+/// Messages of each kind a connection carries before it counts as warm.
+const WARM_MESSAGES: u64 = 16;
+
 /// A send or get buffer: heap memory or a slice of the peer's registered memory.
 enum Pending {
     Heap(Request<Vec<u8>>),
@@ -94,9 +97,24 @@ pub(crate) struct Live {
     credit_wait: [Instant; 3],
     /// When the current step of the access chain was issued.
     rma_at: Instant,
+    /// Put-get chains and atomics checked on this connection.
+    puts_checked: u64,
+    atomics_checked: u64,
 }
 
 impl Live {
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+
+    /// The connection carried messages of every kind, a large put from registered memory
+    /// (helped by the target over shared memory), a get and an atomic: whatever the library
+    /// sets up on first use of a connection (a shared-memory endpoint's direct lane, a put
+    /// source's mapping) exists, so two measurements of a quiet peer see the same things.
+    fn warm(&self) -> bool {
+        self.puts_checked > 0 && self.atomics_checked > 0 && self.credited.iter().all(|&n| n >= WARM_MESSAGES)
+    }
+
     fn op_failed(&mut self, what: &str, status: Status, now: Instant) {
         if !is_peer_failure(status) {
             fail(format!("client {what} on connection {} failed with {status:?}", self.nonce));
@@ -137,6 +155,7 @@ impl Client {
             && live.sends.is_empty()
             && matches!(live.rma, Rma::Idle)
             && live.next == live.credited
+            && live.warm()
             && self.file.as_ref().is_some_and(|f| f.incarnation == live.incarnation)
     }
 
@@ -360,7 +379,8 @@ impl Peer {
             }
             return busy;
         }
-        if live.usable() && !self.quiescing {
+        if live.usable() && (!self.quiescing || !live.warm()) {
+            // Quiescing stops the traffic of connections that are warm.
             busy |= self.issue(index, live, now);
         }
         if live.usable() {
@@ -428,6 +448,8 @@ impl Peer {
             closed_by_us: false,
             credit_wait: [now; 3],
             rma_at: now,
+            puts_checked: 0,
+            atomics_checked: 0,
         };
         let hello = Hello::encode_request(self.args.id as u8, self.args.incarnation, nonce);
         let params = AmSendParams { reply: true, proto: AmProto::Eager, ..AmSendParams::default() };
@@ -487,7 +509,7 @@ impl Peer {
                 Ok(Ok(_)) => {
                     let granted = live.granted.as_ref().expect("granted before any access");
                     let addr = granted.data_addr + offset;
-                    let got = if self.rng.chance(50) {
+                    let got = if seq > 0 && self.rng.chance(50) {
                         live.ep
                             .get(vec![0u8; len], addr, &granted.rkey, RequestParams::default())
                             .map(Pending::Heap)
@@ -515,6 +537,7 @@ impl Peer {
                             live.incarnation
                         ));
                     }
+                    live.puts_checked += 1;
                     self.count("checked.put_get", 1);
                     self.count("checked.rma_bytes", len as u64);
                     Ok(Rma::Idle)
@@ -535,6 +558,7 @@ impl Peer {
                             live.nonce
                         ));
                     }
+                    live.atomics_checked += 1;
                     if wide {
                         live.expect64 = after;
                         self.count("checked.amo64", 1);
@@ -576,7 +600,17 @@ impl Peer {
                 live.credit_wait[k] = now;
             }
         }
-        if live.next[TAG] - live.credited[TAG] < WINDOW {
+        // Up to the credits; while quiescing, only what a connection needs to be warm.
+        let quiescing = self.quiescing;
+        let window: [u64; 3] = std::array::from_fn(|k| {
+            let credits = live.credited[k] + WINDOW;
+            if quiescing {
+                credits.min(WARM_MESSAGES)
+            } else {
+                credits
+            }
+        });
+        if live.next[TAG] < window[TAG] {
             let seq = live.next[TAG];
             let message = header(Kind::Tag, seq, self.rng.size(HEADER_LEN, MAX_MSG)).message();
             let params = TagSendParams { sync: self.rng.chance(10), ..TagSendParams::default() };
@@ -585,7 +619,7 @@ impl Peer {
             live.track("tag send", sent, now);
             busy = true;
         }
-        if live.usable() && live.next[STREAM] - live.credited[STREAM] < WINDOW {
+        if live.usable() && live.next[STREAM] < window[STREAM] {
             let message =
                 header(Kind::Stream, live.next[STREAM], self.rng.size(HEADER_LEN, MAX_STREAM_MSG)).message();
             let sent = live.ep.stream_send(message, RequestParams::default()).map(Pending::Heap);
@@ -593,7 +627,7 @@ impl Peer {
             live.track("stream send", sent, now);
             busy = true;
         }
-        if live.usable() && live.next[AM] - live.credited[AM] < WINDOW {
+        if live.usable() && live.next[AM] < window[AM] {
             let len = if self.rng.chance(3) { 0 } else { self.rng.size(1, MAX_MSG) };
             let h = header(Kind::Am, live.next[AM], len);
             let mut data = vec![0u8; len];
@@ -609,10 +643,12 @@ impl Peer {
             live.track("AM send", sent, now);
             busy = true;
         }
-        if live.usable() && matches!(live.rma, Rma::Idle) {
+        let accesses_due = !self.quiescing || live.puts_checked == 0 || live.atomics_checked == 0;
+        if live.usable() && matches!(live.rma, Rma::Idle) && accesses_due {
             busy = true;
-            let issued =
-                if self.rng.chance(60) { self.issue_put(index, live) } else { self.issue_atomic(live) };
+            // A new connection starts with a put-get chain, then an atomic (see `Live::warm`).
+            let put = live.puts_checked == 0 || (live.atomics_checked > 0 && self.rng.chance(60));
+            let issued = if put { self.issue_put(index, live) } else { self.issue_atomic(live) };
             match issued {
                 Ok(rma) => {
                     live.rma = rma;
@@ -626,13 +662,16 @@ impl Peer {
 
     fn issue_put(&mut self, index: usize, live: &mut Live) -> Result<Rma, Status> {
         let granted = live.granted.as_ref().expect("issued after the hello reply");
-        let len = self.rng.size(1, MAX_RMA);
-        let offset = self.rng.below((MAX_RMA - len + 1) as u64);
         let seq = live.rma_seq;
         live.rma_seq += 1;
+        // The first put of a connection is the largest, from registered memory: over shared
+        // memory the target helps copy it.
+        let first = seq == 0;
+        let len = if first { MAX_RMA } else { self.rng.size(1, MAX_RMA) };
+        let offset = self.rng.below((MAX_RMA - len + 1) as u64);
         let seed = pattern::seed(Kind::Put, self.args.id as u8, live.nonce, seq, len as u64);
         let addr = granted.data_addr + offset;
-        let request = match self.rng.below(4) {
+        let request = match if first { 2 } else { self.rng.below(4) } {
             0 if len <= 64 << 10 => {
                 // Returns once the bytes are taken; the flush that follows completes it.
                 let mut bytes = vec![0u8; len];

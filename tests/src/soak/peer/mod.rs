@@ -295,6 +295,16 @@ impl Peer {
         );
     }
 
+    /// The transports of every endpoint this peer holds, joined with `+`.
+    fn endpoint_transports(&self) -> Vec<String> {
+        let clients = self.clients.iter().filter_map(|c| c.live.as_ref()).map(|l| l.endpoint());
+        let servers = self.servers.values().map(ServerConn::endpoint);
+        clients
+            .chain(servers)
+            .map(|ep| ep.query().map_or_else(|s| format!("{s:?}"), |attr| attr.transports.join("+")))
+            .collect()
+    }
+
     fn stats(&self, last: bool) -> Line {
         let mut counters = self.counters.clone();
         // A reading, not a count: the orchestrator follows it over time instead of adding it up.
@@ -415,6 +425,9 @@ pub fn run(args: PeerArgs) -> ! {
                 Ok(Cmd::Measure(label)) => {
                     let mut figures = super::process_figures();
                     figures.insert("endpoints".into(), worker.endpoint_count() as u64);
+                    for transport in peer.endpoint_transports() {
+                        *figures.entry(format!("ep.{transport}")).or_default() += 1;
+                    }
                     Line::Mem { label, figures }.print()
                 }
                 Ok(Cmd::Report) => {

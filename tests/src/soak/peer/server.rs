@@ -231,6 +231,10 @@ impl ServerConn {
             && self.checked == self.credited
     }
 
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+
     pub fn hello(&self) -> Option<Hello> {
         self.hello
     }
