@@ -77,3 +77,31 @@ fn a_short_soak_passes() {
         assert!(total(counted) > 0, "{counted} is 0:\n{output}");
     }
 }
+
+/// Runs the soak briefly with a fault the peers plant in their own traffic; returns whether it
+/// passed, and its output.
+fn soak_with_fault(fault: &str) -> (bool, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_soak"))
+        .env("SOAK_SECONDS", "20")
+        .env("SOAK_PEERS", "2")
+        .env("SOAK_PIN_CONNECTIONS", "0")
+        .env("SOAK_INJECT", fault)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run the soak");
+    (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[test]
+fn a_corrupted_message_fails_the_soak() {
+    let (passed, output) = soak_with_fault("corrupt-tag");
+    assert!(!passed, "a corrupted tag message went unnoticed:\n{output}");
+    assert!(output.contains("result: FAIL") && output.contains("differs from the pattern"), "{output}");
+}
+
+#[test]
+fn a_lost_message_fails_the_soak() {
+    let (passed, output) = soak_with_fault("lose-stream");
+    assert!(!passed, "a lost stream message went unnoticed:\n{output}");
+    assert!(output.contains("result: FAIL") && output.contains("stream message"), "{output}");
+}

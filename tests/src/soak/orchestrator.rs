@@ -588,6 +588,11 @@ impl Run {
         println!("endpoint failures seen by clients: {}", group("epfail.client."));
         println!("endpoint failures seen by servers: {}", group("epfail.server."));
         println!(
+            "operations failed with their endpoint (expected of a killed peer): clients {}; servers {}",
+            group("operr.client."),
+            group("operr.server.")
+        );
+        println!(
             "  of which: client endpoints failed while the server still ran {}, handshaken hostile endpoints failed {}",
             get("epfail.client_server_alive"),
             get("conn.anonymous_failed")

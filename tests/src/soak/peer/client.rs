@@ -16,7 +16,9 @@ use super::super::pattern::{self, Header, Kind, HEADER_LEN};
 use super::super::run_dir::PeerFile;
 use super::super::{MAX_MSG, MAX_RMA, MAX_STREAM_MSG, WINDOW};
 use super::server::{Credit, Hello, HelloReply, AM, KIND_NAMES, STREAM, TAG};
-use super::{fail, is_peer_failure, overdue, poll, push, tag_of, Event, Peer, AM_DATA, AM_HELLO};
+use super::{
+    fail, is_peer_failure, overdue, poll, push, tag_of, Event, Inject, Peer, AM_DATA, AM_HELLO, INJECT_AT,
+};
 
 /// Messages of each kind a connection carries before it counts as warm.
 const WARM_MESSAGES: u64 = 16;
@@ -97,6 +99,8 @@ pub(crate) struct Live {
     credit_wait: [Instant; 3],
     /// When the current step of the access chain was issued.
     rma_at: Instant,
+    /// Statuses of the operations that failed, counted when the connection goes.
+    op_errors: Vec<Status>,
     /// Put-get chains and atomics checked on this connection.
     puts_checked: u64,
     atomics_checked: u64,
@@ -120,6 +124,7 @@ impl Live {
             fail(format!("client {what} on connection {} failed with {status:?}", self.nonce));
         }
         self.op_error.get_or_insert((status, now));
+        self.op_errors.push(status);
     }
 
     fn usable(&self) -> bool {
@@ -342,6 +347,9 @@ impl Peer {
             if live.sends.is_empty() && matches!(live.rma, Rma::Idle) {
                 // A failed endpoint's close completes at once; nothing to wait for.
                 drop(live.ep.close(CloseMode::Force));
+                for status in std::mem::take(&mut live.op_errors) {
+                    self.count(&format!("operr.client.{status:?}"), 1);
+                }
                 client.live = None;
                 client.retry_at = client.retry_at.max(now + Duration::from_millis(100));
                 return true;
@@ -450,6 +458,7 @@ impl Peer {
             rma_at: now,
             puts_checked: 0,
             atomics_checked: 0,
+            op_errors: Vec::new(),
         };
         let hello = Hello::encode_request(self.args.id as u8, self.args.incarnation, nonce);
         let params = AmSendParams { reply: true, proto: AmProto::Eager, ..AmSendParams::default() };
@@ -612,7 +621,10 @@ impl Peer {
         });
         if live.next[TAG] < window[TAG] {
             let seq = live.next[TAG];
-            let message = header(Kind::Tag, seq, self.rng.size(HEADER_LEN, MAX_MSG)).message();
+            let mut message = header(Kind::Tag, seq, self.rng.size(HEADER_LEN, MAX_MSG)).message();
+            if self.inject == Some(Inject::CorruptTag) && seq == INJECT_AT {
+                *message.last_mut().expect("at least a header") ^= 0x40;
+            }
             let params = TagSendParams { sync: self.rng.chance(10), ..TagSendParams::default() };
             let sent = live.ep.tag_send(message, tag_of(slot, live.nonce, seq), params).map(Pending::Heap);
             live.next[TAG] += 1;
@@ -622,6 +634,9 @@ impl Peer {
         if live.usable() && live.next[STREAM] < window[STREAM] {
             let message =
                 header(Kind::Stream, live.next[STREAM], self.rng.size(HEADER_LEN, MAX_STREAM_MSG)).message();
+            if self.inject == Some(Inject::LoseStream) && live.next[STREAM] == INJECT_AT {
+                live.next[STREAM] += 1;
+            }
             let sent = live.ep.stream_send(message, RequestParams::default()).map(Pending::Heap);
             live.next[STREAM] += 1;
             live.track("stream send", sent, now);

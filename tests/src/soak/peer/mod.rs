@@ -134,6 +134,29 @@ fn push(events: &Events, event: Event) {
     events.lock().unwrap_or_else(|e| e.into_inner()).push_back(event);
 }
 
+/// A fault the peer plants in its own traffic (`SOAK_INJECT`), to show that the checks catch
+/// it and the run fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Inject {
+    /// `corrupt-tag`: one byte of a tag message changed after its pattern was written.
+    CorruptTag,
+    /// `lose-stream`: a stream message never sent, its sequence number used up.
+    LoseStream,
+}
+
+/// The sequence number of the message an injected fault hits, on every connection.
+pub(crate) const INJECT_AT: u64 = 5;
+
+impl Inject {
+    fn from_env() -> Option<Inject> {
+        match std::env::var("SOAK_INJECT").ok()?.as_str() {
+            "corrupt-tag" => Some(Inject::CorruptTag),
+            "lose-stream" => Some(Inject::LoseStream),
+            other => fail(format!("unknown SOAK_INJECT={other:?}")),
+        }
+    }
+}
+
 /// Commands from the orchestrator (stdin).
 enum Cmd {
     Quiesce,
@@ -218,6 +241,7 @@ pub(crate) struct Peer {
     pub failed_servers: Vec<(usize, u32, Instant)>,
     /// The last client connections this side closed itself (nonces).
     pub own_closes: VecDeque<u32>,
+    pub inject: Option<Inject>,
 }
 
 impl Peer {
@@ -365,6 +389,7 @@ pub fn run(args: PeerArgs) -> ! {
         next_nonce: (seed as u32) & 0x7FFF_FFFF,
         failed_servers: Vec::new(),
         own_closes: VecDeque::new(),
+        inject: Inject::from_env(),
         args,
     };
     peer.fill_canaries();

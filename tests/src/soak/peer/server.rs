@@ -197,6 +197,8 @@ pub(crate) struct ServerConn {
     failed: Option<(Status, Instant)>,
     /// An operation failed as it does when the peer is gone: the error handler must follow.
     op_error: Option<(Status, Instant)>,
+    /// Statuses of the operations that failed, counted when the connection goes.
+    op_errors: Vec<Status>,
     /// Since when the client's peer file shows another incarnation than the one that said hello.
     client_gone_since: Option<Instant>,
     /// The error handler ran and every request ended: the connection can go.
@@ -219,6 +221,7 @@ impl ServerConn {
             failed: None,
             op_error: None,
             client_gone_since: None,
+            op_errors: Vec::new(),
             finished: false,
         }
     }
@@ -254,6 +257,7 @@ impl ServerConn {
             fail(format!("server {what} on {:?} failed with {status:?}", self.hello));
         }
         self.op_error.get_or_insert((status, now));
+        self.op_errors.push(status);
     }
 
     fn usable(&self) -> bool {
@@ -493,6 +497,9 @@ impl Peer {
             }
             // A failed endpoint's close completes at once; the request has nothing to report.
             drop(conn.ep.close(CloseMode::Force));
+            for status in std::mem::take(&mut conn.op_errors) {
+                self.count(&format!("operr.server.{status:?}"), 1);
+            }
             conn.finished = true;
             return;
         }
