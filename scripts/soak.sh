@@ -16,7 +16,8 @@
 # SOAK_PIN_CONNECTIONS (32) and SOAK_PIN_HOLD (3): before the final measurement, that many
 # connections that never complete a handshake (half announcing the largest frame, half sending part
 # of a connection request) are held open to each peer never killed for that many seconds, and the
-# peer's resident set with them open must stay within the same slack.
+# peer's resident set with them open must stay within the same slack (SOAK_PIN_KIND=huge or
+# partial: one kind alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SOAK_SECONDS="${SOAK_SECONDS:-600}" SOAK_PEERS="${SOAK_PEERS:-4}"

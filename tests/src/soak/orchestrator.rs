@@ -43,6 +43,39 @@ pub struct Settings {
     /// the survivor is measured with them open.
     pub pin_connections: usize,
     pub pin_hold: Duration,
+    /// Which pinning connections: `both` (default), `huge` or `partial` alone.
+    pub pin_kind: PinKind,
+}
+
+/// The pinning connections the probe opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PinKind {
+    Both,
+    HugeFrame,
+    PartialHandshake,
+}
+
+impl PinKind {
+    fn from_env() -> PinKind {
+        match std::env::var("SOAK_PIN_KIND").as_deref() {
+            Ok("huge") => PinKind::HugeFrame,
+            Ok("partial") => PinKind::PartialHandshake,
+            Ok("both") | Err(_) => PinKind::Both,
+            Ok(other) => {
+                eprintln!("soak: SOAK_PIN_KIND={other:?} is not huge, partial or both");
+                std::process::exit(2)
+            }
+        }
+    }
+
+    /// Whether the `i`th connection announces a huge frame (else: part of a handshake).
+    fn huge(self, i: usize) -> bool {
+        match self {
+            PinKind::Both => i % 2 == 0,
+            PinKind::HugeFrame => true,
+            PinKind::PartialHandshake => false,
+        }
+    }
 }
 
 impl Settings {
@@ -72,6 +105,7 @@ impl Settings {
             fd_slack: env_u64("SOAK_FD_SLACK", 2),
             pin_connections: env_u64("SOAK_PIN_CONNECTIONS", 32) as usize,
             pin_hold: Duration::from_secs(env_u64("SOAK_PIN_HOLD", 3)),
+            pin_kind: PinKind::from_env(),
         }
     }
 }
@@ -437,7 +471,7 @@ impl Run {
             let Some(file) = run_dir::PeerFile::read(&self.dir, id) else { continue };
             let addr = std::net::SocketAddr::from(([127, 0, 0, 1], file.port));
             for i in 0..n {
-                let huge = i % 2 == 0;
+                let huge = self.settings.pin_kind.huge(i);
                 self.pinned[usize::from(!huge)].0 += 1;
                 if let Some(stream) = hostile::open_pinning(addr, huge, self.rng.next_u64()) {
                     held.push((huge, stream));
