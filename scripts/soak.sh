@@ -12,7 +12,7 @@
 # SOAK_HOSTILE_INTERVAL_MS (20 between new ones), SOAK_TLS_MIX (1: odd peers use ZCX_TLS=tcp),
 # SOAK_FAIL_DEADLINE (30: seconds before a dead peer's endpoint, a request or a silent peer counts
 # as hung), SOAK_RSS_SLACK_PERCENT (5), SOAK_RSS_SLACK_KIB (4096), SOAK_FD_SLACK (2), SOAK_DIR (run
-# directory; a fresh one under $TMPDIR by default, removed when the run passes),
+# directory; a fresh one under $TMPDIR by default, removed at the end),
 # SOAK_PIN_CONNECTIONS (32) and SOAK_PIN_HOLD (3): before the final measurement, that many
 # connections that never complete a handshake (half announcing the largest frame, half sending part
 # of a connection request) are held open to each peer never killed for that many seconds, and the
