@@ -4,3 +4,4 @@
 //! them as the transports arrive.
 
 pub mod netns;
+pub mod soak;
