@@ -146,6 +146,20 @@ impl<B> ReqCell<B> {
 
 impl<B: Send + 'static> ReqCell<B> {
     pub(crate) fn new(worker: &Arc<WorkerShared>, buf: B, callback: Option<Callback>) -> Arc<ReqCell<B>> {
+        ReqCell::for_worker(Arc::as_ptr(worker), || Arc::downgrade(worker), buf, callback)
+    }
+
+    /// [`ReqCell::new`] for the worker at `worker`, whose weak reference `downgrade` makes (only
+    /// when a pooled cell does not hold one to it already). Apart so that tests can make cells of
+    /// no worker (`Weak::new`), which need no OS resources and so run under Miri (see
+    /// `tests::cell`).
+    #[inline(always)]
+    fn for_worker(
+        worker: *const WorkerShared,
+        downgrade: impl FnOnce() -> Weak<WorkerShared>,
+        buf: B,
+        callback: Option<Callback>,
+    ) -> Arc<ReqCell<B>> {
         if let Some(cell) = pool::take::<B>() {
             // SAFETY: a pooled cell is unique (`pool::put` checked that no other reference was
             // left, and nothing can clone one while it is pooled), and it is not shared yet:
@@ -156,9 +170,9 @@ impl<B: Send + 'static> ReqCell<B> {
                 *cell.callback.get() = callback;
                 *cell.waker.get() = None;
                 *cell.cancel.get() = CancelTarget::None;
-                let owner = &mut *cell.worker.get();
-                if owner.as_ptr() != Arc::as_ptr(worker) {
-                    *owner = Arc::downgrade(worker);
+                let held = &mut *cell.worker.get();
+                if held.as_ptr() != worker {
+                    *held = downgrade();
                 }
             }
             cell.done.store(false, Ordering::Relaxed);
@@ -171,14 +185,52 @@ impl<B: Send + 'static> ReqCell<B> {
             callback: UnsafeCell::new(callback),
             waker: UnsafeCell::new(None),
             cancel: UnsafeCell::new(CancelTarget::None),
-            worker: UnsafeCell::new(Arc::downgrade(worker)),
+            worker: UnsafeCell::new(downgrade()),
         })
     }
 
     /// Records what cancelling the request must undo. `held`: the worker's lock.
     pub(crate) fn set_cancel(&self, _held: &State, target: CancelTarget) {
-        // SAFETY: worker-side field, and the worker's lock is held (`_held`).
+        // SAFETY: the worker's lock is held (`_held`).
+        unsafe { self.set_cancel_locked(target) };
+    }
+
+    /// [`ReqCell::set_cancel`] with the lock proven by the caller.
+    ///
+    /// # Safety
+    /// The caller holds the lock of the worker that completes the cell.
+    #[inline(always)]
+    unsafe fn set_cancel_locked(&self, target: CancelTarget) {
+        // SAFETY: worker-side field, and the caller holds the worker's lock.
         unsafe { *self.cancel.get() = target };
+    }
+
+    /// What cancelling the request must undo.
+    ///
+    /// # Safety
+    /// The caller holds the lock of the worker that completes the cell.
+    #[inline(always)]
+    unsafe fn cancel_target(&self) -> CancelTarget {
+        // SAFETY: worker-side field, read with the worker's lock held (the caller's contract).
+        unsafe { *self.cancel.get() }
+    }
+
+    /// The owner's look at a pending cell under the worker's lock, for `Future::poll`: the result
+    /// when done, else `waker` is registered for the completion to wake. Under the lock there is
+    /// no window between the two: a completion either came before this call or comes after it
+    /// and finds the waker.
+    ///
+    /// # Safety
+    /// The caller is the request's single owner and holds the lock of the worker that completes
+    /// the cell.
+    #[inline(always)]
+    unsafe fn take_or_register(&self, waker: &Waker) -> Option<Result<Completion<B>>> {
+        if let Some(result) = self.take() {
+            return Some(result);
+        }
+        // SAFETY: worker-side field, written with the worker's lock held (the caller's contract).
+        unsafe { *self.waker.get() = Some(waker.clone()) };
+        None
     }
 
     /// Takes the result once done. Called by the request's single owner only.
@@ -198,13 +250,26 @@ impl<B: Send + 'static> ReqCell<B> {
 
 impl<B: Send + 'static> OpSink for ReqCell<B> {
     fn complete(&self, _held: &State, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
+        // SAFETY: the worker's lock is held (`_held`).
+        unsafe { self.complete_locked(status, info) }
+    }
+}
+
+impl<B> ReqCell<B> {
+    /// [`OpSink::complete`] with the lock proven by the caller: records the final status (the
+    /// first one only), wakes a registered waker and returns the callback to run.
+    ///
+    /// # Safety
+    /// The caller holds the lock of the worker that completes the cell.
+    #[inline(always)]
+    unsafe fn complete_locked(&self, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
         // Completions run under the worker's lock only, so this check and the writes below are
         // not raced by another completer.
         if self.done.load(Ordering::Relaxed) {
             return None;
         }
         // SAFETY: not done yet, so the owner does not read `outcome`; worker-side fields are ours
-        // under the lock (`_held`).
+        // under the lock (the caller's contract).
         let (waker, callback) = unsafe {
             *self.outcome.get() = (status, info);
             ((*self.waker.get()).take(), (*self.callback.get()).take())
@@ -272,8 +337,8 @@ impl<B: Send + 'static> Request<B> {
         }
         if let Some(worker) = cell.worker().upgrade() {
             let mut core = worker.lock();
-            // SAFETY: worker-side field, read with the worker's lock held.
-            let target = unsafe { *cell.cancel.get() };
+            // SAFETY: the worker's lock is held.
+            let target = unsafe { cell.cancel_target() };
             worker.cancel(&mut core, target);
         }
     }
@@ -346,12 +411,11 @@ impl<B: Send + 'static> Future for Request<B> {
                 let _core = worker.lock();
                 // Completion happens under this lock: either it already did, or it will find
                 // the waker.
-                if let Some(result) = cell.take() {
-                    return Poll::Ready(result);
+                // SAFETY: we own the request, and the worker's lock is held.
+                match unsafe { cell.take_or_register(cx.waker()) } {
+                    Some(result) => Poll::Ready(result),
+                    None => Poll::Pending,
                 }
-                // SAFETY: worker-side field, written with the worker's lock held.
-                unsafe { *cell.waker.get() = Some(cx.waker().clone()) };
-                Poll::Pending
             }
         }
     }
