@@ -146,6 +146,20 @@ impl<B> ReqCell<B> {
 
 impl<B: Send + 'static> ReqCell<B> {
     pub(crate) fn new(worker: &Arc<WorkerShared>, buf: B, callback: Option<Callback>) -> Arc<ReqCell<B>> {
+        ReqCell::for_worker(Arc::as_ptr(worker), || Arc::downgrade(worker), buf, callback)
+    }
+
+    /// [`ReqCell::new`] for the worker at `worker`, whose weak reference `downgrade` makes (only
+    /// when a pooled cell does not hold one to it already). Apart so that tests can make cells of
+    /// no worker (`Weak::new`), which need no OS resources and so run under Miri (see
+    /// `tests::cell`).
+    #[inline(always)]
+    fn for_worker(
+        worker: *const WorkerShared,
+        downgrade: impl FnOnce() -> Weak<WorkerShared>,
+        buf: B,
+        callback: Option<Callback>,
+    ) -> Arc<ReqCell<B>> {
         if let Some(cell) = pool::take::<B>() {
             // SAFETY: a pooled cell is unique (`pool::put` checked that no other reference was
             // left, and nothing can clone one while it is pooled), and it is not shared yet:
@@ -156,9 +170,9 @@ impl<B: Send + 'static> ReqCell<B> {
                 *cell.callback.get() = callback;
                 *cell.waker.get() = None;
                 *cell.cancel.get() = CancelTarget::None;
-                let owner = &mut *cell.worker.get();
-                if owner.as_ptr() != Arc::as_ptr(worker) {
-                    *owner = Arc::downgrade(worker);
+                let held = &mut *cell.worker.get();
+                if held.as_ptr() != worker {
+                    *held = downgrade();
                 }
             }
             cell.done.store(false, Ordering::Relaxed);
@@ -171,14 +185,52 @@ impl<B: Send + 'static> ReqCell<B> {
             callback: UnsafeCell::new(callback),
             waker: UnsafeCell::new(None),
             cancel: UnsafeCell::new(CancelTarget::None),
-            worker: UnsafeCell::new(Arc::downgrade(worker)),
+            worker: UnsafeCell::new(downgrade()),
         })
     }
 
     /// Records what cancelling the request must undo. `held`: the worker's lock.
     pub(crate) fn set_cancel(&self, _held: &State, target: CancelTarget) {
-        // SAFETY: worker-side field, and the worker's lock is held (`_held`).
+        // SAFETY: the worker's lock is held (`_held`).
+        unsafe { self.set_cancel_locked(target) };
+    }
+
+    /// [`ReqCell::set_cancel`] with the lock proven by the caller.
+    ///
+    /// # Safety
+    /// The caller holds the lock of the worker that completes the cell.
+    #[inline(always)]
+    unsafe fn set_cancel_locked(&self, target: CancelTarget) {
+        // SAFETY: worker-side field, and the caller holds the worker's lock.
         unsafe { *self.cancel.get() = target };
+    }
+
+    /// What cancelling the request must undo.
+    ///
+    /// # Safety
+    /// The caller holds the lock of the worker that completes the cell.
+    #[inline(always)]
+    unsafe fn cancel_target(&self) -> CancelTarget {
+        // SAFETY: worker-side field, read with the worker's lock held (the caller's contract).
+        unsafe { *self.cancel.get() }
+    }
+
+    /// The owner's look at a pending cell under the worker's lock, for `Future::poll`: the result
+    /// when done, else `waker` is registered for the completion to wake. Under the lock there is
+    /// no window between the two: a completion either came before this call or comes after it
+    /// and finds the waker.
+    ///
+    /// # Safety
+    /// The caller is the request's single owner and holds the lock of the worker that completes
+    /// the cell.
+    #[inline(always)]
+    unsafe fn take_or_register(&self, waker: &Waker) -> Option<Result<Completion<B>>> {
+        if let Some(result) = self.take() {
+            return Some(result);
+        }
+        // SAFETY: worker-side field, written with the worker's lock held (the caller's contract).
+        unsafe { *self.waker.get() = Some(waker.clone()) };
+        None
     }
 
     /// Takes the result once done. Called by the request's single owner only.
@@ -198,13 +250,26 @@ impl<B: Send + 'static> ReqCell<B> {
 
 impl<B: Send + 'static> OpSink for ReqCell<B> {
     fn complete(&self, _held: &State, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
+        // SAFETY: the worker's lock is held (`_held`).
+        unsafe { self.complete_locked(status, info) }
+    }
+}
+
+impl<B> ReqCell<B> {
+    /// [`OpSink::complete`] with the lock proven by the caller: records the final status (the
+    /// first one only), wakes a registered waker and returns the callback to run.
+    ///
+    /// # Safety
+    /// The caller holds the lock of the worker that completes the cell.
+    #[inline(always)]
+    unsafe fn complete_locked(&self, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
         // Completions run under the worker's lock only, so this check and the writes below are
         // not raced by another completer.
         if self.done.load(Ordering::Relaxed) {
             return None;
         }
         // SAFETY: not done yet, so the owner does not read `outcome`; worker-side fields are ours
-        // under the lock (`_held`).
+        // under the lock (the caller's contract).
         let (waker, callback) = unsafe {
             *self.outcome.get() = (status, info);
             ((*self.waker.get()).take(), (*self.callback.get()).take())
@@ -272,8 +337,8 @@ impl<B: Send + 'static> Request<B> {
         }
         if let Some(worker) = cell.worker().upgrade() {
             let mut core = worker.lock();
-            // SAFETY: worker-side field, read with the worker's lock held.
-            let target = unsafe { *cell.cancel.get() };
+            // SAFETY: the worker's lock is held.
+            let target = unsafe { cell.cancel_target() };
             worker.cancel(&mut core, target);
         }
     }
@@ -346,12 +411,11 @@ impl<B: Send + 'static> Future for Request<B> {
                 let _core = worker.lock();
                 // Completion happens under this lock: either it already did, or it will find
                 // the waker.
-                if let Some(result) = cell.take() {
-                    return Poll::Ready(result);
+                // SAFETY: we own the request, and the worker's lock is held.
+                match unsafe { cell.take_or_register(cx.waker()) } {
+                    Some(result) => Poll::Ready(result),
+                    None => Poll::Pending,
                 }
-                // SAFETY: worker-side field, written with the worker's lock held.
-                unsafe { *cell.waker.get() = Some(cx.waker().clone()) };
-                Poll::Pending
             }
         }
     }
@@ -460,6 +524,7 @@ mod tests {
     /// A taken cell nobody else holds is reused, fresh, for the next operation of its buffer
     /// type; another buffer type gets its own; a cell still held elsewhere is not pooled.
     #[test]
+    #[cfg_attr(miri, ignore = "a real worker needs io_uring, memfd and eventfd, which Miri cannot run")]
     fn taken_cells_are_reused_only_when_unique() {
         let ctx = Context::with_features(Features::TAG).unwrap();
         let worker = ctx.create_worker(&WorkerParams::default()).unwrap();
@@ -488,6 +553,7 @@ mod tests {
     /// Waits on other threads end with CANCELED once the application drops its worker, and
     /// nothing ends them before.
     #[test]
+    #[cfg_attr(miri, ignore = "a real worker needs io_uring, memfd and eventfd, which Miri cannot run")]
     fn waits_end_canceled_when_the_application_drops_the_worker() {
         let ctx = Context::with_features(Features::TAG).unwrap();
         let worker = ctx.create_worker(&WorkerParams::default()).unwrap();
@@ -510,6 +576,382 @@ mod tests {
         }
         for waiter in waiters {
             waiter.join().unwrap();
+        }
+    }
+
+    /// The cell's own protocol, with no worker: a `Mutex` stands in for the worker's lock (all
+    /// the cell's worker side relies on) and holds the callbacks completions return, which run
+    /// after it is released as `progress` runs them. Needing no OS resources, these run under
+    /// Miri (`scripts/sanitizers.sh`), whose race detector and aliasing checks watch the
+    /// `UnsafeCell` fields and the orderings that hand them between threads.
+    mod cell {
+        use super::*;
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::Mutex;
+        use std::task::Wake;
+
+        /// Rounds of each race: a few under Miri (slow, but it varies the interleaving itself),
+        /// more natively.
+        const ROUNDS: usize = if cfg!(miri) { 20 } else { 500 };
+
+        type Deferred = Mutex<Vec<(Callback, Status, OpInfo)>>;
+
+        /// A cell of no worker: `Request::cancel` and `wait` see the worker gone.
+        fn detached<B: Send + 'static>(buf: B, callback: Option<Callback>) -> Arc<ReqCell<B>> {
+            ReqCell::for_worker(std::ptr::null(), Weak::new, buf, callback)
+        }
+
+        /// The worker completing `cell` under its lock; true when this was the completion (the
+        /// first one).
+        fn complete<B: Send + 'static>(
+            lock: &Deferred,
+            cell: &ReqCell<B>,
+            status: Status,
+            info: OpInfo,
+        ) -> bool {
+            let mut deferred = lock.lock().unwrap();
+            let first = !cell.is_done();
+            // SAFETY: the stand-in worker lock is held.
+            if let Some(callback) = unsafe { cell.complete_locked(status, info) } {
+                deferred.push(callback);
+            }
+            first
+        }
+
+        /// Runs the queued callbacks (after the lock, as `progress` does); how many ran.
+        fn run_callbacks(lock: &Deferred) -> usize {
+            let callbacks = std::mem::take(&mut *lock.lock().unwrap());
+            let n = callbacks.len();
+            for (callback, status, info) in callbacks {
+                callback(status, &info);
+            }
+            n
+        }
+
+        /// A callback recording every status it is called with.
+        fn recorder() -> (Arc<Mutex<Vec<Status>>>, Callback) {
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let record = Arc::clone(&seen);
+            (seen, Box::new(move |status, _: &OpInfo| record.lock().unwrap().push(status)))
+        }
+
+        /// A buffer counting its drops: an operation's buffer must be dropped exactly once.
+        struct Counted(Arc<AtomicUsize>);
+
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+
+        /// A waker counting its wakes.
+        #[derive(Default)]
+        struct CountWakes(AtomicUsize);
+
+        impl Wake for CountWakes {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+
+        fn length(n: usize) -> OpInfo {
+            OpInfo { length: n, ..OpInfo::default() }
+        }
+
+        /// The owner spinning on `try_take`, as a caller of a progress thread's worker does.
+        fn spin_take<B: Send + 'static>(mut request: Request<B>) -> Result<Completion<B>> {
+            loop {
+                request = match request.try_take() {
+                    Ok(result) => return result,
+                    Err(request) => request,
+                };
+                std::thread::yield_now();
+            }
+        }
+
+        /// Only the first completion counts: its status and info are what the owner takes, its
+        /// callback is the only one, and the buffer comes back whole.
+        #[test]
+        fn a_cell_completes_once_and_hands_back_its_buffer() {
+            let lock = Deferred::default();
+            let (seen, callback) = recorder();
+            let cell = detached(vec![1u8, 2, 3], Some(callback));
+            let request = Request::pending(Arc::clone(&cell));
+            assert_eq!(request.status(), Status::InProgress);
+            let request = request.try_take().expect_err("not done yet");
+            assert!(complete(&lock, &cell, Status::Ok, length(3)));
+            assert!(!complete(&lock, &cell, Status::Canceled, length(9)), "completed twice");
+            assert_eq!(request.status(), Status::Ok);
+            assert_eq!(run_callbacks(&lock), 1);
+            assert_eq!(*seen.lock().unwrap(), [Status::Ok]);
+            drop(cell);
+            let done = request.try_take().map_err(|_| ()).unwrap().unwrap();
+            assert_eq!((done.buf, done.info), (vec![1, 2, 3], length(3)));
+        }
+
+        /// A completion on the worker's thread while the owner spins on another: the outcome
+        /// and the buffer, written before `done`, are what the owner reads after it. A cell the
+        /// worker let go of by then goes to the owner's pool, and the next operation reuses it
+        /// (every other round waits for that; otherwise the owner may take the result first,
+        /// and the cell still held is freed instead).
+        #[test]
+        fn a_completion_on_another_thread_hands_the_buffer_over() {
+            let lock = Deferred::default();
+            let mut last: Option<*const ReqCell<Vec<u8>>> = None;
+            for round in 0..ROUNDS {
+                let cell = detached(vec![round as u8; 40], None);
+                if let Some(last) = last {
+                    assert_eq!(Arc::as_ptr(&cell), last, "round {round}: a unique taken cell was not reused");
+                }
+                let wait_for_worker = round % 2 == 1;
+                last = wait_for_worker.then_some(Arc::as_ptr(&cell));
+                let request = Request::pending(Arc::clone(&cell));
+                let gone = AtomicBool::new(false);
+                let done = std::thread::scope(|scope| {
+                    scope.spawn(|| {
+                        assert!(complete(&lock, &cell, Status::Ok, length(round)));
+                        // The worker's reference goes when it is done with the operation.
+                        drop(cell);
+                        gone.store(true, Ordering::Release);
+                    });
+                    while wait_for_worker && !gone.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
+                    spin_take(request)
+                })
+                .unwrap();
+                assert_eq!((done.buf, done.info), (vec![round as u8; 40], length(round)));
+            }
+        }
+
+        /// A request dropped (`ucp_request_free`) while the worker completes it on another
+        /// thread: the operation ends normally, its callback runs once, and its buffer is
+        /// dropped exactly once, by whichever side lets go last.
+        #[test]
+        fn a_request_dropped_while_it_completes_drops_its_buffer_once() {
+            let lock = Deferred::default();
+            for _ in 0..ROUNDS {
+                let drops = Arc::new(AtomicUsize::new(0));
+                let (seen, callback) = recorder();
+                let cell = detached(Counted(Arc::clone(&drops)), Some(callback));
+                let request = Request::pending(Arc::clone(&cell));
+                std::thread::scope(|scope| {
+                    scope.spawn(|| {
+                        assert!(complete(&lock, &cell, Status::Ok, length(1)));
+                        drop(cell);
+                    });
+                    drop(request);
+                });
+                assert_eq!(drops.load(Ordering::SeqCst), 1);
+                assert_eq!(run_callbacks(&lock), 1);
+                assert_eq!(*seen.lock().unwrap(), [Status::Ok]);
+            }
+            // Dropped and never completed: the buffer goes with the worker's reference.
+            let drops = Arc::new(AtomicUsize::new(0));
+            let cell = detached(Counted(Arc::clone(&drops)), None);
+            drop(Request::pending(Arc::clone(&cell)));
+            assert_eq!(drops.load(Ordering::SeqCst), 0, "dropped while the worker holds the operation");
+            drop(cell);
+            assert_eq!(drops.load(Ordering::SeqCst), 1);
+        }
+
+        /// `Request::cancel` against a match on the worker's thread, each under the worker's
+        /// lock as in the worker, where a posted receive is completed by whichever of the two
+        /// takes it out of the matcher: exactly one of them completes the request, the owner gets
+        /// that status, the callback runs once with it, and the buffer is handed back (matched)
+        /// or dropped (cancelled), once.
+        #[test]
+        fn cancel_against_completion_ends_the_request_once() {
+            /// The worker's state under its lock: the matcher's posted receive, and the
+            /// callbacks completions queued.
+            struct Matcher {
+                posted: bool,
+                deferred: Vec<(Callback, Status, OpInfo)>,
+            }
+
+            /// Completes `cell` with `status` if its receive is still posted; call under the lock.
+            fn take_posted<B: Send + 'static>(
+                m: &mut Matcher,
+                cell: &ReqCell<B>,
+                status: Status,
+                info: OpInfo,
+            ) {
+                if std::mem::take(&mut m.posted) {
+                    // SAFETY: the caller holds the stand-in worker lock (`m` is under it).
+                    let callback = unsafe { cell.complete_locked(status, info) };
+                    m.deferred.extend(callback);
+                }
+            }
+
+            for round in 0..ROUNDS {
+                let target = CancelTarget::StreamRecv { ep: 1, id: round as u64 };
+                let worker = Mutex::new(Matcher { posted: true, deferred: Vec::new() });
+                let drops = Arc::new(AtomicUsize::new(0));
+                let (seen, callback) = recorder();
+                let cell = detached(Counted(Arc::clone(&drops)), Some(callback));
+                {
+                    let _held = worker.lock().unwrap();
+                    // SAFETY: the stand-in worker lock is held.
+                    unsafe { cell.set_cancel_locked(target) };
+                }
+                let request = Request::pending(Arc::clone(&cell));
+                let result = std::thread::scope(|scope| {
+                    scope.spawn(|| {
+                        // A message matches the receive.
+                        take_posted(&mut worker.lock().unwrap(), &cell, Status::Ok, length(round));
+                        drop(cell);
+                    });
+                    // `Request::cancel`, with the stand-in worker.
+                    let Inner::Pending(owned) = &request.inner else { unreachable!() };
+                    if !owned.is_done() {
+                        let mut held = worker.lock().unwrap();
+                        // SAFETY: the stand-in worker lock is held.
+                        assert_eq!(unsafe { owned.cancel_target() }, target);
+                        take_posted(&mut held, owned, Status::Canceled, OpInfo::default());
+                    }
+                    spin_take(request)
+                });
+                let status = match result {
+                    Ok(done) => {
+                        assert_eq!(done.info, length(round));
+                        Status::Ok
+                    }
+                    Err(status) => status,
+                };
+                let deferred = std::mem::take(&mut worker.lock().unwrap().deferred);
+                assert_eq!(deferred.len(), 1, "one callback per request");
+                for (callback, status, info) in deferred {
+                    callback(status, &info);
+                }
+                assert_eq!(*seen.lock().unwrap(), [status]);
+                assert!(matches!(status, Status::Ok | Status::Canceled));
+                assert_eq!(drops.load(Ordering::SeqCst), 1);
+            }
+        }
+
+        /// `Future::poll`'s step under the lock against a completion on the worker's thread:
+        /// either the owner finds the result, or the completion finds the waker and wakes it,
+        /// once; never neither (a lost wakeup: the future would sleep forever).
+        #[test]
+        fn a_registered_waker_is_woken_once_by_a_completion_on_another_thread() {
+            let lock = Deferred::default();
+            for round in 0..ROUNDS {
+                let wakes = Arc::new(CountWakes::default());
+                let waker = Waker::from(Arc::clone(&wakes));
+                let cell = detached(round, None);
+                let owned = Arc::clone(&cell);
+                let result = std::thread::scope(|scope| {
+                    scope.spawn(|| {
+                        assert!(complete(&lock, &cell, Status::Ok, length(round)));
+                        drop(cell);
+                    });
+                    let first = {
+                        let _held = lock.lock().unwrap();
+                        // SAFETY: we own the request, and the stand-in worker lock is held.
+                        unsafe { owned.take_or_register(&waker) }
+                    };
+                    match first {
+                        Some(result) => result,
+                        None => {
+                            // Registered: the completion must wake us.
+                            while wakes.0.load(Ordering::SeqCst) == 0 {
+                                std::thread::yield_now();
+                            }
+                            owned.take().expect("woken, so done")
+                        }
+                    }
+                });
+                let done = result.unwrap();
+                assert_eq!((done.buf, done.info), (round, length(round)));
+                assert!(wakes.0.load(Ordering::SeqCst) <= 1, "woken more than once");
+                // Whoever held the waker let it go: only ours is left.
+                drop(waker);
+                assert_eq!(Arc::strong_count(&wakes), 1, "a waker clone leaked");
+            }
+        }
+
+        /// A later poll's waker replaces the earlier one, which is dropped unwoken; the
+        /// completion wakes only the latest.
+        #[test]
+        fn a_new_waker_replaces_the_old_one() {
+            let lock = Deferred::default();
+            let (old, new) = (Arc::new(CountWakes::default()), Arc::new(CountWakes::default()));
+            let cell = detached((), None);
+            for wakes in [&old, &new] {
+                let _held = lock.lock().unwrap();
+                // SAFETY: the test owns the request, and the stand-in worker lock is held.
+                assert!(unsafe { cell.take_or_register(&Waker::from(Arc::clone(wakes))) }.is_none());
+            }
+            assert_eq!(Arc::strong_count(&old), 1, "the replaced waker was kept");
+            assert!(complete(&lock, &cell, Status::Ok, OpInfo::default()));
+            assert_eq!((old.0.load(Ordering::SeqCst), new.0.load(Ordering::SeqCst)), (0, 1));
+            assert_eq!(Arc::strong_count(&new), 1, "the woken waker was kept");
+        }
+
+        /// The real `Future::poll` of a request whose worker is gone: the result if it
+        /// completed before, `CANCELED` otherwise; and `wait` likewise.
+        #[test]
+        fn polling_a_request_whose_worker_is_gone() {
+            let lock = Deferred::default();
+            let wakes = Arc::new(CountWakes::default());
+            let waker = Waker::from(Arc::clone(&wakes));
+            let mut cx = TaskContext::from_waker(&waker);
+            let cell = detached(5u32, None);
+            let mut request = Request::pending(Arc::clone(&cell));
+            assert!(complete(&lock, &cell, Status::Ok, length(5)));
+            match Pin::new(&mut request).poll(&mut cx) {
+                Poll::Ready(Ok(done)) => assert_eq!((done.buf, done.info), (5, length(5))),
+                other => panic!("{other:?}"),
+            }
+            let mut request = Request::pending(detached(6u32, None));
+            assert!(matches!(Pin::new(&mut request).poll(&mut cx), Poll::Ready(Err(Status::Canceled))));
+            assert_eq!(Request::pending(detached(7u32, None)).wait().err(), Some(Status::Canceled));
+            assert_eq!(wakes.0.load(Ordering::SeqCst), 0);
+        }
+
+        /// A cell whose result was taken is pooled only when nothing else holds it, and a
+        /// pooled cell starts afresh: no outcome, buffer, waker, callback or cancel target of
+        /// its last operation.
+        #[test]
+        fn pooled_cells_are_reused_afresh_and_only_when_unique() {
+            let lock = Deferred::default();
+            let wakes = Arc::new(CountWakes::default());
+            let (seen, callback) = recorder();
+            let cell = detached(vec![1u8], Some(callback));
+            let first = Arc::as_ptr(&cell);
+            {
+                let _held = lock.lock().unwrap();
+                // SAFETY: the stand-in worker lock is held; the test owns the request.
+                unsafe {
+                    cell.set_cancel_locked(CancelTarget::StreamRecv { ep: 2, id: 3 });
+                    assert!(cell.take_or_register(&Waker::from(Arc::clone(&wakes))).is_none());
+                }
+            }
+            let request = Request::pending(Arc::clone(&cell));
+            assert!(complete(&lock, &cell, Status::Ok, length(1)));
+            assert_eq!(run_callbacks(&lock), 1);
+            drop(cell);
+            assert_eq!(spin_take(request).unwrap().buf, vec![1]);
+
+            let again = detached(vec![2u8], None);
+            assert_eq!(Arc::as_ptr(&again), first, "the taken cell is reused");
+            let request = Request::pending(Arc::clone(&again));
+            assert_eq!(request.status(), Status::InProgress, "a reused cell starts afresh");
+            {
+                let _held = lock.lock().unwrap();
+                // SAFETY: the stand-in worker lock is held.
+                assert_eq!(unsafe { again.cancel_target() }, CancelTarget::None);
+            }
+            assert!(complete(&lock, &again, Status::Ok, length(2)));
+            assert_eq!(run_callbacks(&lock), 0, "the last operation's callback ran again");
+            assert_eq!(wakes.0.load(Ordering::SeqCst), 1, "the last operation's waker was woken again");
+            assert_eq!(*seen.lock().unwrap(), [Status::Ok]);
+            // Taken while the worker still holds it (as when it completes on another thread
+            // and has not dropped its reference yet): not pooled.
+            assert_eq!(spin_take(request).unwrap().buf, vec![2]);
+            let next = detached(vec![3u8], None);
+            assert_ne!(Arc::as_ptr(&next), first, "a cell still referenced is reused");
+            drop(again);
         }
     }
 }

@@ -84,6 +84,13 @@ impl Side {
             .collect()
     }
 
+    /// How many frames arrived on `link`: what the pump loops wait for, without copying them
+    /// all on every poll (quadratic in a long exchange, and slow enough under AddressSanitizer
+    /// to run into the pumps' deadlines).
+    fn frame_count(&self, link: LinkId) -> usize {
+        self.ev.iter().filter(|e| matches!(e, Ev::Frame(l, _) if *l == link)).count()
+    }
+
     fn failed(&self, link: LinkId) -> Option<TlError> {
         self.ev.iter().find_map(|e| match e {
             Ev::Failed(l, err) if *l == link => Some(*err),
@@ -191,7 +198,7 @@ fn frames_of_every_size_both_ways_in_order() {
     expect.push([&b"Z"[..], &z].concat());
     assert_eq!(a.t.send(la, b"HDR!!!!!!", Payload::Copy(&pattern(max - 8, 0))), Err(TlError::InvalidParam));
     let n = expect.len();
-    pump(&mut a, &mut b, "all frames", |a, b| a.frames(la).len() == n && b.frames(lb).len() == n);
+    pump(&mut a, &mut b, "all frames", |a, b| a.frame_count(la) == n && b.frame_count(lb) == n);
     assert!(a.frames(la) == expect, "frames to a differ");
     assert!(b.frames(lb) == expect, "frames to b differ");
     assert!(!a.ev.iter().any(|e| matches!(e, Ev::SendDone(..))), "no SendDone after Done");
@@ -265,7 +272,7 @@ fn a_rung_take_hands_over_the_head_frame_and_leaves_the_rest_to_the_poll() {
     assert_eq!(unsafe { std::slice::from_raw_parts(ptr, bytes.len()) }, &bytes[..], "lent bytes moved");
     b.t.end_lend(lb);
     taken.push(bytes);
-    pump_one(&mut b, "the rest", |b| b.frames(lb).len() == 2);
+    pump_one(&mut b, "the rest", |b| b.frame_count(lb) == 2);
     let order: Vec<u8> = taken.iter().chain(b.frames(lb).iter()).map(|frame| frame[0]).collect();
     assert_eq!(order, [0, 1, 2, 3, 4]);
     // A placement at the head is not a frame: declined. Once the poll started copying it (more
@@ -282,7 +289,7 @@ fn a_rung_take_hands_over_the_head_frame_and_leaves_the_rest_to_the_poll() {
     assert!(matches!(b.ev[..], [Ev::Placed(..)]), "the copy started and is not done: {:?}", brief(&b.ev));
     assert!(!take_all(&mut b.t, &mut taken), "a frame overtook a placement in progress");
     pump(&mut a, &mut b, "the placement and the frame after it", |a, b| {
-        a.ev.contains(&Ev::SendDone(la, 9, Ok(()))) && b.frames(lb).len() == 1
+        a.ev.contains(&Ev::SendDone(la, 9, Ok(()))) && b.frame_count(lb) == 1
     });
     assert!(taken.is_empty());
     assert!(b.dests.last().is_some_and(|dest| *dest == buf), "placed payload differs");
@@ -302,7 +309,7 @@ fn more_than_a_ring_holds_is_queued_without_loss_or_reorder() {
     }
     assert!(b.t.has_pending_sends(lb), "16 MiB fit in a 1 MiB ring");
     b.poll();
-    pump(&mut a, &mut b, "800 frames", |a, _| a.frames(la).len() == 800);
+    pump(&mut a, &mut b, "800 frames", |a, _| a.frame_count(la) == 800);
     assert!(a.frames(la) == expect, "frames lost or reordered");
     pump(&mut a, &mut b, "queue drained", |_, b| !b.t.has_pending_sends(lb));
     // The queue is bounded: beyond max_queued_bytes, send says NoResource (back-pressure).
@@ -333,7 +340,7 @@ fn placed_64_mib_arrives_byte_exact_with_a_single_copy() {
     b.t.send(lb, b"after", Payload::None).unwrap();
     assert!(b.t.has_pending_sends(lb));
     pump(&mut a, &mut b, "placement and release", |a, b| {
-        b.ev.contains(&Ev::SendDone(lb, 4242, Ok(()))) && a.frames(la).len() == 1
+        b.ev.contains(&Ev::SendDone(lb, 4242, Ok(()))) && a.frame_count(la) == 1
     });
     let placed_at = a.ev.iter().position(|e| matches!(e, Ev::Placed(..))).unwrap();
     let done_at = a.ev.iter().position(|e| matches!(e, Ev::PlaceDone(..))).unwrap();
@@ -349,7 +356,7 @@ fn placed_64_mib_arrives_byte_exact_with_a_single_copy() {
     assert_eq!(b.t.send_placed(lb, b"\x04copy", Payload::Copy(&copied)), Ok(SendOutcome::Done));
     // A small placed payload travels as an ordinary frame (the receiver accepts both forms).
     assert_eq!(b.t.send_placed(lb, b"\x06s", Payload::Copy(b"tiny")), Ok(SendOutcome::Done));
-    pump(&mut a, &mut b, "staged placement", |a, _| a.frames(la).len() == 2);
+    pump(&mut a, &mut b, "staged placement", |a, _| a.frame_count(la) == 2);
     assert!(a.dests[1] == copied);
     assert_eq!(a.frames(la)[1], b"\x06stiny".to_vec());
     let too_big = a.t.caps().max_placed + 1;
@@ -394,7 +401,7 @@ fn a_dropped_placement_still_releases_the_sender() {
     }
     b.t.send(lb, b"next", Payload::None).unwrap();
     pump(&mut a, &mut b, "releases", |a, b| {
-        (0..3).all(|t| b.ev.contains(&Ev::SendDone(lb, t, Ok(())))) && a.frames(la).len() == 1
+        (0..3).all(|t| b.ev.contains(&Ev::SendDone(lb, t, Ok(())))) && a.frame_count(la) == 1
     });
     assert!(!a.ev.iter().any(|e| matches!(e, Ev::PlaceDone(..))), "no destination, no PlaceDone");
     assert_eq!(a.ev.iter().filter(|e| matches!(e, Ev::Placed(_, _, _, None))).count(), 3);
@@ -411,7 +418,7 @@ fn local_close_is_seen_by_the_peer_after_the_frames_before_it() {
     assert_eq!(b.t.send(lb, b"late", Payload::None), Err(TlError::InvalidParam));
     pump(&mut a, &mut b, "peer failure", |a, _| a.failed(la).is_some());
     assert_eq!(a.failed(la), Some(TlError::ConnectionReset));
-    assert_eq!(a.frames(la).len(), 300, "frames sent before the close were lost");
+    assert_eq!(a.frame_count(la), 300, "frames sent before the close were lost");
     assert!(b.failed(lb).is_none(), "no LinkFailed after a local close");
     assert_eq!(b.t.link_count(), 0);
     assert_eq!(a.t.link_count(), 0);
@@ -483,7 +490,7 @@ fn peer_main(name: &str, mode: &str) {
         }
         std::process::exit(3);
     }
-    pump_one(&mut b, "echo", |b| b.frames(lb).len() == 1);
+    pump_one(&mut b, "echo", |b| b.frame_count(lb) == 1);
     assert_eq!(b.frames(lb)[0], b"echo".to_vec());
     b.t.close(lb, false);
     pump_one(&mut b, "close", |b| b.t.link_count() == 0);
@@ -501,7 +508,7 @@ fn spawn_peer(test: &str, name: &[u8], mode: &str) -> std::process::Child {
 
 /// Receives the peer's 500 frames and 16 MiB placement; returns the link.
 fn receive_from_peer(a: &mut Side) -> LinkId {
-    pump_one(a, "peer's frames", |a| a.accepted().is_some_and(|l| a.frames(l).len() == 501));
+    pump_one(a, "peer's frames", |a| a.accepted().is_some_and(|l| a.frame_count(l) == 501));
     let la = a.accepted().unwrap();
     let frames = a.frames(la);
     for (i, f) in frames[..500].iter().enumerate() {
@@ -688,7 +695,7 @@ fn hostile_connections_are_refused_without_harm() {
     let mut b = Side::new();
     let (la, lb) = pair(&mut a, &mut b);
     b.t.send(lb, b"fine", Payload::None).unwrap();
-    pump(&mut a, &mut b, "frame", |a, _| a.frames(la).len() == 1);
+    pump(&mut a, &mut b, "frame", |a, _| a.frame_count(la) == 1);
 }
 
 #[test]
@@ -696,7 +703,7 @@ fn a_peer_corrupting_the_ring_fails_the_link_without_panic() {
     let (mut a, mut b) = (Side::new(), Side::new());
     let (la, lb) = pair(&mut a, &mut b);
     b.t.send(lb, b"ok", Payload::None).unwrap();
-    pump(&mut a, &mut b, "frame", |a, _| a.frames(la).len() == 1);
+    pump(&mut a, &mut b, "frame", |a, _| a.frame_count(la) == 1);
     // Find b's mapping of the segment and write a record header claiming far more than the ring
     // holds into ring 0's next slot (b is the connector: ring 0 is b → a). Both transports live in
     // this process, so the shared pages are reachable through b's mapping.
@@ -774,14 +781,14 @@ fn event_fd_wakes_a_sleeper_for_a_frame_and_for_a_dead_peer() {
     b.t.send(lb, b"wake up", Payload::None).unwrap();
     let (woken, after) = sleeper.join().unwrap();
     assert!(woken && after >= Duration::from_millis(100), "woken {woken} after {after:?}");
-    pump_one(&mut a, "frame after wakeup", |a| a.frames(la).len() == 1);
+    pump_one(&mut a, "frame after wakeup", |a| a.frame_count(la) == 1);
     // A frame already waiting makes `arm` refuse to sleep.
     for _ in 0..10 {
         a.poll();
     }
     b.t.send(lb, b"pending", Payload::None).unwrap();
     assert!(a.t.has_events());
-    pump_one(&mut a, "second frame", |a| a.frames(la).len() == 2);
+    pump_one(&mut a, "second frame", |a| a.frame_count(la) == 2);
     for _ in 0..10 {
         a.poll();
     }
@@ -850,7 +857,7 @@ fn a_lent_frame_stays_in_place_until_its_loan_ends() {
     // SAFETY: the loan is out, so the transport keeps these bytes as they are.
     assert_eq!(unsafe { std::slice::from_raw_parts(ptr, len) }, &frames[0][..]);
     a.t.end_lend(la);
-    pump_one(&mut a, "the rest", |a| a.frames(la).len() == 3);
+    pump_one(&mut a, "the rest", |a| a.frame_count(la) == 3);
     assert_eq!(a.frames(la), frames[1..]);
 
     // Lent again, then the link closes under the loan: the bytes stay mapped until it ends.

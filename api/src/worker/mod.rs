@@ -116,7 +116,7 @@ pub(crate) struct WorkerShared {
     quiet: quiet::QuietWatch,
     /// The handler of the worker's lent active message (`State::lent`) may be running: the
     /// loan must not end yet. Set under the lock; cleared without it when the handler returns.
-    lent_in_use: AtomicBool,
+    lent_in_use: am_lent::LoanGate,
 }
 
 impl Context {
@@ -192,7 +192,7 @@ impl Context {
                 address: address_bytes,
                 core: Mutex::new(Core { tl, st }),
                 quiet: quiet::QuietWatch::new(spin_wait),
-                lent_in_use: AtomicBool::new(false),
+                lent_in_use: am_lent::LoanGate::new(),
             }),
         })
     }
@@ -619,17 +619,11 @@ impl WorkerShared {
         Ok(())
     }
 
-    /// Ends the loan of the worker's lent message (see [`am_lent`]) unless its handler may still
-    /// be reading it; true when ended.
-    #[cold]
     /// The message this call's poll lent to its handler (`slot` taken), marked in use: until the
     /// handler returns, no other call may end the loan. Call with the lock held.
+    #[cold]
     fn take_lent(&self, slot: &LendSlot, st: &State) -> Option<am_lent::LentAm> {
-        if !slot.is_taken() {
-            return None;
-        }
-        self.lent_in_use.store(true, Ordering::Relaxed);
-        st.lent
+        self.lent_in_use.take(slot, &st.lent)
     }
 
     /// Gives the quiet watch the transports' doorbells when their set changed since it last
@@ -644,13 +638,11 @@ impl WorkerShared {
         }
     }
 
+    /// Ends the loan of the worker's lent message (see [`am_lent`]) unless its handler may still
+    /// be reading it; true when ended.
     fn end_loan(&self, core: &mut Core) -> bool {
-        // Acquire: pairs with the handler's Release, so its reads are done before the transport
-        // may reuse the bytes.
-        if self.lent_in_use.load(Ordering::Acquire) {
-            return false;
-        }
-        if let Some(lent) = core.st.lent.take() {
+        let Ok(lent) = self.lent_in_use.take_back(&mut core.st.lent) else { return false };
+        if let Some(lent) = lent {
             core.tl.end_lend(lent.link);
             if !core.st.lent_tables.is_empty() {
                 let tables = std::mem::take(&mut core.st.lent_tables);
