@@ -46,6 +46,10 @@ cargo test --workspace --doc --locked 2>&1 | tee -a "$log"
 # it is missing. A crash, failed assertion or hang fails the suite.
 echo "== fuzz (scripts/fuzz.sh)"
 FUZZ_SECONDS=10 FUZZ_INSTALL=1 scripts/fuzz.sh 2>&1 | tee -a "$log"
+# AddressSanitizer over the control and dataplane tests, Miri over the shm ring, the request cell
+# and the lent-message gate (nightly; "skipped: <reason>" without it). 3 to 7 minutes.
+echo "== sanitizers (AddressSanitizer, Miri)"
+scripts/sanitizers.sh 2>&1 | tee -a "$log"
 # Real PCI NICs exist only in a guest: the DPDK endpoint test once more inside a QEMU VM
 # (scripts/vm/), on two virtio-net NICs bound to uio_pci_generic, then to vfio-pci. Emulated (no
 # KVM here): 40 to 70 s a driver; each guest is killed after 6 minutes. Without QEMU it says
