@@ -6,14 +6,13 @@ mod common;
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::net::wait;
+use common::net::{collecting_listener, wait, AcceptedAll};
 use proptest::prelude::*;
 use zcx::{
-    AtomicOp, AtomicSize, Context, Endpoint, EpParams, Features, ListenerParams, MemHandle, MemMapParams,
-    Prot, RequestParams, Status, TagSendParams, Worker, WorkerParams,
+    AtomicOp, AtomicSize, Context, Endpoint, EpParams, Features, MemHandle, MemMapParams, Prot,
+    RequestParams, Status, TagSendParams, Worker, WorkerParams,
 };
 use zcx_control::RkeyWire;
 use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
@@ -24,22 +23,14 @@ struct Target {
     client: Worker,
     ep: Endpoint,
     listener: zcx::Listener,
-    _server_eps: Arc<Mutex<Vec<Endpoint>>>,
+    _server_eps: AcceptedAll,
 }
 
 fn target() -> Target {
     let ctx = Context::with_features(Features::TAG | Features::RMA | Features::AMO64).unwrap();
     let server = ctx.create_worker(&WorkerParams::default()).unwrap();
     let client = ctx.create_worker(&WorkerParams::default()).unwrap();
-    let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
-    let slot = Arc::clone(&eps);
-    let listener = server
-        .listen(ListenerParams {
-            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-            accept_handler: Some(Box::new(move |ep| slot.lock().unwrap().push(ep))),
-            ..Default::default()
-        })
-        .unwrap();
+    let (listener, eps) = collecting_listener(&server);
     let ep = client.create_endpoint(EpParams::sockaddr(listener.sockaddr())).unwrap();
     Target { ctx, server, client, ep, listener, _server_eps: eps }
 }

@@ -11,14 +11,14 @@ mod common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::net::{accepting_listener, progress_until, wait};
+use common::net::{accepting_listener, collecting_listener, progress_until, wait};
 use common::open_fds;
 use zcx::{
-    Config, Context, ContextParams, Endpoint, EpParams, Features, ListenerParams, RequestParams,
-    TagSendParams, Worker, WorkerParams,
+    Config, Context, ContextParams, Endpoint, EpParams, Features, RequestParams, TagSendParams, Worker,
+    WorkerParams,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -106,6 +106,20 @@ fn settle_fds(worker: &Worker, fds: usize) -> usize {
 }
 
 /// A length prefix announcing a frame of `len` bytes, as the io_uring transport frames them.
+/// Once the peers went away, descriptors return to `fds0` and resident memory to within a few
+/// MiB of `rss0`.
+fn assert_given_back(server: &Worker, fds0: usize, rss0: usize) {
+    let fds = settle_fds(server, fds0);
+    assert!(fds <= fds0, "descriptors: {fds} open, {fds0} before the peers came");
+    let rss1 = rss();
+    assert!(
+        rss1 < rss0 + 4 * MIB,
+        "resident memory {} KiB, {} KiB before the peers came",
+        rss1 >> 10,
+        rss0 >> 10
+    );
+}
+
 fn announce(len: u32) -> [u8; 4] {
     len.to_le_bytes()
 }
@@ -148,15 +162,7 @@ fn a_large_frame_announced_before_the_handshake_closes_the_link_and_pins_nothing
 
     // The peers go away: descriptors and memory return to the baseline.
     drop(peers);
-    let fds = settle_fds(&server, fds0);
-    assert!(fds <= fds0, "descriptors: {fds} open, {fds0} before the peers came");
-    let rss1 = rss();
-    assert!(
-        rss1 < rss0 + 4 * MIB,
-        "resident memory {} KiB, {} KiB before the peers came",
-        rss1 >> 10,
-        rss0 >> 10
-    );
+    assert_given_back(&server, fds0, rss0);
 }
 
 #[test]
@@ -218,15 +224,7 @@ fn stalled_handshakes_time_out_and_everything_is_given_back() {
     assert!(growth < 2 * MIB, "{stalled} stalled peers grew the server by {} KiB", growth >> 10);
 
     drop(peers);
-    let fds = settle_fds(&server, fds0);
-    assert!(fds <= fds0, "descriptors: {fds} open, {fds0} before the peers came");
-    let rss1 = rss();
-    assert!(
-        rss1 < rss0 + 4 * MIB,
-        "resident memory {} KiB, {} KiB before the peers came",
-        rss1 >> 10,
-        rss0 >> 10
-    );
+    assert_given_back(&server, fds0, rss0);
 }
 
 #[test]
@@ -280,15 +278,7 @@ fn a_burst_of_honest_clients_larger_than_the_cap_all_get_through() {
     const CLIENTS: usize = 16;
     let (ctx, server) =
         server(&[("ZCX_HANDSHAKE_TIMEOUT", "60s"), ("ZCX_MAX_PENDING_CONNECTIONS", &CAP.to_string())]);
-    let accepted: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
-    let slot = Arc::clone(&accepted);
-    let listener = server
-        .listen(ListenerParams {
-            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-            accept_handler: Some(Box::new(move |ep| slot.lock().unwrap().push(ep))),
-            ..Default::default()
-        })
-        .unwrap();
+    let (listener, accepted) = collecting_listener(&server);
     let client = ctx.create_worker(&WorkerParams::default()).expect("client worker");
     // All connect before the server looks: their connections are accepted together.
     let eps: Vec<Endpoint> = (0..CLIENTS)

@@ -13,12 +13,12 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use common::net::{progress_until, wait};
+use common::net::{collecting_listener, progress_until, wait, AcceptedAll};
 use zcx::{
-    AtomicOp, AtomicSize, Context, Endpoint, EpParams, EpRkey, Features, ListenerParams, MemHandle,
-    MemMapParams, Prot, Request, RequestParams, Status, Worker, WorkerParams,
+    AtomicOp, AtomicSize, Context, Endpoint, EpParams, EpRkey, Features, MemHandle, MemMapParams, Prot,
+    Request, RequestParams, Status, Worker, WorkerParams,
 };
 use zcx_control::RkeyWire;
 
@@ -32,7 +32,7 @@ struct Pair {
     server: Worker,
     client: Worker,
     ep: Endpoint,
-    _server_eps: Arc<Mutex<Vec<Endpoint>>>,
+    _server_eps: AcceptedAll,
 }
 
 impl Pair {
@@ -41,15 +41,7 @@ impl Pair {
             .unwrap();
         let server = ctx.create_worker(&WorkerParams::default()).unwrap();
         let client = ctx.create_worker(&WorkerParams::default()).unwrap();
-        let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
-        let slot = Arc::clone(&eps);
-        let listener = server
-            .listen(ListenerParams {
-                sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-                accept_handler: Some(Box::new(move |ep| slot.lock().unwrap().push(ep))),
-                ..Default::default()
-            })
-            .unwrap();
+        let (listener, eps) = collecting_listener(&server);
         let ep = client.create_endpoint(EpParams::sockaddr(listener.sockaddr())).unwrap();
         let pair = Pair { ctx, server, client, ep, _server_eps: eps };
         let connected = Arc::clone(&pair._server_eps);

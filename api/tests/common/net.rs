@@ -52,3 +52,20 @@ pub fn accepting_listener(server: &Worker) -> (Listener, Accepted) {
         .unwrap();
     (listener, accepted)
 }
+
+/// Every endpoint an accept handler got, in order.
+pub type AcceptedAll = Arc<Mutex<Vec<Endpoint>>>;
+
+/// A listener on 127.0.0.1 (free port) whose accept handler keeps every endpoint it accepts.
+pub fn collecting_listener(server: &Worker) -> (Listener, AcceptedAll) {
+    let accepted: AcceptedAll = Arc::default();
+    let slot = Arc::clone(&accepted);
+    let listener = server
+        .listen(ListenerParams {
+            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+            accept_handler: Some(Box::new(move |ep| slot.lock().unwrap().push(ep))),
+            ..Default::default()
+        })
+        .unwrap();
+    (listener, accepted)
+}
