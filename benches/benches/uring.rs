@@ -56,7 +56,11 @@ fn connected() -> (UringTransport, LinkId, UringTransport, LinkId) {
             }
         });
     }
-    (a, la, b, lb.unwrap())
+    let lb = lb.unwrap();
+    // What a worker does once the peer's connection request checks out: until then an accepted
+    // link takes frames of a handshake's size only.
+    b.link_established(lb);
+    (a, la, b, lb)
 }
 
 /// Runs `peer` on its own thread, pinned to CPU 1, until the returned flag is set.
