@@ -19,8 +19,9 @@ use crate::transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport,
 };
 
-/// Bits of an id that name the member; the rest is the member's own id.
-const MEMBER_SHIFT: u32 = 28;
+/// Bits of an id below the member's index: the member's own id (see [`crate::link_table`] for
+/// the whole layout).
+const MEMBER_SHIFT: u32 = crate::link_table::LOCAL_ID_BITS;
 /// The member's own part of an id.
 const LOCAL_MASK: u32 = (1 << MEMBER_SHIFT) - 1;
 /// The most members a set holds (ids keep 4 bits for the member).
