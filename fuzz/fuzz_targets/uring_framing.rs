@@ -2,7 +2,7 @@
 //! is received the way the transport may receive it, in arbitrary chunks, switching at will
 //! between the multishot path (`FrameReader::feed`), the in-place buffer (`RxBuf::spare` /
 //! `filled`, after `FrameReader::drain_into`) and direct receives into a placed payload's
-//! destination (`Placing::next_dest` / `advance`), wherever the transport allows each.
+//! destination (`PlacedReceive::next_dest` / `advance`), wherever the transport allows each.
 //!
 //! The frame limit may be raised at one point of the stream (`FrameReader::set_max_frame`, as the
 //! transport does once a link's handshake completes), which every run does at the same byte.
@@ -17,9 +17,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zcx_dataplane::uring::framing::{
-    finish_placing, FrameReader, FrameSink, Placing, RxBuf, PLACED, RX_FIRST,
-};
+use zcx_dataplane::placed_receive::{PlaceDone, PlaceTracker, PlacedReceive};
+use zcx_dataplane::uring::framing::{finish_placing, FrameReader, FrameSink, RxBuf, PLACED, RX_FIRST};
 use zcx_dataplane::PlaceTarget;
 
 const PREFIX_LEN: usize = 4;
@@ -73,8 +72,9 @@ impl FrameSink for Recorder {
         Some(unsafe { PlaceTarget::new(dest.as_mut_ptr(), token as u64) })
     }
 
-    fn place_done(&mut self, target: PlaceTarget) {
-        let token = target.token() as usize;
+    fn place_done(&mut self, done: PlaceDone) {
+        assert_eq!(done.result, Ok(()), "a placement the stream completed ended with an error");
+        let token = done.token as usize;
         let bytes = self.dests[token].to_vec();
         self.events.push(Event::Done { token, bytes });
     }
@@ -171,7 +171,7 @@ fn model(stream: &[u8], limits: Limits, accept: u64) -> Outcome {
 fn one_piece(stream: &[u8], limits: Limits, accept: u64) -> Outcome {
     let mut rec = Recorder::new(accept);
     let mut reader = FrameReader::new(limits.first);
-    let mut placing = None;
+    let mut placing = PlaceTracker::default();
     let (before, after) = stream.split_at(limits.at.min(stream.len()));
     let mut error = reader.feed(before, &mut placing, &mut rec).err().map(|e| e.len);
     if error.is_none() && limits.at <= stream.len() {
@@ -186,7 +186,7 @@ fn finish(
     rec: Recorder,
     mut reader: FrameReader,
     mut rx: RxBuf,
-    placing: Option<Placing>,
+    placing: PlaceTracker,
     error: Option<u64>,
 ) -> Outcome {
     let (held, placing_remaining) = if error.is_some() {
@@ -194,7 +194,7 @@ fn finish(
     } else {
         reader.drain_into(&mut rx);
         assert!(reader.is_idle() && reader.missing() == 0);
-        (rx.held(), placing.as_ref().map(Placing::remaining))
+        (rx.held(), placing.current().map(PlacedReceive::remaining))
     };
     Outcome { events: rec.events, dests: rec.dests, error, held, placing_remaining }
 }
@@ -204,7 +204,7 @@ fn chunked(stream: &[u8], limits: Limits, accept: u64, plan: &[u8]) -> Outcome {
     let mut rec = Recorder::new(accept);
     let mut reader = FrameReader::new(limits.first);
     let mut rx = RxBuf::default();
-    let mut placing: Option<Placing> = None;
+    let mut placing = PlaceTracker::default();
     let mut plan = plan.iter().copied().cycle();
     let mut pos = 0;
     let mut error = None;
@@ -223,16 +223,16 @@ fn chunked(stream: &[u8], limits: Limits, accept: u64, plan: &[u8]) -> Outcome {
         }
         .min(left);
         let direct_ok =
-            rx.is_empty() && reader.is_idle() && placing.as_ref().is_some_and(|p| p.next_dest().is_some());
+            rx.is_empty() && reader.is_idle() && placing.current().is_some_and(|p| p.next_dest().is_some());
         let fed = match step % 3 {
             0 if direct_ok => {
-                let (dest, missing) = placing.as_ref().and_then(Placing::next_dest).expect("checked");
-                assert_eq!(Some(missing), placing.as_ref().map(Placing::remaining));
+                let (dest, missing) = placing.current().and_then(PlacedReceive::next_dest).expect("checked");
+                assert_eq!(Some(missing), placing.current().map(PlacedReceive::remaining));
                 let n = size.min(missing);
                 // SAFETY: `dest` has `missing >= n` writable bytes (the placement's destination,
                 // see `Recorder::placed`), and the stream is a separate buffer.
                 unsafe { std::ptr::copy_nonoverlapping(stream[pos..].as_ptr(), dest, n) };
-                placing.as_mut().expect("checked").advance(n);
+                placing.current_mut().expect("checked").advance(n).expect("at most what is missing");
                 finish_placing(&mut placing, &mut rec);
                 pos += n;
                 Ok(())

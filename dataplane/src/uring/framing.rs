@@ -10,6 +10,7 @@
 //! outside the counted bytes. The receiver sees the header first ([`FrameSink::placed`]) and
 //! names where the payload goes, so the payload can be received straight into its final buffer.
 
+use crate::placed_receive::{PlaceDone, PlaceTracker, PlacedReceive};
 use crate::transport::PlaceTarget;
 
 /// Bytes of the length prefix in front of every frame.
@@ -28,62 +29,14 @@ pub trait FrameSink {
     /// The header of a placed frame with `len` payload bytes to come: where they go, or `None`
     /// to drop them.
     fn placed(&mut self, header: &[u8], len: usize) -> Option<PlaceTarget>;
-    /// Every payload byte of the placed frame at `target` has been written.
-    fn place_done(&mut self, target: PlaceTarget);
-}
-
-/// The payload of a placed frame being received.
-#[derive(Debug)]
-pub struct Placing {
-    target: Option<PlaceTarget>,
-    len: usize,
-    done: usize,
-}
-
-impl Placing {
-    /// The destination, unless the payload is being dropped.
-    pub fn target(&self) -> Option<PlaceTarget> {
-        self.target
-    }
-
-    /// Payload bytes still to come.
-    pub fn remaining(&self) -> usize {
-        self.len - self.done
-    }
-
-    /// Where the next payload bytes go and how many are missing, when they have a destination.
-    pub fn next_dest(&self) -> Option<(*mut u8, usize)> {
-        let target = self.target?;
-        // SAFETY: `done <= len`, and the target covers `len` bytes (`PlaceTarget::new`).
-        Some((unsafe { target.ptr().add(self.done) }, self.remaining()))
-    }
-
-    /// The kernel wrote `n` bytes at [`Placing::next_dest`].
-    pub fn advance(&mut self, n: usize) {
-        self.done = (self.done + n).min(self.len);
-    }
-
-    /// Takes as many payload bytes from the front of `data` as are missing: copied to the
-    /// destination, or dropped. Returns how many were taken.
-    fn absorb(&mut self, data: &[u8]) -> usize {
-        let take = self.remaining().min(data.len());
-        if let Some((dest, _)) = self.next_dest() {
-            // SAFETY: `take <= remaining`, so the bytes land inside the destination's `len`
-            // bytes, which `PlaceTarget::new`'s contract makes ours to write; `data` is a
-            // receive buffer, never the destination.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dest, take) };
-        }
-        self.done += take;
-        take
-    }
+    /// Every payload byte of a placed frame with a destination has been written.
+    fn place_done(&mut self, done: PlaceDone);
 }
 
 /// Ends the placement in `placing` if its payload is complete.
-pub fn finish_placing(placing: &mut Option<Placing>, sink: &mut dyn FrameSink) {
-    if placing.as_ref().is_some_and(|p| p.remaining() == 0) {
-        if let Some(target) = placing.take().and_then(|p| p.target) {
-            sink.place_done(target);
-        }
+pub fn finish_placing(placing: &mut PlaceTracker, sink: &mut dyn FrameSink) {
+    if let Some(done) = placing.take_complete().and_then(PlacedReceive::complete) {
+        sink.place_done(done);
     }
 }
 
@@ -104,14 +57,18 @@ fn announced(word: u32, max_frame: usize) -> Result<(usize, bool), FrameTooLarge
 
 /// Hands a complete frame body to the sink: an ordinary frame, or a placed header that starts a
 /// placement.
-fn dispatch(body: &[u8], placed: bool, placing: &mut Option<Placing>, sink: &mut dyn FrameSink) {
+fn dispatch(body: &[u8], placed: bool, placing: &mut PlaceTracker, sink: &mut dyn FrameSink) {
     if !placed {
         sink.frame(body);
         return;
     }
     let len = u32::from_le_bytes([body[0], body[1], body[2], body[3]]) as usize;
     let target = sink.placed(&body[PREFIX_LEN..], len);
-    *placing = Some(Placing { target, len, done: 0 });
+    // SAFETY: a target the sink returned is writable for `len` bytes until its PlaceDone
+    // (`FrameSink::placed`, `PlaceTarget::new`). Never refused: a frame is parsed only once
+    // the placement before it has ended.
+    let started = unsafe { placing.start(target, len) };
+    debug_assert!(started.is_ok(), "a placed frame parsed inside another one");
     finish_placing(placing, sink);
 }
 
@@ -176,14 +133,14 @@ impl FrameReader {
     pub fn feed(
         &mut self,
         mut data: &[u8],
-        placing: &mut Option<Placing>,
+        placing: &mut PlaceTracker,
         sink: &mut dyn FrameSink,
     ) -> Result<(), FrameTooLarge> {
         if self.failed {
             return Err(FrameTooLarge { len: 0 });
         }
         while !data.is_empty() {
-            if let Some(p) = placing.as_mut() {
+            if let Some(p) = placing.current_mut() {
                 let take = p.absorb(data);
                 data = &data[take..];
                 finish_placing(placing, sink);
@@ -394,16 +351,16 @@ impl RxBuf {
         &mut self,
         n: usize,
         max_frame: usize,
-        placing: &mut Option<Placing>,
+        placing: &mut PlaceTracker,
         sink: &mut dyn FrameSink,
     ) -> Result<(), FrameTooLarge> {
         self.end = (self.end + n).min(self.buf.len());
         self.busy = n.saturating_mul(2) >= self.buf.len();
         loop {
-            if let Some(p) = placing.as_mut() {
+            if let Some(p) = placing.current_mut() {
                 self.start += p.absorb(&self.buf[self.start..self.end]);
                 finish_placing(placing, sink);
-                if placing.is_some() {
+                if placing.is_placing() {
                     break;
                 }
                 continue;
@@ -520,9 +477,10 @@ mod tests {
             Some(unsafe { PlaceTarget::new(self.dests[token as usize].as_mut_ptr(), token) })
         }
 
-        fn place_done(&mut self, target: PlaceTarget) {
+        fn place_done(&mut self, done: PlaceDone) {
+            assert_eq!(done.result, Ok(()));
             self.open -= 1;
-            let i = target.token() as usize;
+            let i = done.token as usize;
             self.got.push(Item::Placed { header: self.headers[i].clone(), payload: self.dests[i].clone() });
         }
     }
@@ -544,7 +502,7 @@ mod tests {
     /// while a placement with a destination is open and nothing is held, straight into it.
     fn drive_rx(
         rx: &mut RxBuf,
-        placing: &mut Option<Placing>,
+        placing: &mut PlaceTracker,
         sink: &mut Collect,
         chunks: &[&[u8]],
         max: usize,
@@ -552,12 +510,12 @@ mod tests {
         for chunk in chunks {
             let mut data = *chunk;
             while !data.is_empty() {
-                let direct = placing.as_ref().and_then(Placing::next_dest).filter(|_| rx.held() == 0);
+                let direct = placing.current().and_then(PlacedReceive::next_dest).filter(|_| rx.held() == 0);
                 if let Some((dest, missing)) = direct {
                     let n = missing.min(data.len());
                     // SAFETY: `next_dest` gave `missing` writable bytes at `dest`.
                     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dest, n) };
-                    placing.as_mut().expect("open").advance(n);
+                    placing.current_mut().expect("open").advance(n).expect("no more than missing");
                     finish_placing(placing, sink);
                     data = &data[n..];
                     continue;
@@ -575,7 +533,7 @@ mod tests {
 
     fn feed_all(
         reader: &mut FrameReader,
-        placing: &mut Option<Placing>,
+        placing: &mut PlaceTracker,
         sink: &mut Collect,
         chunks: &[&[u8]],
     ) -> Result<(), FrameTooLarge> {
@@ -598,7 +556,8 @@ mod tests {
         let items =
             vec![Item::Frame(vec![]), Item::Frame(vec![1]), Item::Frame(vec![2; 300]), Item::Frame(vec![])];
         let wire = encode(&items);
-        let (mut r, mut placing, mut sink) = (FrameReader::new(1024), None, Collect::default());
+        let (mut r, mut placing, mut sink) =
+            (FrameReader::new(1024), PlaceTracker::default(), Collect::default());
         feed_all(&mut r, &mut placing, &mut sink, &[&wire]).unwrap();
         assert_eq!(sink.got, items);
         assert!(r.is_idle());
@@ -606,7 +565,8 @@ mod tests {
 
     #[test]
     fn oversized_length_fails_without_allocating() {
-        let (mut r, mut placing, mut sink) = (FrameReader::new(1024), None, Collect::default());
+        let (mut r, mut placing, mut sink) =
+            (FrameReader::new(1024), PlaceTracker::default(), Collect::default());
         let err = r.feed(&[0xFF, 0xFF, 0xFF, 0x7F, 1, 2], &mut placing, &mut sink).unwrap_err();
         assert_eq!(err.len, 0x7FFF_FFFF);
         assert!(r.partial.capacity() == 0);
@@ -617,14 +577,15 @@ mod tests {
     #[test]
     fn placed_header_lengths_out_of_bounds_fail() {
         for word in [PLACED, PLACED | 3, PLACED | (PREFIX_LEN + MAX_PLACED_HEADER + 1) as u32, u32::MAX] {
-            let (mut r, mut placing, mut sink) = (FrameReader::new(1 << 20), None, Collect::default());
+            let (mut r, mut placing, mut sink) =
+                (FrameReader::new(1 << 20), PlaceTracker::default(), Collect::default());
             let mut wire = word.to_le_bytes().to_vec();
             wire.extend_from_slice(&[0; 64]);
             assert!(r.feed(&wire, &mut placing, &mut sink).is_err(), "{word:#x}");
             let mut rx = RxBuf::default();
-            let (mut placing, mut sink) = (None, Collect::default());
+            let (mut placing, mut sink) = (PlaceTracker::default(), Collect::default());
             assert!(drive_rx(&mut rx, &mut placing, &mut sink, &[&wire], 1 << 20).is_err(), "{word:#x}");
-            assert!(sink.got.is_empty() && placing.is_none());
+            assert!(sink.got.is_empty() && !placing.is_placing());
         }
     }
 
@@ -638,18 +599,20 @@ mod tests {
             Item::Frame(vec![]),
         ];
         let wire = encode(&items);
-        let (mut r, mut placing, mut sink) = (FrameReader::new(1024), None, Collect::default());
+        let (mut r, mut placing, mut sink) =
+            (FrameReader::new(1024), PlaceTracker::default(), Collect::default());
         feed_all(&mut r, &mut placing, &mut sink, &[&wire[..13], &wire[13..100], &wire[100..]]).unwrap();
         assert_eq!(sink.got, seen(&items));
         assert_eq!(sink.open, 0);
-        assert!(placing.is_none() && r.is_idle());
+        assert!(!placing.is_placing() && r.is_idle());
     }
 
     #[test]
     fn rx_buf_takes_over_a_partial_frame_from_the_reader() {
         let items = vec![Item::Frame(vec![3u8; 100]), Item::Frame(vec![4u8; 7])];
         let wire = encode(&items);
-        let (mut r, mut placing, mut sink) = (FrameReader::new(1024), None, Collect::default());
+        let (mut r, mut placing, mut sink) =
+            (FrameReader::new(1024), PlaceTracker::default(), Collect::default());
         feed_all(&mut r, &mut placing, &mut sink, &[&wire[..30]]).unwrap();
         assert!(sink.got.is_empty());
         assert_eq!(r.missing(), 74);
@@ -671,7 +634,7 @@ mod tests {
         min_cap: usize,
         max: usize,
     ) -> usize {
-        let (mut placing, mut at, mut most) = (None, 0, 0);
+        let (mut placing, mut at, mut most) = (PlaceTracker::default(), 0, 0);
         while at < data.len() {
             let (ptr, room) = rx.spare(min_cap);
             most = most.max(rx.capacity());
@@ -695,7 +658,7 @@ mod tests {
         // What the transport does when a link switches to bulk receives: the bytes the reader
         // held move to the link's buffer, which is then offered to the kernel.
         let mut reader = FrameReader::new(1 << 20);
-        let (mut placing, mut sink) = (None, Collect::default());
+        let (mut placing, mut sink) = (PlaceTracker::default(), Collect::default());
         let mut wire = prefix(200 << 10).to_vec();
         wire.push(0xAB);
         reader.feed(&wire, &mut placing, &mut sink).unwrap();
@@ -740,7 +703,8 @@ mod tests {
     #[test]
     fn a_reader_limited_to_a_handshake_refuses_more_until_raised() {
         let limit = crate::transport::MAX_HANDSHAKE_FRAME;
-        let (mut r, mut placing, mut sink) = (FrameReader::new(limit), None, Collect::default());
+        let (mut r, mut placing, mut sink) =
+            (FrameReader::new(limit), PlaceTracker::default(), Collect::default());
         let fits = vec![7u8; limit];
         feed_all(&mut r, &mut placing, &mut sink, &[&prefix(limit), &fits]).unwrap();
         r.set_max_frame(1 << 20);
@@ -767,10 +731,10 @@ mod tests {
             cuts in proptest::collection::vec(0usize..20_000, 0..30),
         ) {
             let wire = encode(&items);
-            let (mut r, mut placing, mut sink) = (FrameReader::new(200), None, Collect::default());
+            let (mut r, mut placing, mut sink) = (FrameReader::new(200), PlaceTracker::default(), Collect::default());
             feed_all(&mut r, &mut placing, &mut sink, &split(&wire, &cuts)).unwrap();
             prop_assert_eq!(sink.got, seen(&items));
-            prop_assert!(r.is_idle() && placing.is_none() && sink.open == 0);
+            prop_assert!(r.is_idle() && !placing.is_placing() && sink.open == 0);
         }
 
         #[test]
@@ -779,10 +743,10 @@ mod tests {
             cuts in proptest::collection::vec(0usize..20_000, 0..30),
         ) {
             let wire = encode(&items);
-            let (mut rx, mut placing, mut sink) = (RxBuf::default(), None, Collect::default());
+            let (mut rx, mut placing, mut sink) = (RxBuf::default(), PlaceTracker::default(), Collect::default());
             drive_rx(&mut rx, &mut placing, &mut sink, &split(&wire, &cuts), 200).unwrap();
             prop_assert_eq!(sink.got, seen(&items));
-            prop_assert!(rx.is_empty() && placing.is_none() && sink.open == 0);
+            prop_assert!(rx.is_empty() && !placing.is_placing() && sink.open == 0);
             prop_assert!(rx.capacity() <= 512);
         }
 
@@ -814,13 +778,13 @@ mod tests {
         ) {
             let wire = encode(&items);
             let switch = switch % (wire.len() + 1);
-            let (mut r, mut placing, mut sink) = (FrameReader::new(200), None, Collect::default());
+            let (mut r, mut placing, mut sink) = (FrameReader::new(200), PlaceTracker::default(), Collect::default());
             feed_all(&mut r, &mut placing, &mut sink, &split(&wire[..switch], &cuts)).unwrap();
             let mut rx = RxBuf::default();
             r.drain_into(&mut rx);
             drive_rx(&mut rx, &mut placing, &mut sink, &split(&wire[switch..], &cuts), 200).unwrap();
             prop_assert_eq!(sink.got, seen(&items));
-            prop_assert!(rx.is_empty() && placing.is_none() && sink.open == 0);
+            prop_assert!(rx.is_empty() && !placing.is_placing() && sink.open == 0);
         }
 
         /// Bytes from a hostile peer: random, or a valid stream with bytes flipped. Either parser
@@ -843,9 +807,9 @@ mod tests {
             }
             wire.extend_from_slice(&noise);
             let chunks = split(&wire, &cuts);
-            let (mut r, mut placing, mut sink) = (FrameReader::new(200), None, Collect::default());
+            let (mut r, mut placing, mut sink) = (FrameReader::new(200), PlaceTracker::default(), Collect::default());
             let _ = feed_all(&mut r, &mut placing, &mut sink, &chunks);
-            let (mut rx, mut placing, mut sink) = (RxBuf::default(), None, Collect::default());
+            let (mut rx, mut placing, mut sink) = (RxBuf::default(), PlaceTracker::default(), Collect::default());
             let _ = drive_rx(&mut rx, &mut placing, &mut sink, &chunks, 200);
             prop_assert!(rx.capacity() <= 4096 + 2 * (PREFIX_LEN + MAX_PLACED_HEADER));
         }

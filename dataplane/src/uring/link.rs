@@ -3,9 +3,10 @@
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use super::framing::{FrameReader, Placing, RxBuf};
+use super::framing::{FrameReader, RxBuf};
 use super::send_queue::SendQueue;
 use super::socket::RawAddr;
+use crate::placed_receive::PlaceTracker;
 use crate::transport::TlError;
 
 /// Where a link is in its life.
@@ -42,7 +43,7 @@ pub struct Link {
     /// Frame reassembly.
     pub reader: FrameReader,
     /// The payload of a placed frame being received.
-    pub placing: Option<Placing>,
+    pub placing: PlaceTracker,
     /// The receive out is a single-shot one straight into the placement's destination.
     pub recv_direct: bool,
     /// Placed payloads are flowing: receives into `rx` read only a little more than the frame in
@@ -95,7 +96,7 @@ impl Link {
             cancel_inflight: false,
             dirty: false,
             reader: FrameReader::new(max_frame),
-            placing: None,
+            placing: PlaceTracker::default(),
             recv_direct: false,
             placed_mode: false,
             quiet_reads: 0,

@@ -12,7 +12,9 @@ use super::buf_ring::BufRing;
 use super::framing::{self, FrameSink, PREFIX_LEN};
 use super::link::{Link, LinkState};
 use super::socket::{self, RawAddr};
+use crate::link_table::LinkTable;
 use crate::log_limit::LogLimit;
+use crate::placed_receive::PlaceDone;
 use crate::transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
     Transport, MAX_HANDSHAKE_FRAME,
@@ -115,12 +117,6 @@ fn thread_token() -> u64 {
     })
 }
 
-const INDEX_BITS: u32 = 20;
-const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
-/// Generation bits above the index: 8, so a link id fits the 28 bits a [`crate::TransportSet`]
-/// leaves its members.
-const GEN_MASK: u32 = (1 << 8) - 1;
-
 fn user_data(kind: u64, id: u32) -> u64 {
     (kind << 56) | u64::from(id)
 }
@@ -199,9 +195,9 @@ impl FrameSink for LinkEvents<'_> {
         dest.take()
     }
 
-    fn place_done(&mut self, target: PlaceTarget) {
+    fn place_done(&mut self, done: PlaceDone) {
         *self.count += 1;
-        (self.sink)(TlEvent::PlaceDone { link: self.link, token: target.token(), result: Ok(()) });
+        (self.sink)(done.event(self.link));
     }
 }
 
@@ -216,9 +212,7 @@ pub struct UringTransport {
     eventfd: OwnedFd,
     buf_ring: Option<BufRing>,
     zc_supported: bool,
-    links: Vec<Option<Link>>,
-    gens: Vec<u32>,
-    free: Vec<u32>,
+    links: LinkTable<Link>,
     dirty: Vec<u32>,
     /// Links in spin mode (possibly stale: each is checked when polled).
     spinning: Vec<u32>,
@@ -292,9 +286,7 @@ impl UringTransport {
             eventfd,
             buf_ring,
             zc_supported,
-            links: Vec::new(),
-            gens: Vec::new(),
-            free: Vec::new(),
+            links: LinkTable::new(),
             dirty: Vec::new(),
             spinning: Vec::new(),
             last_sleep_poll: 0,
@@ -319,38 +311,22 @@ impl UringTransport {
 
     /// How many links receive in spin mode now (their socket read by `recv(2)` on every poll).
     pub fn spinning_links(&self) -> usize {
-        self.spinning.iter().filter(|&&i| self.links[i as usize].as_ref().is_some_and(|l| l.spin)).count()
+        self.spinning.iter().filter(|&&i| self.links.at(i as usize).is_some_and(|l| l.spin)).count()
     }
 
-    fn link_id(&self, index: u32) -> LinkId {
-        LinkId(index | (self.gens[index as usize] << INDEX_BITS))
+    fn link_id(&self, index: usize) -> LinkId {
+        self.links.id_at(index)
     }
 
     /// The slot index of a live link id.
     fn index(&self, link: LinkId) -> Option<usize> {
-        let index = (link.0 & INDEX_MASK) as usize;
-        let gen = link.0 >> INDEX_BITS;
-        match self.links.get(index) {
-            Some(Some(_)) if self.gens[index] == gen => Some(index),
-            _ => None,
-        }
+        self.links.slot_of(link)
     }
 
-    fn insert_link(&mut self, link: Link) -> Result<u32, TlError> {
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                let i = self.links.len() as u32;
-                if i > INDEX_MASK {
-                    return Err(TlError::NoResource);
-                }
-                self.links.push(None);
-                self.gens.push(0);
-                i
-            }
-        };
-        self.links[index as usize] = Some(link);
-        Ok(index)
+    /// Adds a link: its id and its slot index.
+    fn insert_link(&mut self, link: Link) -> Result<(LinkId, usize), TlError> {
+        let id = self.links.insert(link)?;
+        Ok((id, self.index(id).expect("just inserted")))
     }
 
     fn push_sqe(&mut self, entry: squeue::Entry) {
@@ -370,12 +346,13 @@ impl UringTransport {
     }
 
     fn arm_recv(&mut self, index: usize) {
-        let id = self.link_id(index as u32).0;
-        let Some(link) = self.links[index].as_mut() else { return };
+        let id = self.link_id(index).0;
+        let Some(link) = self.links.at_mut(index) else { return };
         if link.recv_armed || link.state != LinkState::Open || link.spin {
             return;
         }
-        if std::mem::take(&mut link.want_spin) && !link.want_bulk && !link.bulk && link.placing.is_none() {
+        if std::mem::take(&mut link.want_spin) && !link.want_bulk && !link.bulk && !link.placing.is_placing()
+        {
             // The multishot receive has ended: from now on `spin_recv` reads the socket, and
             // nothing else does, so the stream's order is kept.
             link.reader.drain_into(&mut link.rx);
@@ -391,7 +368,7 @@ impl UringTransport {
             link.bulk = true;
             link.reader.drain_into(&mut link.rx);
         }
-        let direct = link.placing.as_ref().and_then(|p| p.next_dest()).filter(|_| link.rx.held() == 0);
+        let direct = link.placing.current().and_then(|p| p.next_dest()).filter(|_| link.rx.held() == 0);
         link.recv_direct = false;
         let entry = match (&self.buf_ring, direct) {
             (_, Some((ptr, missing))) if link.bulk || self.buf_ring.is_none() => {
@@ -420,7 +397,7 @@ impl UringTransport {
     }
 
     fn mark_dirty(&mut self, index: usize) {
-        if let Some(link) = self.links[index].as_mut() {
+        if let Some(link) = self.links.at_mut(index) {
             if !link.dirty {
                 link.dirty = true;
                 self.dirty.push(index as u32);
@@ -430,10 +407,10 @@ impl UringTransport {
 
     /// Reports finished batches and puts the next send request of a link in the ring.
     fn kick(&mut self, index: usize) {
-        let id = self.link_id(index as u32);
+        let id = self.link_id(index);
         let threshold = self.cfg.zcopy_threshold;
         let zc_supported = self.zc_supported;
-        let Some(link) = self.links[index].as_mut() else { return };
+        let Some(link) = self.links.at_mut(index) else { return };
         if link.state != LinkState::Open {
             return;
         }
@@ -469,8 +446,8 @@ impl UringTransport {
 
     /// Shuts the link down; it is reaped once the kernel has finished its requests.
     fn kill(&mut self, index: usize, error: Option<TlError>) {
-        let id = self.link_id(index as u32).0;
-        let Some(link) = self.links[index].as_mut() else { return };
+        let id = self.link_id(index).0;
+        let Some(link) = self.links.at_mut(index) else { return };
         if link.error.is_none() {
             link.error = error;
         }
@@ -493,12 +470,12 @@ impl UringTransport {
 
     /// Frees a dead link whose requests are all complete, reporting what it owes.
     fn try_reap(&mut self, index: usize) {
-        let id = self.link_id(index as u32);
-        let reap = matches!(&self.links[index], Some(l) if l.state == LinkState::Dead && l.quiescent());
+        let id = self.link_id(index);
+        let reap = self.links.at(index).is_some_and(|l| l.state == LinkState::Dead && l.quiescent());
         if !reap {
             return;
         }
-        let Some(mut link) = self.links[index].take() else { return };
+        let Some(mut link) = self.links.remove_at(index) else { return };
         let result = match (link.local_close, link.error) {
             (Some(true), _) => TlError::Canceled,
             (_, Some(err)) => err,
@@ -508,9 +485,9 @@ impl UringTransport {
         link.tx.drain_tokens(&mut |token| {
             deferred.push(Deferred::SendDone { link: id, token, result: Err(result) })
         });
-        if let Some(target) = link.placing.take().and_then(|p| p.target()) {
-            // No request of the link is left, so the kernel no longer writes there.
-            self.deferred.push(Deferred::PlaceDone { link: id, token: target.token(), result: Err(result) });
+        // No request of the link is left, so the kernel no longer writes there.
+        if let Some(done) = link.placing.abort(result) {
+            self.deferred.push(Deferred::PlaceDone { link: id, token: done.token, result: done.result });
         }
         if link.local_close.is_none() {
             let error = link.error.unwrap_or(TlError::ConnectionReset);
@@ -518,8 +495,6 @@ impl UringTransport {
             self.deferred.push(Deferred::LinkFailed { link: id, error });
         }
         drop(link);
-        self.gens[index] = (self.gens[index] + 1) & GEN_MASK;
-        self.free.push(index as u32);
     }
 
     fn arm_accept(&mut self, lid: usize) {
@@ -542,7 +517,7 @@ impl UringTransport {
         let mut i = 0;
         while i < self.dirty.len() {
             let index = self.dirty[i] as usize;
-            if let Some(link) = self.links[index].as_mut() {
+            if let Some(link) = self.links.at_mut(index) {
                 link.dirty = false;
             }
             self.kick(index);
@@ -608,9 +583,9 @@ impl UringTransport {
     /// leaves it for the ring's receives when it is gone, failed, went quiet, or started a large
     /// frame or a placed payload (bulk mode receives those).
     fn spin_recv(&mut self, index: usize, sink: &mut dyn FnMut(TlEvent<'_>), count: &mut usize) -> bool {
-        let id = self.link_id(index as u32);
+        let id = self.link_id(index);
         let recv_size = self.cfg.recv_buffer_size;
-        let Some(link) = self.links[index].as_mut().filter(|l| l.spin && l.state == LinkState::Open) else {
+        let Some(link) = self.links.at_mut(index).filter(|l| l.spin && l.state == LinkState::Open) else {
             return false;
         };
         let (ptr, len) = link.rx.spare(recv_size);
@@ -628,7 +603,7 @@ impl UringTransport {
                 self.kill(index, Some(TlError::InvalidParam));
                 return false;
             }
-            if placed || link.placing.is_some() || link.rx.missing() >= BULK_MISSING {
+            if placed || link.placing.is_placing() || link.rx.missing() >= BULK_MISSING {
                 // Large payloads: bulk mode receives them without a system call per poll.
                 link.placed_mode |= placed;
                 link.bulk = true;
@@ -660,7 +635,7 @@ impl UringTransport {
     /// its buffer while that holds part of a frame, as bulk mode does). The caller drops it from
     /// `spinning`.
     fn leave_spin(&mut self, index: usize) {
-        let Some(link) = self.links[index].as_mut() else { return };
+        let Some(link) = self.links.at_mut(index) else { return };
         if !link.spin {
             return;
         }
@@ -675,7 +650,7 @@ impl UringTransport {
     /// 0 when the reader had failed before): logged, the caller fails the link.
     #[cold]
     fn log_oversized(&mut self, index: usize, len: u64) {
-        let Some(link) = self.links[index].as_ref() else { return };
+        let Some(link) = self.links.at(index) else { return };
         let peer = link.peer_addr;
         if !pre_handshake(link) {
             tracing::debug!(?peer, len, "peer announced an oversized frame; closing the link");
@@ -728,7 +703,7 @@ impl UringTransport {
                     KIND_CONNECT => self.on_connect(index, res),
                     KIND_SEND => self.on_send(index, res, flags),
                     _ => {
-                        if let Some(link) = self.links[index].as_mut() {
+                        if let Some(link) = self.links.at_mut(index) {
                             link.cancel_inflight = false;
                         }
                         self.try_reap(index);
@@ -773,15 +748,14 @@ impl UringTransport {
         // Anyone's until the protocol layer says otherwise (`link_established`).
         let mut link = Link::new(fd, LinkState::Open, MAX_HANDSHAKE_FRAME, RawAddr::zeroed());
         link.peer_addr = peer;
-        let Ok(index) = self.insert_link(link) else { return };
-        let id = self.link_id(index);
+        let Ok((id, index)) = self.insert_link(link) else { return };
         let peer = peer.unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
         self.deferred.push(Deferred::Accepted { listener: ListenerId(lid as u32), link: id, peer });
-        self.arm_recv(index as usize);
+        self.arm_recv(index);
     }
 
     fn on_connect(&mut self, index: usize, res: i32) {
-        let Some(link) = self.links[index].as_mut() else { return };
+        let Some(link) = self.links.at_mut(index) else { return };
         link.connect_inflight = false;
         if link.state == LinkState::Dead {
             self.try_reap(index);
@@ -793,7 +767,7 @@ impl UringTransport {
         }
         link.state = LinkState::Open;
         let report = link.local_close.is_none();
-        let id = self.link_id(index as u32);
+        let id = self.link_id(index);
         if report {
             self.deferred.push(Deferred::Connected(id));
         }
@@ -802,7 +776,7 @@ impl UringTransport {
     }
 
     fn on_send(&mut self, index: usize, res: i32, flags: u32) {
-        let Some(link) = self.links[index].as_mut() else { return };
+        let Some(link) = self.links.at_mut(index) else { return };
         if cqueue::notif(flags) {
             link.tx.zc_notifs = link.tx.zc_notifs.saturating_sub(1);
             if (res as u32) & NOTIF_USAGE_ZC_COPIED != 0 && link.zc_enabled {
@@ -855,15 +829,14 @@ impl UringTransport {
         if res > 0 {
             // Frames must follow the Connected/Accepted event of their link.
             *count += self.flush_deferred(sink);
-            let link = self.links[index].as_mut().expect("index is live");
+            let link = self.links.at_mut(index).expect("index is live");
             let mut events = LinkEvents { link: id, sink, count, placed: false };
             let fed = if link.recv_direct && bid.is_none() {
                 link.recv_direct = false;
-                if let Some(placing) = link.placing.as_mut() {
-                    placing.advance(res as usize);
-                }
+                // The kernel wrote no more than was asked: what is missing of the payload.
+                let advanced = link.placing.current_mut().map_or(Ok(()), |p| p.advance(res as usize));
                 framing::finish_placing(&mut link.placing, &mut events);
-                Ok(())
+                advanced.map_err(|_| framing::FrameTooLarge { len: res as u64 })
             } else {
                 match (bid, self.buf_ring.as_ref()) {
                     (Some(bid), Some(ring)) => {
@@ -871,13 +844,13 @@ impl UringTransport {
                             link.reader.feed(ring.data(bid, res as usize), &mut link.placing, &mut events);
                         let placing_much = link
                             .placing
-                            .as_ref()
+                            .current()
                             .is_some_and(|p| p.next_dest().is_some() && p.remaining() >= BULK_MISSING);
                         // Not before the handshake: a connection that is anyone's gets no system
                         // call per poll and no buffer of its own.
                         let spin = self.cfg.spin_recv
                             && self.polls.wrapping_sub(self.last_sleep_poll) >= SPIN_AFTER_POLLS
-                            && link.placing.is_none()
+                            && !link.placing.is_placing()
                             && !link.placed_mode
                             && !pre_handshake(link);
                         let cancel =
@@ -907,7 +880,7 @@ impl UringTransport {
                         let max_frame = link.reader.max_frame();
                         let fed = link.rx.filled(res as usize, max_frame, &mut link.placing, &mut events);
                         let quiet =
-                            link.rx.is_empty() && link.placing.is_none() && (res as usize) < BULK_EXIT;
+                            link.rx.is_empty() && !link.placing.is_placing() && (res as usize) < BULK_EXIT;
                         link.quiet_reads = if quiet { link.quiet_reads + 1 } else { 0 };
                         if link.bulk
                             && quiet
@@ -921,7 +894,7 @@ impl UringTransport {
                 }
             };
             if events.placed {
-                self.links[index].as_mut().expect("index is live").placed_mode = true;
+                self.links.at_mut(index).expect("index is live").placed_mode = true;
             }
             if let Err(too_large) = fed {
                 self.log_oversized(index, too_large.len);
@@ -944,7 +917,7 @@ impl UringTransport {
         if let (Some(bid), Some(ring)) = (bid, self.buf_ring.as_mut()) {
             ring.recycle(bid);
         }
-        let link = self.links[index].as_mut().expect("index is live");
+        let link = self.links.at_mut(index).expect("index is live");
         let multishot_on = self.buf_ring.is_some() && bid.is_some();
         if !more || !multishot_on {
             link.recv_armed = false;
@@ -972,8 +945,7 @@ impl UringTransport {
         let raw_fd = link.raw_fd();
         let addr_ptr = link.remote.as_ptr();
         let addr_len = link.remote.len;
-        let index = self.insert_link(link)?;
-        let id = self.link_id(index);
+        let (id, _) = self.insert_link(link)?;
         self.push_sqe(
             opcode::Connect::new(Fd(raw_fd), addr_ptr, addr_len)
                 .build()
@@ -992,10 +964,10 @@ impl UringTransport {
     fn migrate(&mut self, me: u64) {
         self.owner = me;
         self.foreign_polls = 0;
-        for index in 0..self.links.len() {
-            let Some(link) = self.links[index].as_ref() else { continue };
+        for index in 0..self.links.slot_count() {
+            let Some(link) = self.links.at(index) else { continue };
             if link.recv_armed && link.state == LinkState::Open {
-                let ud = user_data(KIND_RECV, self.link_id(index as u32).0);
+                let ud = user_data(KIND_RECV, self.link_id(index).0);
                 self.push_sqe(
                     opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_QUIET_CANCEL, 0)),
                 );
@@ -1022,7 +994,7 @@ impl UringTransport {
         limit: usize,
     ) -> Result<SendOutcome, TlError> {
         let index = self.index(link).ok_or(TlError::InvalidParam)?;
-        let l = self.links[index].as_mut().expect("index is live");
+        let l = self.links.at_mut(index).expect("index is live");
         if !l.accepts_sends() {
             return Err(l.error.unwrap_or(TlError::InvalidParam));
         }
@@ -1091,8 +1063,8 @@ impl UringTransport {
     }
 
     fn drain_on_drop(&mut self) {
-        for index in 0..self.links.len() {
-            if let Some(link) = self.links[index].as_mut() {
+        for index in 0..self.links.slot_count() {
+            if let Some(link) = self.links.at_mut(index) {
                 link.local_close = Some(true);
                 self.kill(index, None);
             }
@@ -1102,7 +1074,7 @@ impl UringTransport {
             self.close_listener(ListenerId(lid as u32));
         }
         let deadline = Instant::now() + Duration::from_secs(1);
-        while self.links.iter().any(Option::is_some) && Instant::now() < deadline {
+        while !self.links.is_empty() && Instant::now() < deadline {
             let ts = io_uring::types::Timespec::new().nsec(10_000_000);
             let args = io_uring::types::SubmitArgs::new().timespec(&ts);
             let _ = self.ring.submitter().submit_with_args(1, &args);
@@ -1197,7 +1169,7 @@ impl Transport for UringTransport {
 
     fn link_addrs(&self, link: LinkId) -> (Option<SocketAddr>, Option<SocketAddr>) {
         let Some(index) = self.index(link) else { return (None, None) };
-        let l = self.links[index].as_ref().expect("index is live");
+        let l = self.links.at(index).expect("index is live");
         let local = l.local_addr.or_else(|| socket::local_addr(l.raw_fd()));
         let peer = socket::peer_addr(l.raw_fd()).or(l.peer_addr);
         (local, peer)
@@ -1228,13 +1200,13 @@ impl Transport for UringTransport {
 
     fn link_established(&mut self, link: LinkId) {
         let Some(index) = self.index(link) else { return };
-        let l = self.links[index].as_mut().expect("index is live");
+        let l = self.links.at_mut(index).expect("index is live");
         l.reader.set_max_frame(MAX_FRAME);
     }
 
     fn close(&mut self, link: LinkId, force: bool) {
         let Some(index) = self.index(link) else { return };
-        let l = self.links[index].as_mut().expect("index is live");
+        let l = self.links.at_mut(index).expect("index is live");
         if l.local_close.is_some() {
             if force && l.local_close == Some(false) {
                 l.local_close = Some(true);
@@ -1252,7 +1224,7 @@ impl Transport for UringTransport {
 
     fn has_pending_sends(&self, link: LinkId) -> bool {
         match self.index(link) {
-            Some(index) => !self.links[index].as_ref().expect("index is live").tx.is_idle(),
+            Some(index) => !self.links.at(index).expect("index is live").tx.is_idle(),
             None => false,
         }
     }
@@ -1310,7 +1282,7 @@ impl Transport for UringTransport {
     /// an accept is not latency-critical) and nothing submitted, completed or deferred. A
     /// socket's data has no doorbell, so any open link keeps the transport polled every time.
     fn is_quiet(&self) -> bool {
-        self.links.iter().all(Option::is_none) && self.is_idle()
+        self.links.is_empty() && self.is_idle()
     }
 
     fn prepare_sleep(&mut self) {
