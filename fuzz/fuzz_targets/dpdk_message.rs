@@ -4,7 +4,8 @@
 //! - Peer bytes: `Message::parse` agrees with the documented layout and an accepted message
 //!   re-encodes (`HELLO_MSG`, `BYE_MSG`, `fragment_kind`, `placed_prefix`) to its bytes.
 //! - A stream of peer messages through a receiver that does what the transport does (reassemble
-//!   fragments; place a PLACED frame's payload with `Placing`): `Placing::absorb` refuses exactly
+//!   fragments; place a PLACED frame's payload with a `PlaceTracker`):
+//!   `PlacedReceive::absorb_fragment` refuses exactly
 //!   the fragments that break the announced length, writes each accepted byte at its offset and
 //!   never outside the destination (an exact-size heap buffer, so the sanitizer sees any overrun).
 //! - Structured frames cut by `write_fragment` (and `mark_placed`) reassemble to the frame.
@@ -12,9 +13,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use zcx_dataplane::dpdk::message::{
-    fragment_kind, mark_placed, placed_prefix, write_fragment, Message, MessageError, PlaceViolation,
-    Placing, BYE_MSG, HELLO_MSG, PLACED_PREFIX_LEN,
+    fragment_kind, mark_placed, placed_prefix, write_fragment, Message, MessageError, BYE_MSG, HELLO_MSG,
+    PLACED_PREFIX_LEN,
 };
+use zcx_dataplane::placed_receive::{PlaceTracker, PlaceViolation, PlacedReceive};
 use zcx_dataplane::PlaceTarget;
 use zcx_fuzz::gen::bytes_up_to;
 
@@ -77,17 +79,17 @@ struct Received {
 
 /// A placement in progress and the destination it writes.
 struct Dest {
-    placing: Placing,
+    placing: PlaceTracker,
     header: Vec<u8>,
     buf: Option<Vec<u8>>,
-    /// What the payload should read so far, built independently of `Placing`.
+    /// What the payload should read so far, built independently of the tracker.
     expected: Vec<u8>,
 }
 
 /// Takes one fragment's bytes into a placement, checking `absorb` against the announced length.
 fn absorb(dest: &mut Dest, data: &[u8], last: bool) -> Result<bool, PlaceViolation> {
-    let remaining = dest.placing.remaining();
-    let got = dest.placing.absorb(data, last);
+    let remaining = dest.placing.current().map_or(0, PlacedReceive::remaining);
+    let got = dest.placing.current_mut().expect("placing").absorb_fragment(data, last);
     let want = if data.len() > remaining {
         Err(PlaceViolation::TooLong)
     } else if last && data.len() < remaining {
@@ -100,9 +102,10 @@ fn absorb(dest: &mut Dest, data: &[u8], last: bool) -> Result<bool, PlaceViolati
     assert_eq!(got, want, "absorb of {} bytes with {remaining} left, last {last}", data.len());
     if got.is_ok() {
         dest.expected.extend_from_slice(data);
-        assert_eq!(dest.placing.remaining(), remaining - data.len());
+        assert_eq!(dest.placing.current().map(PlacedReceive::remaining), Some(remaining - data.len()));
     } else {
-        assert_eq!(dest.placing.remaining(), remaining, "a refused fragment was taken");
+        let left = dest.placing.current().map(PlacedReceive::remaining);
+        assert_eq!(left, Some(remaining), "a refused fragment was taken");
     }
     if let Some(buf) = &dest.buf {
         let done = dest.expected.len();
@@ -151,9 +154,10 @@ fn receive<'a>(messages: impl IntoIterator<Item = &'a [u8]>) -> Received {
                     // never resized or touched by anyone else until the placement ends.
                     unsafe { PlaceTarget::new(b.as_mut_ptr(), 7) }
                 });
+                let mut placing = PlaceTracker::default();
                 // SAFETY: as above, the target covers the `len` bytes the placement may write.
-                let placing = unsafe { Placing::new(target, len) };
-                assert_eq!((placing.len(), placing.remaining(), placing.is_empty()), (len, len, len == 0));
+                let started = unsafe { placing.start(target, len) }.expect("nothing in progress");
+                assert_eq!((started.len(), started.remaining(), started.is_empty()), (len, len, len == 0));
                 let mut d = Dest { placing, header: header.to_vec(), buf, expected: Vec::new() };
                 match absorb(&mut d, data, data.len() == len) {
                     Ok(true) => out.placed.push((d.header, d.expected)),

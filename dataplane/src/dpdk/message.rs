@@ -33,11 +33,10 @@
 //! The rest of the payload follows in MORE fragments and one END, exactly `payload_len` bytes
 //! in all; a payload that fits the PLACED message has no further fragment. The receiver writes
 //! payload bytes straight from each received message into the destination it was given
-//! ([`Placing`]), so a placed payload is copied once.
+//! ([`PlacedReceive::absorb_fragment`](crate::placed_receive::PlacedReceive::absorb_fragment)),
+//! so a placed payload is copied once.
 
 use std::fmt;
-
-use crate::transport::PlaceTarget;
 
 const HELLO: u8 = 1;
 const MORE: u8 = 2;
@@ -171,94 +170,6 @@ pub fn first_or_fragment_kind(placed_first: bool, last: bool) -> u8 {
     }
 }
 
-/// How a peer broke the length it announced for a placed payload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PlaceViolation {
-    /// A fragment carries more bytes than the payload has left.
-    TooLong,
-    /// The frame's last fragment came before the payload was complete.
-    EndsEarly,
-    /// The payload is complete but the fragment says more follow.
-    NoEnd,
-}
-
-impl fmt::Display for PlaceViolation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PlaceViolation::TooLong => "placed payload longer than announced",
-            PlaceViolation::EndsEarly => "placed payload shorter than announced",
-            PlaceViolation::NoEnd => "placed payload complete but not ended",
-        })
-    }
-}
-
-impl std::error::Error for PlaceViolation {}
-
-/// The payload of a placed frame being received: each fragment's bytes are written to the
-/// destination (or dropped, without one) at the payload's running offset, never beyond its
-/// announced length.
-#[derive(Debug)]
-pub struct Placing {
-    target: Option<PlaceTarget>,
-    len: usize,
-    done: usize,
-}
-
-impl Placing {
-    /// A payload of `len` bytes about to arrive, for `target` (`None`: dropped).
-    ///
-    /// # Safety
-    /// With a target, `target.ptr()..target.ptr() + len` must be writable as long as this lives
-    /// ([`PlaceTarget::new`]'s contract for a `Placed` event announcing `len`).
-    pub unsafe fn new(target: Option<PlaceTarget>, len: usize) -> Placing {
-        Placing { target, len, done: 0 }
-    }
-
-    /// The destination, unless the payload is being dropped.
-    pub fn target(&self) -> Option<PlaceTarget> {
-        self.target
-    }
-
-    /// Payload bytes still to come.
-    pub fn remaining(&self) -> usize {
-        self.len - self.done
-    }
-
-    /// The payload's announced length.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for an empty payload.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Takes the next fragment's payload bytes; `last` when the peer says the frame ends with
-    /// them. Returns whether the payload is now complete. A fragment that does not fit what was
-    /// announced is refused before anything is written.
-    pub fn absorb(&mut self, data: &[u8], last: bool) -> Result<bool, PlaceViolation> {
-        let remaining = self.remaining();
-        if data.len() > remaining {
-            return Err(PlaceViolation::TooLong);
-        }
-        let complete = data.len() == remaining;
-        match (last, complete) {
-            (true, false) => return Err(PlaceViolation::EndsEarly),
-            (false, true) => return Err(PlaceViolation::NoEnd),
-            _ => {}
-        }
-        if let Some(target) = self.target.filter(|_| !data.is_empty()) {
-            // SAFETY: `done + data.len() <= len`, so the bytes land inside the destination's
-            // `len` bytes, which `Placing::new`'s contract makes writable; `data` is a received
-            // message (an mbuf), never the destination.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), target.ptr().add(self.done), data.len()) };
-        }
-        self.done += data.len();
-        Ok(complete)
-    }
-}
-
 /// The kind byte of a fragment: END when it completes its frame, else MORE.
 pub fn fragment_kind(last: bool) -> u8 {
     if last {
@@ -296,6 +207,8 @@ fn gather(out: &mut [u8], a: &[u8], b: &[u8], offset: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::placed_receive::{PlaceTracker, PlaceViolation};
+    use crate::transport::PlaceTarget;
 
     #[test]
     fn parses_every_kind_and_refuses_the_rest() {
@@ -362,13 +275,15 @@ mod tests {
             let Ok(Message::Placed { header: h, len, data }) = Message::parse(&messages[0]) else { panic!() };
             assert_eq!((h, len), (&header[..], payload.len()));
             let mut dest = vec![0u8; len];
-            // SAFETY: `dest` is `len` bytes and outlives `placing`.
-            let mut placing = unsafe { Placing::new(Some(PlaceTarget::new(dest.as_mut_ptr(), 9)), len) };
-            let mut complete = placing.absorb(data, data.len() == len).unwrap();
+            let mut tracker = PlaceTracker::default();
+            // SAFETY: `dest` is `len` bytes and outlives `tracker`.
+            let placing =
+                unsafe { tracker.start(Some(PlaceTarget::new(dest.as_mut_ptr(), 9)), len) }.unwrap();
+            let mut complete = placing.absorb_fragment(data, data.len() == len).unwrap();
             for message in &messages[1..] {
                 assert!(!complete, "room {room}: a fragment after the payload was complete");
                 let Ok(Message::Fragment { last, data }) = Message::parse(message) else { panic!() };
-                complete = placing.absorb(data, last).unwrap();
+                complete = placing.absorb_fragment(data, last).unwrap();
             }
             assert!(complete && placing.remaining() == 0);
             assert_eq!(dest, payload, "room {room}");
@@ -395,15 +310,16 @@ mod tests {
         assert_eq!(placed_prefix(0, 1usize << 32), None);
 
         let mut dest = [0u8; 8];
-        // SAFETY: the target is the first 4 bytes of `dest`, which outlives `placing`.
-        let mut placing = unsafe { Placing::new(Some(PlaceTarget::new(dest.as_mut_ptr(), 1)), 4) };
-        assert_eq!(placing.absorb(&[1, 2, 3, 4, 5], true), Err(PlaceViolation::TooLong));
-        assert_eq!(placing.absorb(&[1, 2], true), Err(PlaceViolation::EndsEarly));
-        assert_eq!(placing.absorb(&[1, 2, 3, 4], false), Err(PlaceViolation::NoEnd));
+        let mut tracker = PlaceTracker::default();
+        // SAFETY: the target is the first 4 bytes of `dest`, which outlives `tracker`.
+        let placing = unsafe { tracker.start(Some(PlaceTarget::new(dest.as_mut_ptr(), 1)), 4) }.unwrap();
+        assert_eq!(placing.absorb_fragment(&[1, 2, 3, 4, 5], true), Err(PlaceViolation::TooLong));
+        assert_eq!(placing.absorb_fragment(&[1, 2], true), Err(PlaceViolation::EndsEarly));
+        assert_eq!(placing.absorb_fragment(&[1, 2, 3, 4], false), Err(PlaceViolation::NoEnd));
         assert_eq!(dest, [0; 8], "a refused fragment wrote");
-        assert_eq!(placing.absorb(&[1, 2], false), Ok(false));
-        assert_eq!(placing.absorb(&[3, 4, 5], true), Err(PlaceViolation::TooLong));
-        assert_eq!(placing.absorb(&[3, 4], true), Ok(true));
+        assert_eq!(placing.absorb_fragment(&[1, 2], false), Ok(false));
+        assert_eq!(placing.absorb_fragment(&[3, 4, 5], true), Err(PlaceViolation::TooLong));
+        assert_eq!(placing.absorb_fragment(&[3, 4], true), Ok(true));
         assert_eq!(dest, [1, 2, 3, 4, 0, 0, 0, 0]);
     }
 
@@ -452,13 +368,14 @@ mod tests {
                 let mut buf = vec![0xAAu8; GUARD + len + GUARD];
                 // SAFETY: the target is `len` bytes inside `buf`, which outlives `placing`.
                 let target = unsafe { PlaceTarget::new(buf.as_mut_ptr().add(GUARD), 3) };
+                let mut tracker = PlaceTracker::default();
                 // SAFETY: as above.
-                let mut placing = unsafe { Placing::new(Some(target), len) };
+                let placing = unsafe { tracker.start(Some(target), len) }.unwrap();
                 let mut expect = Vec::new();
                 for (data, last) in &fragments {
                     let remaining = len - expect.len();
                     let fits = data.len() <= remaining && *last == (data.len() == remaining);
-                    match placing.absorb(data, *last) {
+                    match placing.absorb_fragment(data, *last) {
                         Ok(complete) => {
                             prop_assert!(fits);
                             expect.extend_from_slice(data);

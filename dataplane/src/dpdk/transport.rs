@@ -12,11 +12,13 @@ use zcx_control::TransportAddress;
 use super::extmem::{self, ExtRegion};
 use super::frame::{is_unicast, peek_dst_session, write_header, EthFrame, Mac, ETHERTYPE, ETH_HEADER_LEN};
 use super::message::{
-    first_or_fragment_kind, mark_placed, placed_prefix, write_fragment, Message, Placing, BYE_MSG, HELLO_MSG,
+    first_or_fragment_kind, mark_placed, placed_prefix, write_fragment, Message, BYE_MSG, HELLO_MSG,
     PLACED_PREFIX_LEN,
 };
 use super::port::{ExtSegment, Port, PortConfig, PortError};
 use crate::fast_map::FastMap;
+use crate::link_table::LinkTable;
+use crate::placed_receive::{PlaceDone, PlaceTracker, PlacedReceive};
 use crate::proto::reliable::wire::{Kind, Packet, HEADER_LEN};
 use crate::proto::reliable::{self, Delivery, Demux, External, SendError, Session};
 use crate::transport::{
@@ -71,9 +73,6 @@ const MAX_PLACED_HEADER: usize = 256;
 fn max_placed(config: &DpdkConfig) -> usize {
     config.max_frame.saturating_sub(PLACED_PREFIX_LEN + MAX_PLACED_HEADER)
 }
-
-/// The largest link id handed out (a transport set keeps 4 of the 32 bits).
-const MAX_LINKS: usize = 1 << 28;
 
 /// How a [`DpdkTransport`] is set up. EAL itself (its arguments, the `--vdev` that creates the
 /// port) is the caller's: see [`zcx_dpdk_sys::Eal`].
@@ -244,7 +243,7 @@ struct Link {
     /// The frame being reassembled from its fragments.
     reassembly: Vec<u8>,
     /// The placed frame whose payload is being received.
-    placing: Option<Placing>,
+    placing: PlaceTracker,
 }
 
 /// A frame waiting in a link's backlog.
@@ -442,9 +441,11 @@ struct Inner {
     mac: Mac,
     epoch: Instant,
     demux: Demux,
-    links: Vec<Option<Link>>,
-    free_links: Vec<u32>,
-    by_session: FastMap<u32, u32>,
+    /// By generational id: a link id the api still holds after its link went names no other
+    /// link. The session id on the wire is the link's own ([`Link::session`]), agreed with the
+    /// peer and independent of the link id.
+    links: LinkTable<Link>,
+    by_session: FastMap<u32, LinkId>,
     /// Sessions kept after their link went, to acknowledge the peer's last retransmissions: id,
     /// peer MAC, and when they go.
     lingering: Vec<(u32, Mac, u64)>,
@@ -461,7 +462,7 @@ struct Inner {
     port_id: u16,
     device: usize,
     /// Placements ended by a local close, to report as `PlaceDone { Canceled }` on the next poll.
-    place_ends: Vec<(LinkId, u64)>,
+    place_ends: Vec<(LinkId, PlaceDone)>,
 }
 
 /// The DPDK transport; see the [module documentation](super).
@@ -523,8 +524,7 @@ impl DpdkTransport {
             mac: port.mac(),
             epoch: Instant::now(),
             demux: Demux::new(),
-            links: Vec::new(),
-            free_links: Vec::new(),
+            links: LinkTable::new(),
             by_session: FastMap::default(),
             lingering: Vec::new(),
             next_initiator_id: 0,
@@ -581,7 +581,17 @@ impl DpdkTransport {
     pub fn connect_peer(&mut self, peer: DpdkPeer) -> Result<LinkId, TlError> {
         self.inner.connect(peer)
     }
+}
 
+impl Drop for DpdkTransport {
+    /// Stops the port first: the driver frees every mbuf it holds, so no zero-copy frame is
+    /// still pointed at when the frames (and the registrations they pin) go.
+    fn drop(&mut self) {
+        self.port.stop();
+    }
+}
+
+impl Inner {
     /// [`Transport::send`], or with `placed` the frame of [`Transport::send_placed`]: `header`
     /// then starts with the placed prefix, and the frame's first fragment is PLACED.
     fn send_frame(
@@ -591,8 +601,8 @@ impl DpdkTransport {
         payload: Payload<'_>,
         placed: bool,
     ) -> Result<SendOutcome, TlError> {
-        let inner = &mut self.inner;
-        let Some(l) = inner.links.get_mut(link.0 as usize).and_then(Option::as_mut) else {
+        let inner = self;
+        let Some(l) = inner.links.get_mut(link) else {
             return Err(TlError::InvalidParam);
         };
         match l.state {
@@ -682,40 +692,20 @@ impl DpdkTransport {
         });
         Ok(SendOutcome::Done)
     }
-}
 
-impl Drop for DpdkTransport {
-    /// Stops the port first: the driver frees every mbuf it holds, so no zero-copy frame is
-    /// still pointed at when the frames (and the registrations they pin) go.
-    fn drop(&mut self) {
-        self.port.stop();
-    }
-}
-
-impl Inner {
     fn now(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
     fn link(&self, link: LinkId) -> Option<&Link> {
-        self.links.get(link.0 as usize)?.as_ref()
+        self.links.get(link)
     }
 
     fn add_link(&mut self, link: Link) -> Result<LinkId, TlError> {
         let session = link.session;
-        let index = match self.free_links.pop() {
-            Some(index) => {
-                self.links[index as usize] = Some(link);
-                index
-            }
-            None if self.links.len() < MAX_LINKS => {
-                self.links.push(Some(link));
-                (self.links.len() - 1) as u32
-            }
-            None => return Err(TlError::NoResource),
-        };
-        self.by_session.insert(session, index);
-        Ok(LinkId(index))
+        let id = self.links.insert(link)?;
+        self.by_session.insert(session, id);
+        Ok(id)
     }
 
     fn connect(&mut self, peer: DpdkPeer) -> Result<LinkId, TlError> {
@@ -763,7 +753,7 @@ impl Inner {
             let _ = self.demux.on_datagram(now, frame.datagram);
             return;
         };
-        let known = self.by_session.get(&dst).map(|&index| self.links[index as usize].as_ref());
+        let known = self.by_session.get(&dst).map(|&link| self.links.get(link));
         match known {
             Some(link) => {
                 if link.is_some_and(|l| l.peer != frame.src) {
@@ -785,9 +775,8 @@ impl Inner {
             Ok(ok) => ok,
             Err(_) => return, // counted by the demux or the session
         };
-        let Some(&index) = self.by_session.get(&id) else { return };
-        let link_id = LinkId(index);
-        let Some(link) = self.links[index as usize].as_mut() else { return };
+        let Some(&link_id) = self.by_session.get(&id) else { return };
+        let Some(link) = self.links.get_mut(link_id) else { return };
         if link.state == State::Connecting && self.demux.get(id).is_some_and(|s| s.acked() >= 1) {
             link.state = State::Up;
             sink(TlEvent::Connected { link: link_id });
@@ -810,14 +799,13 @@ impl Inner {
                 if !matches!(link.state, State::Up | State::Connecting) {
                     return; // closed here: nothing more is reported
                 }
-                if let Some(placing) = link.placing.as_mut() {
-                    match placing.absorb(data, last) {
+                if let Some(placing) = link.placing.current_mut() {
+                    match placing.absorb_fragment(data, last) {
                         Ok(false) => {}
                         Ok(true) => {
-                            let target = placing.target();
-                            let len = placing.len();
-                            link.placing = None;
-                            self.place_done(link_id, target, len, sink, events);
+                            if let Some(placed) = link.placing.take_complete() {
+                                self.place_done(link_id, placed, sink, events);
+                            }
                         }
                         Err(violation) => self.place_violation(link_id, id, &violation, sink, events),
                     }
@@ -845,7 +833,7 @@ impl Inner {
                 if !matches!(link.state, State::Up | State::Connecting) {
                     return; // closed here: nothing more is reported
                 }
-                let nested = link.placing.is_some() || !link.reassembly.is_empty();
+                let nested = link.placing.is_placing() || !link.reassembly.is_empty();
                 if nested || len > max_placed(&self.config) {
                     let reason = if nested {
                         "a placed frame inside another frame"
@@ -861,18 +849,17 @@ impl Inner {
                 // SAFETY: a target the sink set is writable for `len` bytes until `PlaceDone`
                 // (PlaceTarget::new's contract), which this link reports when the placement
                 // ends: complete, failed (`fail`) or closed here (`close`).
-                let mut placing = unsafe { Placing::new(dest.take(), len) };
+                let started = unsafe { link.placing.start(dest.take(), len) };
                 // The parser checked `data.len() <= len`: this fragment is the last when full.
-                let absorbed = placing.absorb(data, data.len() == len);
-                if absorbed == Ok(true) {
-                    self.place_done(link_id, placing.target(), len, sink, events);
-                    return;
-                }
-                if let Some(link) = self.links[index as usize].as_mut() {
-                    link.placing = Some(placing);
-                }
-                if let Err(violation) = absorbed {
-                    self.place_violation(link_id, id, &violation, sink, events);
+                let absorbed = started.and_then(|placing| placing.absorb_fragment(data, data.len() == len));
+                match absorbed {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        if let Some(placed) = link.placing.take_complete() {
+                            self.place_done(link_id, placed, sink, events);
+                        }
+                    }
+                    Err(violation) => self.place_violation(link_id, id, &violation, sink, events),
                 }
             }
             Ok(Message::Bye) => {
@@ -887,39 +874,50 @@ impl Inner {
         }
     }
 
+    /// [`Transport::close`].
+    fn close(&mut self, link: LinkId, force: bool) {
+        self.end_placement_on_close(link);
+        let Some(l) = self.links.get_mut(link) else { return };
+        match l.state {
+            State::Failed(_) => self.free(link),
+            _ if force => self.free(link),
+            State::Closing { .. } => {}
+            State::Connecting | State::Up => l.state = State::Closing { bye_queued: false },
+        }
+    }
+
     /// Nothing more is received on a link closed here: its placement, if any, ends unfinished,
     /// reported by the next poll ([`Inner::report_place_ends`]).
     fn end_placement_on_close(&mut self, link: LinkId) {
-        let Some(l) = self.links.get_mut(link.0 as usize).and_then(Option::as_mut) else { return };
-        if let Some(target) = l.placing.take().and_then(|p| p.target()) {
-            self.place_ends.push((link, target.token()));
+        let Some(l) = self.links.get_mut(link) else { return };
+        if let Some(done) = l.placing.abort(TlError::Canceled) {
+            self.place_ends.push((link, done));
         }
     }
 
     /// Reports the placements ended by local closes as `PlaceDone { Canceled }`.
     fn report_place_ends(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), events: &mut usize) {
-        for (link, token) in self.place_ends.drain(..) {
-            sink(TlEvent::PlaceDone { link, token, result: Err(TlError::Canceled) });
+        for (link, done) in self.place_ends.drain(..) {
+            sink(done.event(link));
             *events += 1;
         }
     }
 
-    /// A placement of `len` bytes is complete: counts it and reports `PlaceDone` when it had a
-    /// destination.
+    /// A placement is complete: counts it and reports `PlaceDone` when it had a destination.
     fn place_done(
         &mut self,
         link: LinkId,
-        target: Option<crate::transport::PlaceTarget>,
-        len: usize,
+        placed: PlacedReceive,
         sink: &mut dyn FnMut(TlEvent<'_>),
         events: &mut usize,
     ) {
-        let Some(target) = target else { return };
+        let len = placed.len();
+        let Some(done) = placed.complete() else { return };
         self.stats.placed_frames += 1;
         self.stats.placed_bytes += len as u64;
         PLACED_FRAMES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         PLACED_BYTES.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
-        sink(TlEvent::PlaceDone { link, token: target.token(), result: Ok(()) });
+        sink(done.event(link));
         *events += 1;
     }
 
@@ -978,7 +976,7 @@ impl Inner {
         sink: &mut dyn FnMut(TlEvent<'_>),
         events: &mut usize,
     ) {
-        let Some(link) = self.links[link_id.0 as usize].as_mut() else { return };
+        let Some(link) = self.links.get_mut(link_id) else { return };
         let closing = matches!(link.state, State::Closing { .. });
         if matches!(link.state, State::Failed(_)) {
             return;
@@ -987,7 +985,7 @@ impl Inner {
         link.backlog = VecDeque::new();
         link.backlog_frames = VecDeque::new();
         link.reassembly = Vec::new();
-        let placing = link.placing.take().and_then(|p| p.target());
+        let placing = link.placing.abort(error);
         let (session, peer) = (link.session, link.peer);
         self.by_session.remove(&session);
         self.zc.settle_link(link_id, Err(error));
@@ -1001,9 +999,9 @@ impl Inner {
         } else {
             self.demux.remove(session);
         }
-        if let Some(target) = placing {
+        if let Some(done) = placing {
             // Some payload bytes never came; the destination is not touched again.
-            sink(TlEvent::PlaceDone { link: link_id, token: target.token(), result: Err(error) });
+            sink(done.event(link_id));
             *events += 1;
         }
         if closing {
@@ -1016,25 +1014,24 @@ impl Inner {
 
     fn free(&mut self, link_id: LinkId) {
         self.zc.settle_link(link_id, Err(TlError::Canceled));
-        if let Some(link) = self.links.get_mut(link_id.0 as usize).and_then(Option::take) {
-            if self.by_session.get(&link.session) == Some(&link_id.0) {
+        if let Some(link) = self.links.remove(link_id) {
+            if self.by_session.get(&link.session) == Some(&link_id) {
                 self.by_session.remove(&link.session);
                 self.demux.remove(link.session);
             }
-            self.free_links.push(link_id.0);
         }
     }
 
     /// Runs the sessions' timers; a dead peer fails its link with `Timeout`.
     fn timeouts(&mut self, now: u64, sink: &mut dyn FnMut(TlEvent<'_>), events: &mut usize) {
-        for index in 0..self.links.len() {
-            let Some(link) = self.links[index].as_ref() else { continue };
+        for index in 0..self.links.slot_count() {
+            let Some(link) = self.links.at(index) else { continue };
             if matches!(link.state, State::Failed(_)) {
                 continue;
             }
             let Some(session) = self.demux.get_mut(link.session) else { continue };
             if session.poll_timeout().is_some_and(|due| due <= now) && session.handle_timeout(now).is_err() {
-                self.fail(LinkId(index as u32), TlError::Timeout, sink, events);
+                self.fail(self.links.id_at(index), TlError::Timeout, sink, events);
             }
         }
         let demux = &mut self.demux;
@@ -1056,8 +1053,8 @@ impl Inner {
     /// Moves queued frame bytes of every link into its session, finishes graceful closes, and
     /// transmits whatever the sessions have to send.
     fn transmit(&mut self, now: u64, port: &mut Port) {
-        for index in 0..self.links.len() {
-            let Some(link) = self.links[index].as_mut() else { continue };
+        for index in 0..self.links.slot_count() {
+            let Some(link) = self.links.at_mut(index) else { continue };
             if matches!(link.state, State::Failed(_)) {
                 continue; // its session, if any, lingers
             }
@@ -1072,10 +1069,10 @@ impl Inner {
                     let until = now.saturating_add(self.session_config.max_rto_ns);
                     self.lingering.push((session, link.peer, until));
                     self.by_session.remove(&session);
-                    self.links[index] = None;
-                    self.free_links.push(index as u32);
+                    let id = self.links.id_at(index);
+                    self.links.remove_at(index);
                     // Acknowledged to the last byte.
-                    self.zc.settle_link(LinkId(index as u32), Ok(()));
+                    self.zc.settle_link(id, Ok(()));
                     continue;
                 }
             }
@@ -1102,8 +1099,7 @@ impl Inner {
             if frame.result.is_none() {
                 let acked = frame.last_seq.is_some_and(|last| {
                     self.links
-                        .get(frame.link.0 as usize)
-                        .and_then(Option::as_ref)
+                        .get(frame.link)
                         .and_then(|l| self.demux.get(l.session))
                         .is_some_and(|s| s.acked() > last)
                 });
@@ -1232,7 +1228,7 @@ impl Link {
             backlog: VecDeque::new(),
             backlog_frames: VecDeque::new(),
             reassembly: Vec::new(),
-            placing: None,
+            placing: PlaceTracker::default(),
         }
     }
 
@@ -1321,7 +1317,7 @@ impl Transport for DpdkTransport {
     /// with DPDK, which is sent from where it is and answers `InFlight` (`SendDone` follows once
     /// the peer acknowledged all of it and the driver freed every mbuf pointing at it).
     fn send(&mut self, link: LinkId, header: &[u8], payload: Payload<'_>) -> Result<SendOutcome, TlError> {
-        self.send_frame(link, header, payload, false)
+        self.inner.send_frame(link, header, payload, false)
     }
 
     /// Sends `header` and `payload` as a placed frame: its first message (PLACED) carries the
@@ -1341,13 +1337,14 @@ impl Transport for DpdkTransport {
         }
         // The kind byte, the lengths and the whole header must fit the first message.
         if 1 + PLACED_PREFIX_LEN + header.len() > self.inner.scratch.len() {
-            return self.send_frame(link, header, payload, false);
+            return self.inner.send_frame(link, header, payload, false);
         }
         let prefix = placed_prefix(header.len(), payload.len()).ok_or(TlError::InvalidParam)?;
         let mut head = [0u8; PLACED_PREFIX_LEN + MAX_PLACED_HEADER];
         head[..PLACED_PREFIX_LEN].copy_from_slice(&prefix);
         head[PLACED_PREFIX_LEN..PLACED_PREFIX_LEN + header.len()].copy_from_slice(header);
-        let outcome = self.send_frame(link, &head[..PLACED_PREFIX_LEN + header.len()], payload, true)?;
+        let outcome =
+            self.inner.send_frame(link, &head[..PLACED_PREFIX_LEN + header.len()], payload, true)?;
         self.inner.stats.placed_sent += 1;
         Ok(outcome)
     }
@@ -1356,15 +1353,7 @@ impl Transport for DpdkTransport {
     /// the link goes once the peer acknowledged everything (or stopped answering). Forced: at
     /// once, the peer is not told.
     fn close(&mut self, link: LinkId, force: bool) {
-        let inner = &mut self.inner;
-        inner.end_placement_on_close(link);
-        let Some(l) = inner.links.get_mut(link.0 as usize).and_then(Option::as_mut) else { return };
-        match l.state {
-            State::Failed(_) => inner.free(link),
-            _ if force => inner.free(link),
-            State::Closing { .. } => {}
-            State::Connecting | State::Up => l.state = State::Closing { bye_queued: false },
-        }
+        self.inner.close(link, force);
     }
 
     fn has_pending_sends(&self, link: LinkId) -> bool {
@@ -1401,7 +1390,7 @@ impl Transport for DpdkTransport {
     /// Always true while a link exists: whether frames wait in the port is only known by
     /// polling it, so a worker must not sleep on this transport.
     fn has_events(&self) -> bool {
-        !self.inner.place_ends.is_empty() || self.inner.links.iter().any(Option::is_some)
+        !self.inner.place_ends.is_empty() || !self.inner.links.is_empty()
     }
 }
 
@@ -1437,8 +1426,7 @@ mod tests {
             mac: US,
             epoch: Instant::now(),
             demux: Demux::new(),
-            links: Vec::new(),
-            free_links: Vec::new(),
+            links: LinkTable::new(),
             by_session: FastMap::default(),
             lingering: Vec::new(),
             next_initiator_id: 0,
@@ -1560,6 +1548,21 @@ mod tests {
     }
 
     #[test]
+    fn a_stale_link_id_neither_closes_nor_sends_on_the_link_that_reused_its_slot() {
+        let mut inner = inner();
+        let old = inner.connect(DpdkPeer { mac: PEER, session: 1 }).unwrap();
+        inner.close(old, true);
+        let new = inner.connect(DpdkPeer { mac: PEER, session: 2 }).unwrap();
+        // What an api still holding the old id may do: close it again, send on it.
+        inner.close(old, true);
+        assert!(inner.link(new).is_some(), "a stale id closed the link that reused its slot");
+        assert_eq!(inner.send_frame(old, b"stale", Payload::None, false), Err(TlError::InvalidParam));
+        assert_ne!(new, old, "a new link has the id of one closed before it");
+        assert_eq!(inner.send_frame(new, b"fresh", Payload::None, false), Ok(SendOutcome::Done));
+        assert_eq!(inner.link(new).map(|l| l.session), Some(INITIATOR_BIT | 1), "the wire session");
+    }
+
+    #[test]
     fn placed_payloads_land_once_in_their_destination() {
         let mut inner = inner();
         let mut peer = Peer::new(&inner);
@@ -1587,7 +1590,7 @@ mod tests {
         assert!(buf[..GUARD].iter().chain(&buf[GUARD + data.len()..]).all(|&b| b == 0xEE));
         let stats = inner.stats;
         assert_eq!((stats.placed_frames, stats.placed_bytes, stats.placed_violations), (1, 10_000, 0));
-        assert!(inner.links[0].as_ref().unwrap().reassembly.capacity() == 0, "the payload was reassembled");
+        assert!(inner.links.at(0).unwrap().reassembly.capacity() == 0, "the payload was reassembled");
 
         // Left without a destination the payload is dropped: no PlaceDone, nothing counted.
         peer.send_placed(b"h2", &payload(3000));
@@ -1730,7 +1733,7 @@ mod tests {
 
         // What `close` does to the placement; the link is then Closing (graceful close).
         inner.end_placement_on_close(LinkId(0));
-        inner.links[0].as_mut().unwrap().state = State::Closing { bye_queued: false };
+        inner.links.at_mut(0).unwrap().state = State::Closing { bye_queued: false };
         let mut reported = Vec::new();
         let mut events = 0;
         inner.report_place_ends(&mut |event| reported.push(format!("{event:?}")), &mut events);
