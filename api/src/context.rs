@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use bitflags::bitflags;
-use zcx_dataplane::{RcacheStats, RegistrationCache, RemoteAccessTable};
+use zcx_dataplane::{MemoryDomain, RcacheStats, RegistrationCache, RemoteAccessTable};
 
 use crate::config::Config;
 use crate::mem::{Allocation, Registration};
@@ -65,6 +65,9 @@ pub(crate) struct ContextInner {
     pub config: Config,
     pub identity: LocalIdentity,
     pub rcache: RegistrationCache<Registration>,
+    /// The memory domains every `mem_map` region registers with (see
+    /// [`zcx_dataplane::domain`]).
+    pub domains: Vec<Arc<dyn MemoryDomain>>,
     /// Regions with remote protection, checked before any emulated put/get/atomic touches memory.
     pub remote_access: RemoteAccessTable,
     /// Live allocations (and imports) by start address, to find the memfd behind a registered range.
@@ -131,6 +134,7 @@ impl Context {
             config: config.clone(),
             identity,
             rcache: RegistrationCache::new(config.rcache_enabled()),
+            domains: memory_domains(&identity),
             remote_access: RemoteAccessTable::new(),
             allocations: Mutex::new(BTreeMap::new()),
             help_sources: Default::default(),
@@ -205,6 +209,21 @@ impl ContextInner {
         // Every mutation is a single insert/remove: a poisoned map is still consistent.
         self.allocations.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The memory domains of a context: same-host sharing always, DPDK external memory in a build
+/// with DPDK (a range registers with it only while this process runs EAL).
+fn memory_domains(identity: &LocalIdentity) -> Vec<Arc<dyn MemoryDomain>> {
+    let same_host = zcx_dataplane::shm::domain::SameHostDomain::new(
+        identity.boot_id,
+        identity.pid,
+        identity.pid_start_time,
+    );
+    vec![
+        Arc::new(same_host),
+        #[cfg(feature = "dpdk")]
+        Arc::new(zcx_dataplane::dpdk::domain::DpdkDomain),
+    ]
 }
 
 /// 16 bytes from the kernel's CSPRNG: context ids and access keys must be unguessable.

@@ -72,6 +72,6 @@ pub use status::{last_error_detail, status_string, Result, Status};
 pub use worker::{
     AmDesc, AmHandler, AmMessage, ProgressThread, ThreadMode, WakeupEvents, Worker, WorkerParams,
 };
-pub use zcx_dataplane::RcacheStats;
+pub use zcx_dataplane::{DomainId, RcacheStats};
 pub use zcx_hugepages::CpuSet;
 pub use zcx_hugepages::PageSize;

@@ -72,11 +72,26 @@ pub(crate) enum CancelTarget {
     StreamRecv { ep: u64, id: u64 },
 }
 
+/// What completing a request leaves to do once the worker's lock is released: user code (a
+/// callback) and a waker, whose `wake` may run anything an executor does (including a call back
+/// into this worker), so neither runs under the lock.
+pub(crate) struct AfterUnlock {
+    /// The callback to run from progress, with the status and info it reports.
+    pub callback: Option<(Callback, Status, OpInfo)>,
+    /// The waker a `Future::poll` registered.
+    pub waker: Option<Waker>,
+}
+
+impl AfterUnlock {
+    /// Nothing to do.
+    pub const NOTHING: AfterUnlock = AfterUnlock { callback: None, waker: None };
+}
+
 /// The worker's view of an in-progress request, without its buffer type.
 pub(crate) trait OpSink: Send + Sync {
-    /// Records the final status; returns the callback to run from progress, if any. The worker's
+    /// Records the final status; returns what to run once the lock is released. The worker's
     /// lock is held (`held` proves it), which is what serialises completions of a request.
-    fn complete(&self, held: &State, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)>;
+    fn complete(&self, held: &State, status: Status, info: OpInfo) -> AfterUnlock;
 }
 
 /// The shared state of an in-progress request: held by the [`Request`] and by the worker's record
@@ -249,7 +264,7 @@ impl<B: Send + 'static> ReqCell<B> {
 }
 
 impl<B: Send + 'static> OpSink for ReqCell<B> {
-    fn complete(&self, _held: &State, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
+    fn complete(&self, _held: &State, status: Status, info: OpInfo) -> AfterUnlock {
         // SAFETY: the worker's lock is held (`_held`).
         unsafe { self.complete_locked(status, info) }
     }
@@ -257,16 +272,17 @@ impl<B: Send + 'static> OpSink for ReqCell<B> {
 
 impl<B> ReqCell<B> {
     /// [`OpSink::complete`] with the lock proven by the caller: records the final status (the
-    /// first one only), wakes a registered waker and returns the callback to run.
+    /// first one only) and returns the registered waker and the callback, for the caller to run
+    /// once the lock is released.
     ///
     /// # Safety
     /// The caller holds the lock of the worker that completes the cell.
     #[inline(always)]
-    unsafe fn complete_locked(&self, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
+    unsafe fn complete_locked(&self, status: Status, info: OpInfo) -> AfterUnlock {
         // Completions run under the worker's lock only, so this check and the writes below are
         // not raced by another completer.
         if self.done.load(Ordering::Relaxed) {
-            return None;
+            return AfterUnlock::NOTHING;
         }
         // SAFETY: not done yet, so the owner does not read `outcome`; worker-side fields are ours
         // under the lock (the caller's contract).
@@ -275,10 +291,7 @@ impl<B> ReqCell<B> {
             ((*self.waker.get()).take(), (*self.callback.get()).take())
         };
         self.done.store(true, Ordering::Release);
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-        callback.map(|cb| (cb, status, info))
+        AfterUnlock { callback: callback.map(|cb| (cb, status, info)), waker }
     }
 }
 
@@ -518,7 +531,41 @@ mod tests {
 
     fn completed<B: Send + 'static>(worker: &crate::Worker, cell: &Arc<ReqCell<B>>) {
         let core = worker.shared.lock();
-        assert!(cell.complete(&core.st, Status::Ok, OpInfo { length: 3, ..OpInfo::default() }).is_none());
+        let after = cell.complete(&core.st, Status::Ok, OpInfo { length: 3, ..OpInfo::default() });
+        assert!(after.callback.is_none() && after.waker.is_none());
+    }
+
+    /// A waker may do anything an executor does, including call back into the worker, so the
+    /// completion leaves it for after the lock, as it does callbacks.
+    #[test]
+    #[cfg_attr(miri, ignore = "a real worker needs io_uring, memfd and eventfd, which Miri cannot run")]
+    fn a_completion_wakes_its_future_only_after_the_lock_is_released() {
+        struct LockProbe {
+            worker: Arc<WorkerShared>,
+            woken_under_lock: std::sync::Mutex<Vec<bool>>,
+        }
+        impl std::task::Wake for LockProbe {
+            fn wake(self: Arc<Self>) {
+                self.woken_under_lock.lock().unwrap().push(self.worker.is_locked());
+            }
+        }
+        let ctx = Context::with_features(Features::TAG).unwrap();
+        let worker = ctx.create_worker(&WorkerParams::default()).unwrap();
+        let probe =
+            Arc::new(LockProbe { worker: Arc::clone(&worker.shared), woken_under_lock: Default::default() });
+        let waker = Waker::from(Arc::clone(&probe));
+        let cell = ReqCell::new(&worker.shared, 7u8, None);
+        let mut request = Request::pending(Arc::clone(&cell));
+        let mut cx = TaskContext::from_waker(&waker);
+        assert!(Pin::new(&mut request).poll(&mut cx).is_pending());
+        {
+            let mut core = worker.shared.lock();
+            let sink: Arc<dyn OpSink> = cell;
+            core.st.complete_sink(&sink, Status::Ok, OpInfo::default());
+        }
+        worker.progress();
+        assert_eq!(*probe.woken_under_lock.lock().unwrap(), vec![false], "woken once, outside the lock");
+        assert!(matches!(Pin::new(&mut request).poll(&mut cx), Poll::Ready(Ok(_))));
     }
 
     /// A taken cell nobody else holds is reused, fresh, for the next operation of its buffer
@@ -612,8 +659,12 @@ mod tests {
             let mut deferred = lock.lock().unwrap();
             let first = !cell.is_done();
             // SAFETY: the stand-in worker lock is held.
-            if let Some(callback) = unsafe { cell.complete_locked(status, info) } {
-                deferred.push(callback);
+            let after = unsafe { cell.complete_locked(status, info) };
+            deferred.extend(after.callback);
+            drop(deferred);
+            // As the worker does: the waker runs once the lock is released.
+            if let Some(waker) = after.waker {
+                waker.wake();
             }
             first
         }
@@ -778,8 +829,9 @@ mod tests {
             ) {
                 if std::mem::take(&mut m.posted) {
                     // SAFETY: the caller holds the stand-in worker lock (`m` is under it).
-                    let callback = unsafe { cell.complete_locked(status, info) };
-                    m.deferred.extend(callback);
+                    let after = unsafe { cell.complete_locked(status, info) };
+                    assert!(after.waker.is_none(), "nothing polled the request as a future");
+                    m.deferred.extend(after.callback);
                 }
             }
 

@@ -4,6 +4,7 @@ use std::cmp::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use zcx_control::RkeyWire;
+use zcx_dataplane::DomainId;
 use zcx_hugepages::Mapping;
 
 use crate::context::{Context, ContextInner};
@@ -60,7 +61,22 @@ impl RemoteKey {
                 ));
             }
         }
+        for entry in &wire.domain_keys {
+            // An entry of a domain this context lacks is for a transport it cannot use: kept, unread.
+            let Some(domain) = ctx.domains.iter().find(|d| d.id() == DomainId(entry.domain)) else {
+                continue;
+            };
+            domain.check_remote_entry(&entry.key).map_err(|e| {
+                fail_with(Status::InvalidParam, format!("bad packed remote key: {} entry: {e}", domain.id()))
+            })?;
+        }
         Ok(RemoteKey { ctx: Arc::clone(ctx), wire, local_view: OnceLock::new() })
+    }
+
+    /// Extension: the key's entry for memory domain `id`, as the owner's domain packed it (the
+    /// same-host domain's entry is the locator, see [`RemoteKey::is_shareable`]).
+    pub fn domain_entry(&self, id: DomainId) -> Option<&[u8]> {
+        self.wire.domain_keys.iter().find(|k| k.domain == id.0).map(|k| k.key.as_slice())
     }
 
     /// The process whose memfd backs the region, when it is memfd-backed.

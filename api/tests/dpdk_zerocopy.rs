@@ -310,6 +310,9 @@ fn client(scenario: &str) {
     let d = mapped(&worker, 2 * MIB, &[pattern(MIB, 8), pattern(ODD_PUT, 9)].concat());
     let registered = extmem::counters().registered - before.registered;
     assert!(registered >= 4, "mapped regions were not registered with DPDK: {:?}", extmem::counters());
+    for memh in [&a, &b, &c, &d] {
+        assert!(memh.registered_domains().contains(&zcx::DomainId::DPDK), "{:?}", memh.registered_domains());
+    }
 
     let key = recv_tag(&worker, 6, 4096);
     let base = u64::from_le_bytes(key[..8].try_into().unwrap());

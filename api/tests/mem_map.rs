@@ -328,3 +328,20 @@ fn lock_never_reuses_an_unpinned_cached_registration() {
     let locked = ctx.mem_map(&p).unwrap();
     assert_ne!(locked.registration_id(), parent.registration_id());
 }
+
+#[test]
+fn allocated_memory_joins_the_same_host_domain_and_caller_memory_does_not() {
+    let ctx = context();
+    let memh = ctx.mem_map(&MemMapParams::alloc(8192)).unwrap();
+    assert!(memh.registered_domains().contains(&zcx::DomainId::SAME_HOST));
+    assert!(memh.is_shareable());
+    let caller = CallerMemory::new(8192);
+    // SAFETY: `caller` stays mapped until after the handle is dropped.
+    let registered = ctx.mem_map(&unsafe { MemMapParams::new().length(8192).address(caller.ptr) }).unwrap();
+    assert!(!registered.registered_domains().contains(&zcx::DomainId::SAME_HOST));
+    assert!(!registered.is_shareable());
+    drop(registered);
+    let zero = ctx.mem_map(&MemMapParams::alloc(0)).unwrap();
+    assert!(zero.registered_domains().is_empty());
+    assert!(ctx.mem_print_info("8192").unwrap().contains("memory domains: same-host"));
+}

@@ -44,6 +44,7 @@
 #![warn(missing_docs)]
 
 mod cursor;
+mod domain_key;
 mod error;
 mod exported_memh;
 mod fields;
@@ -58,10 +59,10 @@ mod shm_locator;
 pub mod tag;
 mod tag_set;
 mod transport_address;
-mod transport_key;
 mod worker_address;
 
 pub use cursor::{Reader, Writer};
+pub use domain_key::{DomainKey, MAX_DOMAIN_KEYS, MAX_DOMAIN_KEY_LEN};
 pub use error::WireError;
 pub use exported_memh::ExportedMemhWire;
 pub use fields::Fields;
@@ -79,5 +80,4 @@ pub use transport_address::{
     TransportAddress, MAX_SHM_SOCKET_NAME_LEN, MAX_TRANSPORT_ADDRESSES, MAX_TRANSPORT_ADDRESS_LEN,
     TRANSPORT_DPDK, TRANSPORT_SHM, TRANSPORT_URING, TRANSPORT_VERBS, VERBS_MTUS, VERBS_QPN_LIMIT,
 };
-pub use transport_key::{TransportKey, MAX_TRANSPORT_KEYS, MAX_TRANSPORT_KEY_LEN};
 pub use worker_address::WorkerAddressWire;

@@ -3,12 +3,12 @@
 
 use std::fmt;
 
+use crate::domain_key::{decode_keys, encode_keys, validate_keys, DomainKey};
 use crate::error::WireError;
 use crate::frame::{decode_frame, FrameKind, FrameWriter};
 use crate::region::Region;
 use crate::shm_locator::ShmLocator;
 use crate::tag;
-use crate::transport_key::{decode_keys, encode_keys, validate_keys, TransportKey};
 
 /// A packed remote key, as sent to peers that will access the region.
 ///
@@ -35,10 +35,10 @@ pub struct RkeyWire {
     /// Present when the region is memfd-backed and same-host peers may map it (`rkey_ptr`).
     /// Requires a non-zero `length` that fits inside the mapping.
     pub shm: Option<ShmLocator>,
-    /// Per-transport registration keys, at most
-    /// [`MAX_TRANSPORT_KEYS`](crate::MAX_TRANSPORT_KEYS) of at most
-    /// [`MAX_TRANSPORT_KEY_LEN`](crate::MAX_TRANSPORT_KEY_LEN) bytes each.
-    pub transport_keys: Vec<TransportKey>,
+    /// Per-memory-domain keys, at most
+    /// [`MAX_DOMAIN_KEYS`](crate::MAX_DOMAIN_KEYS) of at most
+    /// [`MAX_DOMAIN_KEY_LEN`](crate::MAX_DOMAIN_KEY_LEN) bytes each.
+    pub domain_keys: Vec<DomainKey>,
 }
 
 impl RkeyWire {
@@ -71,8 +71,8 @@ impl RkeyWire {
             frame.field(tag::SHM_LOCATOR, &shm.to_bytes());
         }
         frame.field(tag::SYMMETRIC, &[u8::from(self.symmetric)]);
-        if !self.transport_keys.is_empty() {
-            frame.field(tag::TRANSPORT_KEYS, &encode_keys(&self.transport_keys));
+        if !self.domain_keys.is_empty() {
+            frame.field(tag::DOMAIN_KEYS, &encode_keys(&self.domain_keys));
         }
     }
 
@@ -86,8 +86,7 @@ impl RkeyWire {
             _ => return Err(WireError::Invalid("symmetric flag is neither 0 nor 1")),
         };
         let shm = fields.take(tag::SHM_LOCATOR).map(ShmLocator::from_bytes).transpose()?;
-        let transport_keys =
-            fields.take(tag::TRANSPORT_KEYS).map(decode_keys).transpose()?.unwrap_or_default();
+        let domain_keys = fields.take(tag::DOMAIN_KEYS).map(decode_keys).transpose()?.unwrap_or_default();
         fields.finish()?;
         let wire = RkeyWire {
             context_id: region.context_id,
@@ -99,7 +98,7 @@ impl RkeyWire {
             access_key: region.access_key,
             symmetric,
             shm,
-            transport_keys,
+            domain_keys,
         };
         wire.validate()?;
         Ok(wire)
@@ -107,7 +106,7 @@ impl RkeyWire {
 
     /// Checks every rule a decoded key must satisfy: protection bits, memory type, an address
     /// range that does not wrap, a shm locator only on a non-empty region lying inside the
-    /// mapping, and the transport key caps.
+    /// mapping, and the domain key caps.
     pub fn validate(&self) -> Result<(), WireError> {
         let region = self.region();
         region.validate()?;
@@ -117,7 +116,7 @@ impl RkeyWire {
             }
             region.validate_within(shm)?;
         }
-        validate_keys(&self.transport_keys)
+        validate_keys(&self.domain_keys)
     }
 
     fn region(&self) -> Region {
@@ -145,7 +144,7 @@ impl fmt::Debug for RkeyWire {
             .field("access_key", &format_args!("<redacted>"))
             .field("symmetric", &self.symmetric)
             .field("shm", &self.shm)
-            .field("transport_keys", &self.transport_keys)
+            .field("domain_keys", &self.domain_keys)
             .finish()
     }
 }
@@ -153,10 +152,10 @@ impl fmt::Debug for RkeyWire {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain_key::{MAX_DOMAIN_KEYS, MAX_DOMAIN_KEY_LEN};
     use crate::frame::{decode_frame, MAX_FRAME_LEN};
     use crate::region::{PROT_ALL, PROT_REMOTE_READ};
     use crate::samples::{sample_locator, sample_rkey};
-    use crate::transport_key::{MAX_TRANSPORT_KEYS, MAX_TRANSPORT_KEY_LEN};
 
     /// The frame of `key`, unvalidated, with `extra` fields appended.
     fn frame_with(key: &RkeyWire, extra: &[(u8, &[u8])]) -> Vec<u8> {
@@ -209,11 +208,11 @@ mod tests {
     }
 
     #[test]
-    fn round_trips_with_transport_keys() {
+    fn round_trips_with_domain_keys() {
         let key = RkeyWire {
-            transport_keys: vec![
-                TransportKey { transport: 1, key: vec![0xAA; 4] },
-                TransportKey { transport: 2, key: Vec::new() },
+            domain_keys: vec![
+                DomainKey { domain: 1, key: vec![0xAA; 4] },
+                DomainKey { domain: 2, key: Vec::new() },
             ],
             ..sample_rkey()
         };
@@ -223,10 +222,7 @@ mod tests {
     #[test]
     fn largest_key_fits_a_frame() {
         let key = RkeyWire {
-            transport_keys: vec![
-                TransportKey { transport: 7, key: vec![1; MAX_TRANSPORT_KEY_LEN] };
-                MAX_TRANSPORT_KEYS
-            ],
+            domain_keys: vec![DomainKey { domain: 7, key: vec![1; MAX_DOMAIN_KEY_LEN] }; MAX_DOMAIN_KEYS],
             ..sample_rkey()
         };
         let bytes = key.encode();
@@ -277,31 +273,30 @@ mod tests {
     }
 
     #[test]
-    fn rejects_too_many_transport_keys() {
+    fn rejects_too_many_domain_keys() {
         let key = RkeyWire {
-            transport_keys: vec![TransportKey { transport: 1, key: vec![] }; MAX_TRANSPORT_KEYS + 1],
+            domain_keys: vec![DomainKey { domain: 1, key: vec![] }; MAX_DOMAIN_KEYS + 1],
             ..sample_rkey()
         };
-        let expected = Some(WireError::TooLong { len: MAX_TRANSPORT_KEYS + 1, max: MAX_TRANSPORT_KEYS });
+        let expected = Some(WireError::TooLong { len: MAX_DOMAIN_KEYS + 1, max: MAX_DOMAIN_KEYS });
         assert_eq!(key.try_encode().err(), expected);
         assert_eq!(RkeyWire::decode(&frame_with(&key, &[])).err(), expected);
     }
 
     #[test]
-    fn rejects_oversized_transport_key() {
+    fn rejects_oversized_domain_key() {
         let key = RkeyWire {
-            transport_keys: vec![TransportKey { transport: 1, key: vec![0; MAX_TRANSPORT_KEY_LEN + 1] }],
+            domain_keys: vec![DomainKey { domain: 1, key: vec![0; MAX_DOMAIN_KEY_LEN + 1] }],
             ..sample_rkey()
         };
-        let expected =
-            Some(WireError::TooLong { len: MAX_TRANSPORT_KEY_LEN + 1, max: MAX_TRANSPORT_KEY_LEN });
+        let expected = Some(WireError::TooLong { len: MAX_DOMAIN_KEY_LEN + 1, max: MAX_DOMAIN_KEY_LEN });
         assert_eq!(key.try_encode().err(), expected);
         assert_eq!(RkeyWire::decode(&frame_with(&key, &[])).err(), expected);
     }
 
     #[test]
-    fn rejects_empty_transport_key_list() {
-        let bytes = frame_with(&sample_rkey(), &[(tag::TRANSPORT_KEYS, &[0])]);
+    fn rejects_empty_domain_key_list() {
+        let bytes = frame_with(&sample_rkey(), &[(tag::DOMAIN_KEYS, &[0])]);
         assert!(matches!(RkeyWire::decode(&bytes), Err(WireError::Invalid(_))));
     }
 

@@ -37,7 +37,7 @@ pub(crate) fn sample_rkey() -> RkeyWire {
         access_key: *b"capability-bytes",
         symmetric: false,
         shm: Some(sample_locator()),
-        transport_keys: Vec::new(),
+        domain_keys: Vec::new(),
     }
 }
 

@@ -36,8 +36,8 @@ pub const ACCESS_KEY: u8 = 0x87;
 pub const SHM_LOCATOR: u8 = 0x88;
 /// The `SYMMETRIC_RKEY` hint (`u8`, 0 or 1).
 pub const SYMMETRIC: u8 = 0x89;
-/// Per-transport registration keys (a counted list).
-pub const TRANSPORT_KEYS: u8 = 0x8A;
+/// Per-memory-domain keys (a counted list).
+pub const DOMAIN_KEYS: u8 = 0x8A;
 /// Random identity of a worker (16 bytes).
 pub const WORKER_UID: u8 = 0x8B;
 /// A worker's name (UTF-8, at most [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes).

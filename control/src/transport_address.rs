@@ -16,8 +16,8 @@ use crate::cursor::{Reader, Writer};
 use crate::error::WireError;
 use crate::tag;
 
-/// Wire kind of [`TransportAddress::Uring`]; the same numbers name transports everywhere
-/// (also in [`TransportKey::transport`](crate::TransportKey)).
+/// Wire kind of [`TransportAddress::Uring`]; the same numbers name transports in every wire
+/// format (memory domains have numbers of their own, see [`DomainKey::domain`](crate::DomainKey)).
 pub const TRANSPORT_URING: u8 = 1;
 /// Wire kind of [`TransportAddress::Shm`].
 pub const TRANSPORT_SHM: u8 = 2;

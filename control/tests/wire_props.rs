@@ -10,10 +10,10 @@ use proptest::test_runner::RngAlgorithm;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
 use zcx_control::{
-    decode_frame, frame, tag, ExportedMemhWire, FrameKind, HandshakeWire, RkeyWire, ShmLocator,
-    TransportAddress, TransportKey, WorkerAddressWire, MAX_SHM_SOCKET_NAME_LEN, MAX_TRANSPORT_ADDRESSES,
-    MAX_TRANSPORT_ADDRESS_LEN, MAX_TRANSPORT_KEYS, MAX_TRANSPORT_KEY_LEN, MEM_TYPE_MAX, PAGE_SIZE_1G,
-    PAGE_SIZE_2M, PAGE_SIZE_4K, PROT_ALL, REJECT_STATUS_MAX, REJECT_STATUS_MIN, TRANSPORT_VERBS, VERBS_MTUS,
+    decode_frame, frame, tag, DomainKey, ExportedMemhWire, FrameKind, HandshakeWire, RkeyWire, ShmLocator,
+    TransportAddress, WorkerAddressWire, MAX_DOMAIN_KEYS, MAX_DOMAIN_KEY_LEN, MAX_SHM_SOCKET_NAME_LEN,
+    MAX_TRANSPORT_ADDRESSES, MAX_TRANSPORT_ADDRESS_LEN, MEM_TYPE_MAX, PAGE_SIZE_1G, PAGE_SIZE_2M,
+    PAGE_SIZE_4K, PROT_ALL, REJECT_STATUS_MAX, REJECT_STATUS_MIN, TRANSPORT_VERBS, VERBS_MTUS,
     VERBS_QPN_LIMIT,
 };
 
@@ -54,15 +54,15 @@ fn arb_range(shm: Option<ShmLocator>) -> BoxedStrategy<(u64, u64)> {
     length.prop_flat_map(|length| ((0..=u64::MAX - length), Just(length))).boxed()
 }
 
-fn arb_transport_keys() -> impl Strategy<Value = Vec<TransportKey>> {
+fn arb_domain_keys() -> impl Strategy<Value = Vec<DomainKey>> {
     // Mostly short keys, like real ones (an io_uring buffer index, a verbs rkey), and enough
     // long ones to reach the length cap; long ones also cost the most to generate.
     let key_bytes = prop_oneof![
         7 => prop::collection::vec(any::<u8>(), 0..=16),
-        1 => prop::collection::vec(any::<u8>(), 0..=MAX_TRANSPORT_KEY_LEN),
+        1 => prop::collection::vec(any::<u8>(), 0..=MAX_DOMAIN_KEY_LEN),
     ];
-    let key = (any::<u8>(), key_bytes).prop_map(|(transport, key)| TransportKey { transport, key });
-    prop::collection::vec(key, 0..=MAX_TRANSPORT_KEYS)
+    let key = (any::<u8>(), key_bytes).prop_map(|(domain, key)| DomainKey { domain, key });
+    prop::collection::vec(key, 0..=MAX_DOMAIN_KEYS)
 }
 
 /// The fields of a region description: context id, region id, prot, mem type, access key.
@@ -80,7 +80,7 @@ fn arb_rkey() -> impl Strategy<Value = RkeyWire> {
     prop::option::of(arb_locator())
         .prop_flat_map(|shm| (Just(shm), arb_range(shm)))
         .prop_flat_map(|(shm, range)| {
-            (Just(shm), Just(range), arb_region_identity(), any::<bool>(), arb_transport_keys())
+            (Just(shm), Just(range), arb_region_identity(), any::<bool>(), arb_domain_keys())
         })
         .prop_map(
             |(shm, (base, length), (context_id, region_id, prot, mem_type, access_key), symmetric, keys)| {
@@ -94,7 +94,7 @@ fn arb_rkey() -> impl Strategy<Value = RkeyWire> {
                     access_key,
                     symmetric,
                     shm,
-                    transport_keys: keys,
+                    domain_keys: keys,
                 }
             },
         )
@@ -320,7 +320,7 @@ fn arb_field_edit() -> impl Strategy<Value = FieldEdit> {
         tag::ACCESS_KEY,
         tag::SHM_LOCATOR,
         tag::SYMMETRIC,
-        tag::TRANSPORT_KEYS,
+        tag::DOMAIN_KEYS,
         tag::WORKER_UID,
         tag::WORKER_NAME,
         tag::BOOT_ID,

@@ -285,7 +285,7 @@ mod tests {
             access_key: KEY,
             symmetric: false,
             shm: None,
-            transport_keys: Vec::new(),
+            domain_keys: Vec::new(),
         }
     }
 

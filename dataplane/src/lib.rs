@@ -10,6 +10,7 @@
 
 pub mod access;
 pub mod copy;
+pub mod domain;
 pub mod doorbell;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
@@ -29,6 +30,7 @@ pub mod uring_probe;
 pub mod wakeup;
 
 pub use access::{AccessError, RegionEntry, RemoteAccess, RemoteAccessTable};
+pub use domain::{Backing, DomainError, DomainId, DomainRegistration, Memfd, MemoryDomain, RegionToRegister};
 pub use fast_map::{FastMap, FastSet};
 pub use lend::LendSlot;
 pub use link_table::LinkTable;

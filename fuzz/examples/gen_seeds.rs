@@ -8,7 +8,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::path::Path;
 
 use zcx_control::{
-    tag, ExportedMemhWire, HandshakeWire, RkeyWire, ShmLocator, TransportAddress, TransportKey,
+    tag, DomainKey, ExportedMemhWire, HandshakeWire, RkeyWire, ShmLocator, TransportAddress,
     WorkerAddressWire, PAGE_SIZE_2M, PAGE_SIZE_4K, PROT_ALL, PROT_REMOTE_READ,
 };
 use zcx_dataplane::dpdk::frame::write_header;
@@ -78,15 +78,15 @@ fn rkeys() -> Vec<RkeyWire> {
         access_key: [0xAA; 16],
         symmetric: false,
         shm: None,
-        transport_keys: Vec::new(),
+        domain_keys: Vec::new(),
     };
     let full = RkeyWire {
         prot: PROT_ALL,
         symmetric: true,
         shm: Some(locator()),
-        transport_keys: vec![
-            TransportKey { transport: 1, key: vec![3, 0, 0, 0] },
-            TransportKey { transport: 4, key: (0..16).collect() },
+        domain_keys: vec![
+            DomainKey { domain: 1, key: vec![3, 0, 0, 0] },
+            DomainKey { domain: 4, key: (0..16).collect() },
         ],
         ..plain.clone()
     };

@@ -8,7 +8,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use arbitrary::{Result, Unstructured};
 use zcx_control::{
-    ExportedMemhWire, HandshakeWire, RkeyWire, ShmLocator, TransportAddress, TransportKey, WorkerAddressWire,
+    DomainKey, ExportedMemhWire, HandshakeWire, RkeyWire, ShmLocator, TransportAddress, WorkerAddressWire,
     PAGE_SIZE_1G, PAGE_SIZE_2M, PAGE_SIZE_4K, PROT_ALL, TRANSPORT_DPDK, TRANSPORT_SHM, TRANSPORT_URING,
     TRANSPORT_VERBS, VERBS_MTUS,
 };
@@ -76,10 +76,10 @@ pub fn rkey(u: &mut Unstructured<'_>) -> Result<RkeyWire> {
     let shm = if u.arbitrary()? { Some(shm_locator(u)?) } else { None };
     let (context_id, region_id, base, length, prot, mem_type, access_key) = region(u, shm.as_ref())?;
     let count = if mostly(u)? { u.int_in_range(0..=8)? } else { u.int_in_range(0..=10)? };
-    let mut transport_keys = Vec::with_capacity(count);
+    let mut domain_keys = Vec::with_capacity(count);
     for _ in 0..count {
         let max = if mostly(u)? { 64 } else { 300 };
-        transport_keys.push(TransportKey { transport: u.arbitrary()?, key: bytes_up_to(u, max)? });
+        domain_keys.push(DomainKey { domain: u.arbitrary()?, key: bytes_up_to(u, max)? });
     }
     Ok(RkeyWire {
         context_id,
@@ -91,7 +91,7 @@ pub fn rkey(u: &mut Unstructured<'_>) -> Result<RkeyWire> {
         access_key,
         symmetric: u.arbitrary()?,
         shm,
-        transport_keys,
+        domain_keys,
     })
 }
 

@@ -21,7 +21,7 @@ fn packed_rkey_describes_the_region_and_this_process() {
     assert_eq!(wire.prot, prot.bits());
     assert_eq!(wire.mem_type, 0);
     assert!(wire.symmetric);
-    assert!(wire.transport_keys.is_empty());
+    assert!(wire.domain_keys.is_empty());
     let shm = wire.shm.expect("allocated memory is shareable");
     assert_eq!(shm.pid, std::process::id());
     assert_eq!(Some(shm.boot_id), zcx_control::local_boot_id());

@@ -3,11 +3,12 @@
 use std::sync::Arc;
 
 use bitflags::bitflags;
-use zcx_control::{ExportedMemhWire, RkeyWire};
+use zcx_control::{DomainKey, ExportedMemhWire, RkeyWire};
+use zcx_dataplane::shm::domain::SameHostRegistration;
+use zcx_dataplane::DomainId;
 use zcx_hugepages::PageSize;
 
 use crate::context::{ContextInner, Features};
-use crate::mem::locator::locator_for;
 use crate::mem::registration::Registration;
 use crate::mem::{MemMapFlags, MemoryType, Prot};
 use crate::status::{fail_with, Result, Status};
@@ -144,6 +145,14 @@ impl MemHandle {
         self.registration.as_ref().map(|r| r.id)
     }
 
+    /// Extension: the memory domains that have registered this handle's range so far (a domain
+    /// that defers `NONBLOCK` regions joins on first use; one that does not apply to the range is
+    /// absent).
+    pub fn registered_domains(&self) -> Vec<DomainId> {
+        let Some(registration) = self.registration.as_ref() else { return Vec::new() };
+        self.ctx.domains.iter().map(|d| d.id()).filter(|&id| registration.is_registered_with(id)).collect()
+    }
+
     /// Extension: true when the region is memfd-backed, so a same-host peer can map it (`rkey_ptr`,
     /// export).
     pub fn is_shareable(&self) -> bool {
@@ -196,6 +205,16 @@ impl MemHandle {
 
     /// The remote key of this handle, before encoding (what `pack` encodes).
     pub(crate) fn rkey_wire(&self) -> RkeyWire {
+        self.rkey_wire_with(self.domain_keys())
+    }
+
+    /// The remote key without the other domains' entries, for a same-host peer, which reaches
+    /// the memory through the locator alone; building it registers no deferred domain.
+    pub(crate) fn same_host_rkey_wire(&self) -> RkeyWire {
+        self.rkey_wire_with(Vec::new())
+    }
+
+    fn rkey_wire_with(&self, domain_keys: Vec<DomainKey>) -> RkeyWire {
         RkeyWire {
             context_id: self.ctx.id,
             region_id: self.region_id,
@@ -206,7 +225,7 @@ impl MemHandle {
             access_key: self.access_key,
             symmetric: self.flags.contains(MemMapFlags::SYMMETRIC_RKEY),
             shm: if self.length == 0 { None } else { self.shm_locator() },
-            transport_keys: Vec::new(),
+            domain_keys,
         }
     }
 
@@ -253,9 +272,27 @@ impl MemHandle {
         encode_packed(wire.try_encode())
     }
 
-    /// How a same-host peer maps this region, when it is memfd-backed.
+    /// How a same-host peer maps this region, when it is memfd-backed: the same-host domain's
+    /// entry.
     pub(crate) fn shm_locator(&self) -> Option<zcx_control::ShmLocator> {
-        self.backing_allocation().and_then(|a| locator_for(&self.ctx.identity, a, self.address))
+        let registered = self.registration.as_ref()?.domain(DomainId::SAME_HOST)?;
+        registered.as_any().downcast_ref::<SameHostRegistration>()?.locator(self.address)
+    }
+
+    /// The entries of every memory domain but the same-host one (which travels as the key's
+    /// locator) for this handle's packed key.
+    fn domain_keys(&self) -> Vec<DomainKey> {
+        let Some(registration) = self.registration.as_ref().filter(|_| self.length > 0) else {
+            return Vec::new();
+        };
+        registration
+            .domains()
+            .filter(|(id, _)| *id != DomainId::SAME_HOST)
+            .filter_map(|(id, registered)| {
+                let key = registered.remote_entry(self.address, self.length)?;
+                Some(DomainKey { domain: id.0, key })
+            })
+            .collect()
     }
 
     fn backing_allocation(&self) -> Option<&crate::mem::Allocation> {

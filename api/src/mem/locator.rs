@@ -1,4 +1,5 @@
-//! Finding and mapping a same-host peer's memfd-backed memory (for `rkey_ptr` and imports).
+//! Mapping a same-host peer's memfd-backed memory (for `rkey_ptr` and imports); the locator
+//! naming it is the same-host memory domain's entry (`zcx_dataplane::shm::domain`).
 //!
 //! The peer's memfd is opened through `/proc/<pid>/fd/<fd>`: the kernel only allows that to the same
 //! user (or root), there is no world-readable name in /dev/shm, and the region dies with its owner.
@@ -12,30 +13,8 @@ use zcx_control::ShmLocator;
 use zcx_hugepages::{Mapping, PageSize, Placement};
 
 use crate::context::LocalIdentity;
-use crate::mem::registration::{fstat_identity, fstat_size, Allocation};
+use crate::mem::registration::{fstat_identity, fstat_size};
 use crate::status::{fail_with, Result, Status};
-
-/// The locator a peer needs to map `[address, address + length)` of `allocation`, if it is memfd-backed.
-pub(crate) fn locator_for(
-    identity: &LocalIdentity,
-    allocation: &Allocation,
-    address: usize,
-) -> Option<ShmLocator> {
-    let boot_id = identity.boot_id?;
-    let (dev, inode) = allocation.memfd_identity()?;
-    let fd = allocation.mapping().memfd()?;
-    Some(ShmLocator {
-        boot_id,
-        pid: identity.pid,
-        pid_start_time: identity.pid_start_time,
-        fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
-        inode,
-        dev,
-        map_offset: (address - allocation.start()) as u64,
-        map_len: allocation.mapping().mapped_len() as u64,
-        page_size: allocation.mapping().page_size().bytes() as u64,
-    })
-}
 
 /// Maps the whole memfd a locator names. `UNREACHABLE` when it is on another host, its owner is gone,
 /// or the kernel refuses access; `INVALID_PARAM` when the locator contradicts itself.

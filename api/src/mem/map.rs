@@ -30,8 +30,16 @@ impl Context {
                 let mapping = allocate(ctx, placement, length, valid.flags)?;
                 let allocation = Allocation::new(ctx, mapping);
                 let start = allocation.start();
-                let registration =
-                    Registration::new(ctx, start, start + length, valid.prot, Some(allocation), false);
+                let nonblock = valid.flags.contains(MemMapFlags::NONBLOCK);
+                let registration = Registration::new(
+                    ctx,
+                    start,
+                    start + length,
+                    valid.prot,
+                    Some(allocation),
+                    false,
+                    nonblock,
+                )?;
                 new_handle(ctx, start, length, valid.prot, valid.flags, Some(registration))
             }
             MapRequest::Register { address, length } => {
@@ -77,7 +85,7 @@ fn new_handle(
     }
     if length > 0 && prot.contains(Prot::REMOTE_READ) {
         // A peer may map it and read it anyway: so it may copy a large put's chunks from it.
-        let wire = handle.rkey_wire();
+        let wire = handle.same_host_rkey_wire();
         if wire.shm.is_some() {
             ctx.help_sources.insert(handle.region_id, address, length, wire);
         }
@@ -158,7 +166,7 @@ fn register(
             ));
         }
     }
-    Ok(Registration::new(ctx, address, end, prot, backing, lock))
+    Registration::new(ctx, address, end, prot, backing, lock, flags.contains(MemMapFlags::NONBLOCK))
 }
 
 /// `INVALID_ADDR` unless every page of `[address, address + length)` is mapped in this process.
@@ -203,6 +211,8 @@ fn import(
     let address = allocation.start() + offset;
     let exported_prot = Prot::from_bits_truncate(wire.prot);
     let prot = prot.map_or(exported_prot, |p| p & exported_prot);
-    let registration = Registration::new(ctx, address, address + length, prot, Some(allocation), false);
+    let nonblock = flags.contains(MemMapFlags::NONBLOCK);
+    let registration =
+        Registration::new(ctx, address, address + length, prot, Some(allocation), false, nonblock)?;
     new_handle(ctx, address, length, prot, flags, Some(registration))
 }

@@ -25,6 +25,8 @@ impl Context {
         let _ = writeln!(out, "#  allocation method: memfd, page size {page}");
         let _ = writeln!(out, "#  same-host peers can map it (rkey_ptr, export): {}", memh.is_shareable());
         let _ = writeln!(out, "#  registration id: {:?}", memh.registration_id());
+        let domains: Vec<String> = memh.registered_domains().iter().map(ToString::to_string).collect();
+        let _ = writeln!(out, "#  memory domains: {}", domains.join(", "));
         let _ = writeln!(out, "#  packed rkey: {} bytes", memh.rkey_pack()?.len());
         Ok(out)
     }

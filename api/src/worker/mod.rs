@@ -430,6 +430,12 @@ impl std::fmt::Debug for Worker {
 }
 
 impl WorkerShared {
+    /// Whether some thread holds the worker's lock now, for tests of what runs outside it.
+    #[cfg(test)]
+    pub(crate) fn is_locked(&self) -> bool {
+        matches!(self.core.try_lock(), Err(std::sync::TryLockError::WouldBlock))
+    }
+
     pub(crate) fn lock(&self) -> CoreGuard<'_> {
         // Core invariants hold between statements that can panic only on a zcx bug; keep serving.
         CoreGuard { guard: Some(self.core.lock().unwrap_or_else(|p| p.into_inner())), quiet: &self.quiet }
@@ -579,6 +585,7 @@ impl WorkerShared {
     fn run_deferred(self: &Arc<Self>, item: Deferred, am_handlers: Option<&am::AmHandlers>) {
         match item {
             Deferred::Callback(callback, status, info) => callback(status, &info),
+            Deferred::Wake(waker) => waker.wake(),
             Deferred::ErrHandler { ep, handler, status } => {
                 let endpoint = Endpoint::attach(self, ep);
                 handler(&endpoint, status);

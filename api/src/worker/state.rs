@@ -20,7 +20,7 @@ use zcx_dataplane::{
 use crate::context::ContextInner;
 use crate::endpoint::{EpHandle, ErrHandler};
 use crate::listener::ListenerHandlers;
-use crate::request::{Callback, OpInfo, OpSink};
+use crate::request::{AfterUnlock, Callback, OpInfo, OpSink};
 use crate::status::Status;
 use crate::worker::am::AmHandlers;
 use crate::worker::am_lent::LentAm;
@@ -231,9 +231,9 @@ impl NbiFailure {
 }
 
 impl OpSink for NbiFailure {
-    fn complete(&self, _held: &State, status: Status, _info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
+    fn complete(&self, _held: &State, status: Status, _info: OpInfo) -> AfterUnlock {
         self.record(status);
-        None
+        AfterUnlock::NOTHING
     }
 }
 
@@ -245,7 +245,7 @@ pub(crate) struct NbiCopy {
 }
 
 impl OpSink for NbiCopy {
-    fn complete(&self, held: &State, status: Status, info: OpInfo) -> Option<(Callback, Status, OpInfo)> {
+    fn complete(&self, held: &State, status: Status, info: OpInfo) -> AfterUnlock {
         self.failure.complete(held, status, info)
     }
 }
@@ -332,6 +332,8 @@ pub(crate) struct ListenerEntry {
 /// connection request) is boxed to keep every item small enough to move without a `memcpy` call.
 pub(crate) enum Deferred {
     Callback(Callback, Status, OpInfo),
+    /// The waker of a request polled as a future.
+    Wake(std::task::Waker),
     ErrHandler {
         ep: u64,
         handler: ErrHandler,
@@ -622,8 +624,12 @@ impl State {
     /// Completes a request and queues its callback.
     pub fn complete_sink(&mut self, sink: &Arc<dyn OpSink>, status: Status, info: OpInfo) {
         self.events += 1;
-        if let Some((callback, status, info)) = sink.complete(self, status, info) {
+        let after = sink.complete(self, status, info);
+        if let Some((callback, status, info)) = after.callback {
             self.deferred.push(Deferred::Callback(callback, status, info));
+        }
+        if let Some(waker) = after.waker {
+            self.deferred.push(Deferred::Wake(waker));
         }
     }
 

@@ -89,6 +89,7 @@
 //! **Time** is `Instant`-based nanoseconds since the transport was made. The port must be
 //! dropped before EAL; see [`DpdkTransport::new`].
 
+pub mod domain;
 pub mod eal;
 pub mod extmem;
 pub mod frame;

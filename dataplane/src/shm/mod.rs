@@ -10,6 +10,7 @@
 //!   read straight from the sender's memory (`process_vm_readv`).
 
 pub mod conn;
+pub mod domain;
 mod lane;
 pub mod put_help;
 pub mod ring;
