@@ -19,6 +19,7 @@ pub mod log_limit;
 mod os_error;
 pub mod proto;
 pub mod rcache;
+pub mod same_host;
 pub mod shm;
 pub mod transport;
 pub mod transport_set;
@@ -31,12 +32,13 @@ pub use fast_map::{FastMap, FastSet};
 pub use lend::LendSlot;
 pub use log_limit::LogLimit;
 pub use rcache::{RcacheStats, RegistrationCache};
+pub use same_host::SameHostFastPath;
 pub use shm::{ShmConfig, ShmTransport};
 pub use transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
     Transport, ZcopyPayload, MAX_HANDSHAKE_FRAME,
 };
-pub use transport_set::TransportSet;
+pub use transport_set::{SetMember, TransportSet};
 pub use uring::{UringConfig, UringTransport};
 pub use uring_probe::{probe_uring, UringSupport};
 pub use wakeup::Wakeup;

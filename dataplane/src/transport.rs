@@ -11,6 +11,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 
+use crate::same_host::SameHostFastPath;
+
 /// One connection of a transport: to a peer worker, for one endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LinkId(pub u32);
@@ -404,32 +406,6 @@ pub trait Transport: Send {
     /// number of events reported.
     fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize;
 
-    /// [`Transport::poll`], offering frames through `lend` so that the sink may keep one past
-    /// its event (see [`crate::lend`]). Default: lends nothing.
-    fn poll_lending(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: &crate::LendSlot) -> usize {
-        let _ = lend;
-        self.poll(sink)
-    }
-
-    /// Hands one frame waiting on a link of this transport to `take`, without the general poll:
-    /// for a worker whose doorbell rang while the transport was quiet (see [`crate::doorbell`]),
-    /// so a message on its own costs a read of its ring and its handling. The frame is offered
-    /// through `lend` as [`Transport::poll_lending`] offers it; untaken, it is gone from its link
-    /// (and its space given back) when `take` returns. True when a frame was handed over. False
-    /// when none waits, and whenever a link needs more than a read (a loan, a placement, a queue,
-    /// a failure or close to report) or the transport has events of its own: the caller then
-    /// polls as usual. Only the frame at the head of a link is handed over, so order holds.
-    /// Default: never hands one over.
-    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]), lend: &crate::LendSlot) -> bool {
-        let _ = (take, lend);
-        false
-    }
-
-    /// Ends the loan of the frame taken on `link` (see [`crate::lend`]): its bytes may be reused
-    /// and the link is read again. Harmless for a link with no loan, or one that has since
-    /// closed or failed (its mapping is let go now).
-    fn end_lend(&mut self, _link: LinkId) {}
-
     /// A descriptor that becomes readable when `poll` has something to do, for the worker's
     /// `arm`/`wait`. Level or edge: the worker re-checks with `poll` after every wakeup.
     fn event_fd(&self) -> Option<BorrowedFd<'_>>;
@@ -442,32 +418,43 @@ pub trait Transport: Send {
     /// Default: nothing to do.
     fn prepare_sleep(&mut self) {}
 
-    /// True when nothing but what [`Transport::doorbells`] shows can give `poll` work: no frame
-    /// queued or in flight, no link opening or closing. A busy-polling worker may then skip
-    /// polling it while no doorbell rings (and still polls it every few calls). Default: never.
+    /// True when `poll` can find nothing new until one of the transport's doorbells rings (see
+    /// [`crate::doorbell`]): no frame queued or in flight, no link opening or closing, and every
+    /// link one whose incoming data rings a doorbell ([`SameHostFastPath::doorbells`]); a
+    /// transport without doorbells is quiet only with no link at all. A busy-polling worker may
+    /// then skip polling it while no doorbell rings (and still polls it every few calls).
+    /// Default: never.
     fn is_quiet(&self) -> bool {
         false
     }
 
-    /// The doorbells of this transport's links (see [`crate::doorbell`]), for a quiet transport.
-    fn doorbells(&self, _out: &mut Vec<crate::doorbell::Doorbell>) {}
-
-    /// Changes whenever the set of doorbells does (links added or removed).
-    fn doorbell_generation(&self) -> u64 {
-        0
-    }
-
-    /// The link's sending end for an endpoint to write eager frames through without the worker
-    /// (see [`crate::shm::ShmSendLane`]), opened on the endpoint's side. `None` when the
-    /// transport has no such lane (only shared memory has one) or the link is not live.
-    fn open_send_lane(&mut self, _link: LinkId) -> Option<std::sync::Arc<crate::shm::ShmSendLane>> {
+    /// The same-host shared-memory fast paths of this transport (see [`crate::same_host`]);
+    /// `None` for a transport without them (every transport but shm, and a set without shm).
+    /// Resolve it once, not per message: a [`crate::TransportSet`] keeps such a member as a
+    /// `dyn SameHostFastPath` and calls it directly.
+    fn same_host_fast_path(&mut self) -> Option<&mut dyn SameHostFastPath> {
         None
     }
+}
 
-    /// The put-help words of the direction the peer sends on over `link`, with the peer's
-    /// process id (see [`crate::shm::put_help`]): what a target needs to help with the peer's
-    /// large put. `None` when the transport has none (only shared memory has them).
-    fn peer_help_words(&self, _link: LinkId) -> Option<(crate::shm::put_help::HelpWords, u32)> {
-        None
+#[cfg(test)]
+mod tests {
+    /// The core interface names no type of a particular transport: what only shared memory
+    /// offers is reached through [`crate::same_host`].
+    #[test]
+    fn the_core_interface_names_no_transport_type() {
+        let source = include_str!("transport.rs");
+        let code = source.lines().filter(|line| !line.trim_start().starts_with("//"));
+        for line in code {
+            for name in
+                ["shm::", "uring::", "dpdk::", "verbs::", "Shm", "Uring", "Dpdk", "HelpWords", "Doorbell"]
+            {
+                // The test's own list is the one place the names appear.
+                if line.contains("for name in") {
+                    continue;
+                }
+                assert!(!line.contains(name), "transport.rs names {name}: {line}");
+            }
+        }
     }
 }

@@ -9,8 +9,8 @@ use zcx_control::TransportAddress;
 use zcx_dataplane::shm::conn::{self, Hello};
 use zcx_dataplane::shm::segment::{segment_len, Segment};
 use zcx_dataplane::{
-    ConnectTarget, LendSlot, LinkId, ListenerId, Payload, PlaceTarget, SendOutcome, ShmConfig, ShmTransport,
-    TlError, TlEvent, Transport, ZcopyPayload,
+    ConnectTarget, LendSlot, LinkId, ListenerId, Payload, PlaceTarget, SameHostFastPath as _, SendOutcome,
+    ShmConfig, ShmTransport, TlError, TlEvent, Transport, ZcopyPayload,
 };
 
 #[derive(Debug, Clone, PartialEq)]

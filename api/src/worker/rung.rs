@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 
-use zcx_dataplane::LendSlot;
+use zcx_dataplane::{LendSlot, SameHostFastPath as _};
 
 use super::state::Core;
 use super::{dispatch, quiet, WorkerShared};

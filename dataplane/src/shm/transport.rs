@@ -18,6 +18,7 @@ use super::ring::{
 use super::segment::Segment;
 use crate::doorbell::Doorbell;
 use crate::lend::LendSlot;
+use crate::same_host::SameHostFastPath;
 use crate::transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
     Transport,
@@ -1098,21 +1099,6 @@ impl Transport for ShmTransport {
         }
     }
 
-    fn peer_help_words(&self, link: LinkId) -> Option<(HelpWords, u32)> {
-        let l = self.links[self.index(link)?].as_deref()?;
-        let pid = u32::try_from(l.peer_pid).ok().filter(|&pid| pid != 0)?;
-        Some((HelpWords::new(Arc::clone(&l.segment), l.rx_ring), pid))
-    }
-
-    fn open_send_lane(&mut self, link: LinkId) -> Option<Arc<ShmSendLane>> {
-        let index = self.index(link)?;
-        let l = self.links[index].as_deref()?;
-        if l.local_close.is_some() || l.broken.is_some() || l.peer_gone {
-            return None;
-        }
-        l.lane.open_for_endpoint(&l.sock).then(|| Arc::clone(&l.lane))
-    }
-
     fn has_pending_sends(&self, link: LinkId) -> bool {
         match self.index(link) {
             Some(index) => !self.links[index].as_ref().expect("index is live").idle(),
@@ -1124,6 +1110,49 @@ impl Transport for ShmTransport {
         self.poll_offering(sink, None)
     }
 
+    fn event_fd(&self) -> Option<BorrowedFd<'_>> {
+        // SAFETY: the epoll descriptor lives as long as `self`, which the borrow is tied to.
+        Some(unsafe { BorrowedFd::borrow_raw(self.epoll.as_raw_fd()) })
+    }
+
+    fn is_quiet(&self) -> bool {
+        self.deferred.is_empty()
+            && self.pending.is_empty()
+            && self.links.iter().flatten().all(|l| {
+                l.idle()
+                    && !l.lent
+                    && l.placing.is_none()
+                    && l.broken.is_none()
+                    && !l.peer_gone
+                    && l.local_close.is_none()
+            })
+    }
+
+    fn has_events(&self) -> bool {
+        if !self.deferred.is_empty() {
+            return true;
+        }
+        for link in self.links.iter().flatten() {
+            if link.placing.is_some() || !link.queue.is_empty() || link.broken.is_some() || link.peer_gone {
+                return true;
+            }
+        }
+        // Announce sleep on every ring before the last look, so a frame written after it wakes us
+        // through the link socket (in the epoll set).
+        if self.links.iter().flatten().any(|l| l.rx.announce_sleep()) {
+            return true;
+        }
+        let mut pfd = libc::pollfd { fd: self.epoll.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, no wait.
+        unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+    }
+
+    fn same_host_fast_path(&mut self) -> Option<&mut dyn SameHostFastPath> {
+        Some(self)
+    }
+}
+
+impl SameHostFastPath for ShmTransport {
     fn poll_lending(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: &LendSlot) -> usize {
         self.poll_offering(sink, Some(lend))
     }
@@ -1178,24 +1207,6 @@ impl Transport for ShmTransport {
         }
     }
 
-    fn event_fd(&self) -> Option<BorrowedFd<'_>> {
-        // SAFETY: the epoll descriptor lives as long as `self`, which the borrow is tied to.
-        Some(unsafe { BorrowedFd::borrow_raw(self.epoll.as_raw_fd()) })
-    }
-
-    fn is_quiet(&self) -> bool {
-        self.deferred.is_empty()
-            && self.pending.is_empty()
-            && self.links.iter().flatten().all(|l| {
-                l.idle()
-                    && !l.lent
-                    && l.placing.is_none()
-                    && l.broken.is_none()
-                    && !l.peer_gone
-                    && l.local_close.is_none()
-            })
-    }
-
     fn doorbells(&self, out: &mut Vec<Doorbell>) {
         for link in self.links.iter().flatten() {
             let keep: Arc<dyn Send + Sync> = link.segment.clone();
@@ -1210,23 +1221,19 @@ impl Transport for ShmTransport {
         self.doorbell_generation
     }
 
-    fn has_events(&self) -> bool {
-        if !self.deferred.is_empty() {
-            return true;
+    fn peer_help_words(&self, link: LinkId) -> Option<(HelpWords, u32)> {
+        let l = self.links[self.index(link)?].as_deref()?;
+        let pid = u32::try_from(l.peer_pid).ok().filter(|&pid| pid != 0)?;
+        Some((HelpWords::new(Arc::clone(&l.segment), l.rx_ring), pid))
+    }
+
+    fn open_send_lane(&mut self, link: LinkId) -> Option<Arc<ShmSendLane>> {
+        let index = self.index(link)?;
+        let l = self.links[index].as_deref()?;
+        if l.local_close.is_some() || l.broken.is_some() || l.peer_gone {
+            return None;
         }
-        for link in self.links.iter().flatten() {
-            if link.placing.is_some() || !link.queue.is_empty() || link.broken.is_some() || link.peer_gone {
-                return true;
-            }
-        }
-        // Announce sleep on every ring before the last look, so a frame written after it wakes us
-        // through the link socket (in the epoll set).
-        if self.links.iter().flatten().any(|l| l.rx.announce_sleep()) {
-            return true;
-        }
-        let mut pfd = libc::pollfd { fd: self.epoll.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd, no wait.
-        unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+        l.lane.open_for_endpoint(&l.sock).then(|| Arc::clone(&l.lane))
     }
 }
 
