@@ -19,6 +19,7 @@ pub mod log_limit;
 mod os_error;
 pub mod proto;
 pub mod rcache;
+pub mod rma;
 pub mod same_host;
 pub mod shm;
 pub mod transport;
@@ -35,8 +36,8 @@ pub use rcache::{RcacheStats, RegistrationCache};
 pub use same_host::SameHostFastPath;
 pub use shm::{ShmConfig, ShmTransport};
 pub use transport::{
-    Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
-    Transport, ZcopyPayload, MAX_HANDSHAKE_FRAME,
+    AtomicOps, Caps, ConnectTarget, LargePayload, LinkId, ListenerId, Payload, PlaceTarget, Placement,
+    RmaCaps, SendOutcome, TlError, TlEvent, Transport, ZcopyPayload, MAX_HANDSHAKE_FRAME,
 };
 pub use transport_set::{SetMember, TransportSet};
 pub use uring::{UringConfig, UringTransport};

@@ -11,6 +11,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 
+pub use crate::rma::{AtomicOps, RmaCaps};
 use crate::same_host::SameHostFastPath;
 
 /// One connection of a transport: to a peer worker, for one endpoint.
@@ -36,10 +37,11 @@ pub struct Caps {
     pub reliable: bool,
     /// Frames on one link arrive in the order they were sent.
     pub ordered: bool,
-    /// Put/get into registered memory without the target's CPU.
-    pub rma: bool,
-    /// 32/64-bit atomics without the target's CPU.
-    pub amo: bool,
+    /// The one-sided operations done natively, without the target's CPU
+    /// ([`Transport::rma`]); what is not here the protocol layer emulates with messages.
+    pub rma: RmaCaps,
+    /// How a payload too large for one frame reaches its receiver.
+    pub large_payload: LargePayload,
     /// Largest frame (header plus payload) one `send` accepts.
     pub max_frame: usize,
     /// Payloads at least this long are sent zero-copy when the caller offers a stable buffer.
@@ -51,6 +53,17 @@ pub struct Caps {
     pub latency_ns: u64,
     /// Bandwidth estimate, bytes per second.
     pub bandwidth: u64,
+}
+
+/// How a payload too large for one frame (a rendezvous) moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LargePayload {
+    /// The sender pushes it in frames (placed into the receiver's buffer where the transport can
+    /// place): every transport without native get.
+    SenderPush,
+    /// The receiver pulls it from the sender's registered memory with a native get: a transport
+    /// whose get costs the sender nothing (RDMA READ).
+    ReceiverPull,
 }
 
 /// Why a transport operation or a link failed. The api maps each to a `ucs_status_t`.

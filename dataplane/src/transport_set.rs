@@ -24,7 +24,7 @@ use crate::shm::ShmSendLane;
 use crate::LendSlot;
 
 use crate::transport::{
-    Caps, ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport,
+    Caps, ConnectTarget, LargePayload, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport,
 };
 
 /// One transport of a set, kept with the extension it offers.
@@ -171,15 +171,21 @@ impl TransportSet {
     }
 }
 
-/// What holds for every member: the smallest frame and placement sizes, reliability and order
-/// only when all have them (the protocol layer works per link, but sizes fragments once).
+/// What holds for every member: the smallest frame and placement sizes, reliability, order and
+/// each native one-sided operation only when all have them (the protocol layer works per link,
+/// from [`Transport::link_caps`], but sizes fragments once).
 fn merged_caps<'a>(first: &Caps, others: impl Iterator<Item = &'a Caps>) -> Caps {
     others.fold(first.clone(), |acc, caps| Caps {
         name: acc.name,
         reliable: acc.reliable && caps.reliable,
         ordered: acc.ordered && caps.ordered,
-        rma: acc.rma && caps.rma,
-        amo: acc.amo && caps.amo,
+        rma: acc.rma.intersection(&caps.rma),
+        // Pulled only when every member pulls; per link, `link_caps` says what its member does.
+        large_payload: if acc.large_payload == caps.large_payload {
+            acc.large_payload
+        } else {
+            LargePayload::SenderPush
+        },
         max_frame: acc.max_frame.min(caps.max_frame),
         zcopy_threshold: acc.zcopy_threshold.max(caps.zcopy_threshold),
         // A member that cannot place sends placed frames whole, so they must fit its frames.
@@ -430,6 +436,7 @@ impl SameHostFastPath for TransportSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::RmaCaps;
 
     #[test]
     fn ids_round_trip_through_the_member_bits() {
@@ -454,8 +461,8 @@ mod tests {
             name,
             reliable: true,
             ordered: true,
-            rma: false,
-            amo: false,
+            rma: RmaCaps::NONE,
+            large_payload: LargePayload::SenderPush,
             max_frame,
             zcopy_threshold: 1 << 18,
             max_placed,
@@ -478,6 +485,30 @@ mod tests {
         // A member that cannot place sends placed frames whole: they must fit its frames.
         let whole = caps("dpdk", 64 << 10, 0);
         assert_eq!(merged(&[&shm, &whole]), (64 << 10) - crate::proto::wire::MAX_HEADER_LEN);
+    }
+
+    /// A set claims a native operation only when every member has it, and pulls large payloads
+    /// only when every member does.
+    #[test]
+    fn one_sided_caps_merge_to_what_every_member_does() {
+        let mut shm = caps("shm", 1 << 20, 64 << 20);
+        shm.rma = RmaCaps {
+            put: true,
+            get: true,
+            atomic32: crate::AtomicOps::ALL,
+            atomic64: crate::AtomicOps::ALL,
+            max_rma: 1 << 40,
+        };
+        let mut pulling = caps("verbs", 1 << 20, 0);
+        pulling.rma = RmaCaps { put: true, get: true, max_rma: 1 << 30, ..RmaCaps::NONE };
+        pulling.large_payload = LargePayload::ReceiverPull;
+        let merged = |set: &[&Caps]| merged_caps(set[0], set[1..].iter().copied());
+        assert_eq!(merged(&[&shm]).rma, shm.rma);
+        assert_eq!(merged(&[&shm, &caps("uring", 1 << 20, 0)]).rma, RmaCaps::NONE);
+        let both = merged(&[&shm, &pulling]);
+        assert_eq!(both.rma, RmaCaps { put: true, get: true, max_rma: 1 << 30, ..RmaCaps::NONE });
+        assert_eq!(both.large_payload, LargePayload::SenderPush);
+        assert_eq!(merged(&[&pulling, &pulling]).large_payload, LargePayload::ReceiverPull);
     }
 
     #[test]

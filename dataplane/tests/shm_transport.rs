@@ -6,11 +6,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use zcx_control::TransportAddress;
+use zcx_dataplane::proto::AtomicOp;
 use zcx_dataplane::shm::conn::{self, Hello};
 use zcx_dataplane::shm::segment::{segment_len, Segment};
 use zcx_dataplane::{
-    ConnectTarget, LendSlot, LinkId, ListenerId, Payload, PlaceTarget, SameHostFastPath as _, SendOutcome,
-    ShmConfig, ShmTransport, TlError, TlEvent, Transport, ZcopyPayload,
+    ConnectTarget, LargePayload, LendSlot, LinkId, ListenerId, Payload, PlaceTarget, SameHostFastPath as _,
+    SendOutcome, ShmConfig, ShmTransport, TlError, TlEvent, Transport, ZcopyPayload,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -169,6 +170,45 @@ fn address_listen_and_sockaddr_are_as_documented() {
     let l = a.t.connect(ConnectTarget::Address(&nowhere)).unwrap();
     pump_one(&mut a, "connect failure", |a| a.failed(l).is_some());
     assert_eq!(a.failed(l), Some(TlError::NotConnected));
+}
+
+/// Same host: a peer's registered region is mapped here, so put, get and every atomic of both
+/// sizes, plain and fetching, are native (the `rma_*` tests below do each of them); large
+/// payloads are pushed by the sender.
+#[test]
+fn caps_claim_native_one_sided_operations_and_sender_push() {
+    let side = Side::new();
+    let rma = side.t.caps().rma;
+    assert!(rma.put && rma.get);
+    for size in [4, 8] {
+        for op in [AtomicOp::Add, AtomicOp::Swap, AtomicOp::Cswap, AtomicOp::And, AtomicOp::Or, AtomicOp::Xor]
+        {
+            for fetch in [false, true] {
+                assert!(rma.atomics(size).contains(op, fetch), "{size} B {op:?} fetch {fetch}");
+            }
+        }
+    }
+    assert!(rma.max_rma >= 1 << 40, "a region as large as memory: {}", rma.max_rma);
+    assert_eq!(side.t.caps().large_payload, LargePayload::SenderPush);
+}
+
+/// A set of shm and uring claims per link what the link's member does, and for the set as a
+/// whole only what both do.
+#[test]
+fn a_set_answers_caps_per_link() {
+    let uring = zcx_dataplane::UringTransport::new(&zcx_dataplane::UringConfig::default()).expect("uring");
+    let shm = ShmTransport::new(&small_cfg()).expect("shm");
+    let set = zcx_dataplane::TransportSet::new(vec![
+        zcx_dataplane::SetMember::SameHost(Box::new(shm)),
+        zcx_dataplane::SetMember::Plain(Box::new(uring)),
+    ])
+    .expect("set");
+    let shm_link = LinkId(5);
+    let uring_link = LinkId((1 << 28) | 5);
+    assert!(set.link_caps(shm_link).rma.put && set.link_caps(shm_link).rma.get);
+    assert_eq!(set.link_caps(uring_link).rma, zcx_dataplane::RmaCaps::NONE);
+    assert_eq!(set.caps().rma, zcx_dataplane::RmaCaps::NONE);
+    assert_eq!(set.caps().large_payload, LargePayload::SenderPush);
 }
 
 #[test]

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use zcx_control::TransportAddress;
 use zcx_dataplane::{
-    ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, SendOutcome, TlError, TlEvent, Transport,
-    UringConfig, UringTransport, ZcopyPayload, MAX_HANDSHAKE_FRAME,
+    ConnectTarget, LargePayload, LinkId, ListenerId, Payload, PlaceTarget, RmaCaps, SendOutcome, TlError,
+    TlEvent, Transport, UringConfig, UringTransport, ZcopyPayload, MAX_HANDSHAKE_FRAME,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -171,6 +171,18 @@ fn sizes_both_ways(ip: &str) {
     let (local, peer) = b.t.link_addrs(lb);
     assert_eq!(peer, a.t.link_addrs(la).0);
     assert_eq!(local, a.t.link_addrs(la).1);
+}
+
+/// A socket has no one-sided operation: put, get and atomics are emulated by the protocol
+/// layer, and the uring `rma` says so; large payloads are pushed by the sender.
+#[test]
+fn caps_claim_no_one_sided_operation_and_sender_push() {
+    let side = Side::new();
+    let caps = side.t.caps();
+    assert_eq!(caps.name, "uring");
+    assert_eq!(caps.rma, RmaCaps::NONE);
+    assert!(caps.rma.atomics(4).is_empty() && caps.rma.atomics(8).is_empty());
+    assert_eq!(caps.large_payload, LargePayload::SenderPush);
 }
 
 #[test]

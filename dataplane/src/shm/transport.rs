@@ -20,8 +20,8 @@ use crate::doorbell::Doorbell;
 use crate::lend::LendSlot;
 use crate::same_host::SameHostFastPath;
 use crate::transport::{
-    Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
-    Transport,
+    AtomicOps, Caps, ConnectTarget, LargePayload, LinkId, ListenerId, Payload, PlaceTarget, Placement,
+    RmaCaps, SendOutcome, TlError, TlEvent, Transport,
 };
 
 /// Largest protocol header `send_placed` takes.
@@ -289,8 +289,16 @@ impl ShmTransport {
             name: "shm",
             reliable: true,
             ordered: true,
-            rma: false,
-            amo: false,
+            // Same host: a peer's registered memfd region is mapped here, so put, get and every
+            // atomic are CPU copies and atomics on it, as large as the region.
+            rma: RmaCaps {
+                put: true,
+                get: true,
+                atomic32: AtomicOps::ALL,
+                atomic64: AtomicOps::ALL,
+                max_rma: isize::MAX as usize,
+            },
+            large_payload: LargePayload::SenderPush,
             max_frame: cfg.max_frame,
             zcopy_threshold: cfg.zcopy_threshold,
             max_placed: cfg.max_placed,
