@@ -61,8 +61,10 @@ impl ShmLocator {
         Ok(())
     }
 
-    /// The encoded locator. Only called on validated locators, whose page size fits a `u32`.
-    pub(crate) fn to_bytes(self) -> Vec<u8> {
+    /// The encoded locator ([`ShmLocator::WIRE_LEN`] bytes), as a packed rkey carries it and as
+    /// the shm transport takes it for a one-sided operation. Meant for validated locators, whose
+    /// page size fits a `u32`.
+    pub fn to_bytes(self) -> Vec<u8> {
         let mut w = Writer::with_capacity(Self::WIRE_LEN);
         w.bytes(&self.boot_id);
         w.u32(self.pid);
@@ -76,8 +78,8 @@ impl ShmLocator {
         w.into_inner()
     }
 
-    /// Decodes and validates the value of a [`tag::SHM_LOCATOR`] field.
-    pub(crate) fn from_bytes(value: &[u8]) -> Result<ShmLocator, WireError> {
+    /// Decodes and validates an encoded locator (the value of a [`tag::SHM_LOCATOR`] field).
+    pub fn from_bytes(value: &[u8]) -> Result<ShmLocator, WireError> {
         if value.len() != Self::WIRE_LEN {
             return Err(WireError::BadFieldLength { field: tag::SHM_LOCATOR, len: value.len() });
         }

@@ -36,8 +36,9 @@ pub use rcache::{RcacheStats, RegistrationCache};
 pub use same_host::SameHostFastPath;
 pub use shm::{ShmConfig, ShmTransport};
 pub use transport::{
-    AtomicOps, Caps, ConnectTarget, LargePayload, LinkId, ListenerId, Payload, PlaceTarget, Placement,
-    RmaCaps, SendOutcome, TlError, TlEvent, Transport, ZcopyPayload, MAX_HANDSHAKE_FRAME,
+    AtomicOps, Caps, ConnectTarget, LargePayload, LinkId, ListenerId, LocalMem, Payload, PlaceTarget,
+    Placement, RemoteMem, RmaCaps, RmaOp, RmaOutcome, SendOutcome, TlError, TlEvent, Transport, ZcopyPayload,
+    MAX_HANDSHAKE_FRAME,
 };
 pub use transport_set::{SetMember, TransportSet};
 pub use uring::{UringConfig, UringTransport};

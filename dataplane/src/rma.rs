@@ -1,8 +1,12 @@
 //! Native one-sided operations: what a transport can do to a peer's memory without the peer's
-//! CPU ([`RmaCaps`]).
+//! CPU ([`RmaCaps`]), and how it is asked to ([`crate::Transport::rma`] with an [`RmaOp`], a
+//! [`LocalMem`] and a [`RemoteMem`]).
 //!
-//! A transport that cannot (a socket, a NIC without RDMA) says so here, and the protocol layer
-//! emulates the operation with messages the target executes (`proto::rma_exec`).
+//! A transport that cannot (a socket, a NIC without RDMA) says so in its caps and refuses `rma`
+//! with `Unsupported`; the protocol layer then emulates the operation with messages the target
+//! executes (`proto::rma_exec`). Over shared memory an operation completes inside the call
+//! ([`RmaOutcome::Done`]); over verbs it completes later, with a `TlEvent::RmaDone` carrying the
+//! caller's token ([`RmaOutcome::Pending`]).
 
 use crate::proto::AtomicOp;
 
@@ -95,6 +99,107 @@ impl RmaCaps {
             max_rma: self.max_rma.min(other.max_rma),
         }
     }
+}
+
+/// One native one-sided operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RmaOp {
+    /// Writes the local bytes to the remote range (`ucp_put_nbx`).
+    Put,
+    /// Reads the remote range into the local bytes (`ucp_get_nbx`).
+    Get,
+    /// An atomic on the remote operand, whose size is the remote range's length (4 or 8 bytes,
+    /// naturally aligned); the local memory is not used (`ucp_atomic_op_nbx`).
+    Atomic {
+        /// What to do.
+        op: AtomicOp,
+        /// The caller wants the old value (`fadd`, `fand`, ...); swap and compare-and-swap
+        /// always yield it when asked.
+        fetch: bool,
+        /// The operand (for a 4-byte operand, its low 32 bits).
+        value: u64,
+        /// The compare value of [`AtomicOp::Cswap`]; ignored otherwise.
+        compare: u64,
+    },
+}
+
+/// The local side of a put (read from) or a get (written to).
+#[derive(Debug)]
+pub struct LocalMem {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the pointer is only used under `LocalMem::new`'s contract, which holds whichever thread
+// progresses the transport.
+unsafe impl Send for LocalMem {}
+
+impl LocalMem {
+    /// No local memory: for an atomic.
+    pub const NONE: LocalMem = LocalMem { ptr: std::ptr::null_mut(), len: 0 };
+
+    /// The `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// For a put, `ptr..ptr + len` must be readable; for a get, writable. Nobody else may write
+    /// (for a get: read or write) the range, nor free it, until the operation completes: when
+    /// `rma` returns [`RmaOutcome::Done`] or an error, or when `TlEvent::RmaDone` reports its
+    /// token after [`RmaOutcome::Pending`].
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> LocalMem {
+        LocalMem { ptr, len }
+    }
+
+    /// The start of the local range.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// The length of the local range.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty range.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The remote side of an operation: a range of a region the peer registered, as its remote key
+/// names it.
+///
+/// The caller passes only a key the region's owner vouched for (see `Op::KeyCheck` and
+/// `RemoteAccessTable::vouch` in [`crate::access`]): the transport trusts `region_base` and
+/// `region_len` as the owner's record, and still refuses any range outside them or outside what
+/// `key` lets it map, before touching a byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteMem<'a> {
+    /// The remote address of the region's first byte, as registered by its owner.
+    pub region_base: u64,
+    /// The region's length in bytes.
+    pub region_len: u64,
+    /// The remote address of the range's first byte.
+    pub addr: u64,
+    /// The range's length in bytes (an atomic's operand size).
+    pub len: usize,
+    /// The transport's own entry for the region in the packed remote key (its memory domain's
+    /// key): over shm the encoded memfd locator (`zcx_control::ShmLocator`), over verbs the
+    /// rkey.
+    pub key: &'a [u8],
+}
+
+/// How an accepted one-sided operation stands when `rma` returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RmaOutcome {
+    /// Complete: the bytes are in place (put), in the local memory (get), or the atomic is done;
+    /// `fetched` is an atomic's old value when it asked for one, 0 otherwise. No event follows.
+    Done {
+        /// The old value of a fetching atomic; 0 otherwise.
+        fetched: u64,
+    },
+    /// In flight: `TlEvent::RmaDone` with the caller's token follows exactly once, also when the
+    /// link fails first.
+    Pending,
 }
 
 #[cfg(test)]

@@ -24,7 +24,8 @@ use crate::shm::ShmSendLane;
 use crate::LendSlot;
 
 use crate::transport::{
-    Caps, ConnectTarget, LargePayload, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport,
+    Caps, ConnectTarget, LargePayload, LinkId, ListenerId, LocalMem, Payload, RemoteMem, RmaOp, RmaOutcome,
+    SendOutcome, TlError, TlEvent, Transport,
 };
 
 /// One transport of a set, kept with the extension it offers.
@@ -228,6 +229,7 @@ fn renamed(member: usize, event: TlEvent<'_>) -> TlEvent<'_> {
             TlEvent::Placed { link: link(l), header, len, dest }
         }
         TlEvent::PlaceDone { link: l, token, result } => TlEvent::PlaceDone { link: link(l), token, result },
+        TlEvent::RmaDone { link: l, token, result } => TlEvent::RmaDone { link: link(l), token, result },
         TlEvent::LinkFailed { link: l, error } => TlEvent::LinkFailed { link: link(l), error },
     }
 }
@@ -321,6 +323,18 @@ impl Transport for TransportSet {
         if let Some((tl, local)) = self.member_mut(link.0) {
             with_member!(tl, tl => tl.link_established(LinkId(local)));
         }
+    }
+
+    fn rma(
+        &mut self,
+        link: LinkId,
+        op: RmaOp,
+        local: LocalMem,
+        remote: RemoteMem<'_>,
+        token: u64,
+    ) -> Result<RmaOutcome, TlError> {
+        let (tl, local_link) = self.member_mut(link.0).ok_or(TlError::InvalidParam)?;
+        with_member!(tl, tl => tl.rma(LinkId(local_link), op, local, remote, token))
     }
 
     fn has_pending_sends(&self, link: LinkId) -> bool {

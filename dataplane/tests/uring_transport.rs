@@ -7,9 +7,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use zcx_control::TransportAddress;
+use zcx_dataplane::proto::AtomicOp;
 use zcx_dataplane::{
-    ConnectTarget, LargePayload, LinkId, ListenerId, Payload, PlaceTarget, RmaCaps, SendOutcome, TlError,
-    TlEvent, Transport, UringConfig, UringTransport, ZcopyPayload, MAX_HANDSHAKE_FRAME,
+    ConnectTarget, LargePayload, LinkId, ListenerId, LocalMem, Payload, PlaceTarget, RemoteMem, RmaCaps,
+    RmaOp, SendOutcome, TlError, TlEvent, Transport, UringConfig, UringTransport, ZcopyPayload,
+    MAX_HANDSHAKE_FRAME,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +36,9 @@ fn own(ev: TlEvent<'_>) -> Ev {
         TlEvent::Placed { link, header, len, .. } => Ev::Placed(link, header.to_vec(), len, None),
         TlEvent::PlaceDone { link, token, result } => Ev::PlaceDone(link, token, result),
         TlEvent::LinkFailed { link, error } => Ev::Failed(link, error),
+        TlEvent::RmaDone { link, token, .. } => {
+            panic!("RmaDone from uring, which has no rma (link {link:?}, token {token})")
+        }
     }
 }
 
@@ -171,6 +176,18 @@ fn sizes_both_ways(ip: &str) {
     let (local, peer) = b.t.link_addrs(lb);
     assert_eq!(peer, a.t.link_addrs(la).0);
     assert_eq!(local, a.t.link_addrs(la).1);
+}
+
+/// `rma` over a socket is refused as unsupported, as its caps say, even on a live link.
+#[test]
+fn rma_is_unsupported() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let addr = a.t.address().expect("address");
+    let lb = b.t.connect(ConnectTarget::Address(&addr)).expect("connect");
+    let remote = RemoteMem { region_base: 0, region_len: 8, addr: 0, len: 8, key: &[] };
+    let op = RmaOp::Atomic { op: AtomicOp::Add, fetch: true, value: 1, compare: 0 };
+    assert_eq!(b.t.rma(lb, op, LocalMem::NONE, remote, 1), Err(TlError::Unsupported));
+    let _ = &mut a;
 }
 
 /// A socket has no one-sided operation: put, get and atomics are emulated by the protocol

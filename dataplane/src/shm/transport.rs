@@ -7,10 +7,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zcx_control::TransportAddress;
+use zcx_control::{ShmLocator, TransportAddress};
 
 use super::conn::{self, Hello, Received, SocketState, HELLO_LEN};
 use super::lane::ShmSendLane;
+use super::peer_region::PeerRegion;
 use super::put_help::HelpWords;
 use super::ring::{
     max_record_payload, valid_capacity, Consumer, Producer, KIND_FRAME, KIND_PLACED, KIND_PLACE_DONE,
@@ -20,8 +21,8 @@ use crate::doorbell::Doorbell;
 use crate::lend::LendSlot;
 use crate::same_host::SameHostFastPath;
 use crate::transport::{
-    AtomicOps, Caps, ConnectTarget, LargePayload, LinkId, ListenerId, Payload, PlaceTarget, Placement,
-    RmaCaps, SendOutcome, TlError, TlEvent, Transport,
+    AtomicOps, Caps, ConnectTarget, LargePayload, LinkId, ListenerId, LocalMem, Payload, PlaceTarget,
+    Placement, RemoteMem, RmaCaps, RmaOp, RmaOutcome, SendOutcome, TlError, TlEvent, Transport,
 };
 
 /// Largest protocol header `send_placed` takes.
@@ -41,6 +42,8 @@ const KEY_LISTENER: u64 = u64::MAX;
 const KEY_PENDING: u64 = 1 << 62;
 /// Accepted sockets waiting for their hello at once; the oldest is dropped beyond.
 const MAX_PENDING_ACCEPTS: usize = 64;
+/// Peer regions a link keeps mapped for one-sided operations; the oldest is unmapped beyond.
+const MAX_PEER_REGIONS_PER_LINK: usize = 64;
 
 const INDEX_BITS: u32 = 20;
 const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
@@ -225,6 +228,9 @@ pub struct ShmTransport {
     /// The segments of links that went while one of their frames was lent (a handler closed its
     /// endpoint, say): mapped until the loan ends.
     lent_gone: Vec<(LinkId, Arc<Segment>)>,
+    /// The peers' regions mapped for [`Transport::rma`], by link, oldest first; unmapped when
+    /// their link goes.
+    peer_regions: Vec<(LinkId, PeerRegion)>,
 }
 
 use crate::os_error::last_errno as errno;
@@ -322,6 +328,7 @@ impl ShmTransport {
             last_socket_check: Instant::now(),
             epoll_events: vec![libc::epoll_event { events: 0, u64: 0 }; 32],
             lent_gone: Vec::new(),
+            peer_regions: Vec::new(),
         };
         let listener_fd = this.listener.as_ref().map(|l| l.as_raw_fd()).unwrap_or(-1);
         this.epoll_add(listener_fd, KEY_LISTENER)?;
@@ -624,6 +631,7 @@ impl ShmTransport {
         if link.lent {
             self.lent_gone.push((id, Arc::clone(&link.segment)));
         }
+        self.peer_regions.retain(|(of, _)| *of != id);
         // Dropping the link closes its socket (the peer sees end-of-file) and unmaps the segment
         // (unless lent, above); an endpoint still holding the lane holds neither.
         link.lane.shut();
@@ -953,6 +961,34 @@ fn other_record(
     Ok(())
 }
 
+impl ShmTransport {
+    /// The region `locator` names, mapped for `link`: kept from an earlier operation, or mapped
+    /// now (and the link's oldest unmapped when it keeps too many).
+    fn peer_region(
+        &mut self,
+        link: LinkId,
+        locator: &ShmLocator,
+        peer_pid: u32,
+    ) -> Result<&PeerRegion, TlError> {
+        let found =
+            self.peer_regions.iter().position(|(of, region)| *of == link && region.locator() == locator);
+        let at = match found {
+            Some(at) => at,
+            None => {
+                let region = PeerRegion::map(locator, peer_pid)?;
+                if self.peer_regions.iter().filter(|(of, _)| *of == link).count() >= MAX_PEER_REGIONS_PER_LINK
+                {
+                    let oldest = self.peer_regions.iter().position(|(of, _)| *of == link).expect("counted");
+                    self.peer_regions.remove(oldest);
+                }
+                self.peer_regions.push((link, region));
+                self.peer_regions.len() - 1
+            }
+        };
+        Ok(&self.peer_regions[at].1)
+    }
+}
+
 impl Drop for ShmTransport {
     fn drop(&mut self) {
         // Links and their segments go with `self.links`; nothing is left to report.
@@ -1153,6 +1189,42 @@ impl Transport for ShmTransport {
         let mut pfd = libc::pollfd { fd: self.epoll.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd, no wait.
         unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+    }
+
+    /// Done inside the call on the peer's region, mapped here (and kept for the link's next
+    /// operations): nothing is pending, so `token` is not used. `remote.key` is the region's
+    /// encoded [`ShmLocator`], which must name a memfd of the link's peer. The caller passes only
+    /// a key the peer vouched for; whatever the key claims, no byte outside the region it records
+    /// and outside the memfd is touched.
+    fn rma(
+        &mut self,
+        link: LinkId,
+        op: RmaOp,
+        local: LocalMem,
+        remote: RemoteMem<'_>,
+        token: u64,
+    ) -> Result<RmaOutcome, TlError> {
+        let _ = token;
+        let index = self.index(link).ok_or(TlError::InvalidParam)?;
+        let l = self.links[index].as_deref().expect("index is live");
+        if l.local_close.is_some() {
+            return Err(TlError::Canceled);
+        }
+        if let Some(error) = l.broken {
+            return Err(error);
+        }
+        if l.peer_gone {
+            return Err(TlError::ConnectionReset);
+        }
+        let peer_pid = u32::try_from(l.peer_pid).ok().filter(|&pid| pid != 0).ok_or(TlError::Unreachable)?;
+        let locator = ShmLocator::from_bytes(remote.key).map_err(|_| TlError::InvalidParam)?;
+        // The region must lie in the memfd range the locator maps.
+        if locator.map_offset.checked_add(remote.region_len).is_none_or(|end| end > locator.map_len) {
+            return Err(TlError::InvalidParam);
+        }
+        let region = self.peer_region(link, &locator, peer_pid)?;
+        let fetched = region.execute(op, &local, &remote)?;
+        Ok(RmaOutcome::Done { fetched })
     }
 
     fn same_host_fast_path(&mut self) -> Option<&mut dyn SameHostFastPath> {
