@@ -1,11 +1,23 @@
-//! The interface every transport implements: shm, uring (io_uring TCP), dpdk and verbs.
+//! The core interface every transport implements: shm, uring (io_uring TCP) and dpdk (verbs is
+//! planned).
 //!
 //! A transport moves opaque *frames* between links. A frame is whatever the protocol layer
 //! ([`crate::proto`]) built: a header followed by an optional payload. The transport keeps frame
 //! boundaries (a stream transport adds its own length prefix), preserves per-link order when
 //! [`Caps::ordered`] says so, and reports everything that happened through [`Transport::poll`].
-//! Nothing here knows about tags, requests or remote keys. `docs/transport.md` explains how each
-//! of the four transports fits.
+//! Placed frames ([`Transport::send_placed`]) let the receiver name where a payload lands.
+//!
+//! [`Caps`] say what a transport does, per link through [`Transport::link_caps`]: frame and
+//! placement sizes, the one-sided operations it does natively ([`RmaCaps`]) and how large
+//! payloads move ([`LargePayload`]). Those operations are [`Transport::rma`]: complete inside the
+//! call ([`RmaOutcome::Done`], shm) or later with [`TlEvent::RmaDone`] (verbs); a transport
+//! without them refuses with [`TlError::Unsupported`] and the protocol layer emulates them.
+//!
+//! What only same-host shared memory can do (lending frames in place, rung frames, doorbells,
+//! endpoint send lanes, put help) is the optional extension [`SameHostFastPath`], reached through
+//! [`Transport::same_host_fast_path`]: this module names no type of any particular transport.
+//! Nothing here knows about tags or requests; a remote key is only bytes the transport's memory
+//! domain gave it. `docs/transport.md` explains how each transport fits.
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -220,7 +220,7 @@ pub struct ShmTransport {
     deferred: Vec<Deferred>,
     /// Polls left before the next check of the sockets (accepts, peer death).
     polls: u64,
-    /// Bumped whenever a link comes or goes (see `Transport::doorbell_generation`).
+    /// Bumped whenever a link comes or goes (see `SameHostFastPath::doorbell_generation`).
     doorbell_generation: u64,
     /// When [`ShmTransport::check_sockets`] last ran.
     last_socket_check: Instant,
