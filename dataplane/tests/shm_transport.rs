@@ -214,6 +214,30 @@ fn a_set_answers_caps_per_link() {
     assert_eq!(set.caps().large_payload, LargePayload::SenderPush);
 }
 
+/// A set offers the same-host extension when a member has it, and forwards `rma` to the link's
+/// member: the uring member refuses it as unsupported.
+#[test]
+fn a_set_offers_the_extension_only_with_a_member_that_has_it() {
+    let uring = || zcx_dataplane::UringTransport::new(&zcx_dataplane::UringConfig::default()).expect("uring");
+    let shm = ShmTransport::new(&small_cfg()).expect("shm");
+    let mut with_shm = zcx_dataplane::TransportSet::new(vec![
+        zcx_dataplane::SetMember::SameHost(Box::new(shm)),
+        zcx_dataplane::SetMember::Plain(Box::new(uring())),
+    ])
+    .expect("set");
+    assert!(with_shm.same_host_fast_path().is_some());
+    let remote = RemoteMem { region_base: 0, region_len: 8, addr: 0, len: 8, key: &[] };
+    let op = RmaOp::Atomic { op: AtomicOp::Add, fetch: false, value: 1, compare: 0 };
+    let uring_link = LinkId((1 << 28) | 5);
+    assert_eq!(with_shm.rma(uring_link, op, LocalMem::NONE, remote, 1), Err(TlError::Unsupported));
+    // No such shm link: refused as a bad argument, not attempted.
+    assert_eq!(with_shm.rma(LinkId(5), op, LocalMem::NONE, remote, 1), Err(TlError::InvalidParam));
+    let mut without =
+        zcx_dataplane::TransportSet::new(vec![zcx_dataplane::SetMember::Plain(Box::new(uring()))])
+            .expect("set");
+    assert!(without.same_host_fast_path().is_none());
+}
+
 #[test]
 fn frames_of_every_size_both_ways_in_order() {
     let (mut a, mut b) = (Side::new(), Side::new());
