@@ -444,7 +444,8 @@ pub trait Transport: Send {
     ///
     /// The caller passes only a remote key the region's owner vouched for (`Op::KeyCheck`): a
     /// direct access to a same-host peer's memory must never follow a key the peer did not
-    /// confirm. The transport itself refuses, before touching a byte, any range outside the
+    /// confirm. The caller also checks the key's protection (a put or an atomic needs remote
+    /// write, a get or a fetching atomic remote read): the transport is not given it. The transport itself refuses, before touching a byte, any range outside the
     /// region or outside the memory its `remote.key` lets it reach.
     ///
     /// Returns [`RmaOutcome::Done`] when complete inside the call (shm), or
