@@ -61,8 +61,9 @@ impl ShmLocator {
         Ok(())
     }
 
-    /// The encoded locator ([`ShmLocator::WIRE_LEN`] bytes), as a packed key's same-host entry.
-    /// Meant for validated locators, whose page size fits a `u32`.
+    /// The encoded locator ([`ShmLocator::WIRE_LEN`] bytes), as a packed key's same-host entry
+    /// and as the shm transport takes it for a one-sided operation. Meant for validated locators, whose
+    /// page size fits a `u32`.
     pub fn to_bytes(self) -> Vec<u8> {
         let mut w = Writer::with_capacity(Self::WIRE_LEN);
         w.bytes(&self.boot_id);

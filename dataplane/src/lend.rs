@@ -7,18 +7,18 @@
 //! first. A transport that keeps received bytes in place (shared memory: the record stays in the
 //! ring until the consumer releases it) can offer a longer loan instead:
 //!
-//! 1. The caller passes a [`LendSlot`] to [`crate::Transport::poll_lending`].
+//! 1. The caller passes a [`LendSlot`] to [`crate::SameHostFastPath::poll_lending`].
 //! 2. Before reporting a frame it could lend, the transport offers it ([`LendSlot::offer`]).
 //! 3. A sink that wants to keep the bytes takes the offer ([`LendSlot::take`]).
 //! 4. The transport then keeps that frame's bytes where they are, mapped and not reused, and reads
-//!    nothing further on its link, until the caller calls [`crate::Transport::end_lend`] with the
+//!    nothing further on its link, until the caller calls [`crate::SameHostFastPath::end_lend`] with the
 //!    link. Everything else on the transport (other links, sends on this one) goes on.
 //!
 //! One slot lends at most one frame per poll; the worker has at most one loan out at a time.
 
 use std::cell::Cell;
 
-/// The offer and answer of one [`crate::Transport::poll_lending`] call (see the module docs).
+/// The offer and answer of one [`crate::SameHostFastPath::poll_lending`] call (see the module docs).
 #[derive(Debug, Default)]
 pub struct LendSlot {
     /// The frame being reported may be taken.
@@ -36,7 +36,7 @@ impl LendSlot {
     }
 
     /// Sink side: takes the frame being reported, whose bytes then stay valid until
-    /// [`crate::Transport::end_lend`] for its link. False when the transport did not offer it
+    /// [`crate::SameHostFastPath::end_lend`] for its link. False when the transport did not offer it
     /// (it cannot lend it, or a frame was already taken in this poll): the bytes are lent for
     /// the event only, as usual.
     #[inline]

@@ -1,10 +1,20 @@
 //! zcx dataplane: the machinery below the public API that moves bytes.
 //!
-//! Today it holds the registration cache shared by every transport, the io_uring feature probe,
-//! the worker's wakeup eventfd and the first sans-IO protocol engine (tag matching, [`proto`]);
-//! the transports (shm, io_uring sockets, DPDK, verbs) and the sans-IO protocol state machines
-//! (active messages, tag matching, stream, rendezvous, RMA emulation, datagram reliability) plug in
-//! here behind one transport trait. Nothing in this crate knows the public `zcx` types.
+//! - The transport interface: the core [`Transport`] trait with its [`Caps`] and native one-sided
+//!   operations ([`transport`], [`rma`]), the optional same-host shared-memory fast paths
+//!   ([`SameHostFastPath`], [`same_host`]: lending ([`lend`]), rung frames, doorbells
+//!   ([`doorbell`]), send lanes, put help), and a worker's transports driven as one
+//!   ([`TransportSet`]).
+//! - The transports: [`shm`] (rings in a memfd segment between processes of one host), [`uring`]
+//!   (TCP sockets driven by io_uring, with its feature probe [`uring_probe`]) and, with the `dpdk`
+//!   feature, `dpdk` (raw Ethernet on a DPDK port, made reliable by `proto::reliable`).
+//! - The sans-IO protocol pieces ([`proto`]): frame headers, tag matching, RMA execution at the
+//!   target, datagram reliability.
+//! - What the api's memory and remote access use: the remote-access table that checks every
+//!   incoming access ([`access`]), the registration cache ([`rcache`]), message-sized copies
+//!   ([`copy`]), and the worker's wakeup eventfd ([`wakeup`]).
+//!
+//! Nothing in this crate knows the public `zcx` types.
 
 #![warn(missing_docs)]
 
@@ -22,6 +32,8 @@ mod os_error;
 pub mod placed_receive;
 pub mod proto;
 pub mod rcache;
+pub mod rma;
+pub mod same_host;
 pub mod shm;
 pub mod transport;
 pub mod transport_set;
@@ -36,12 +48,14 @@ pub use lend::LendSlot;
 pub use link_table::LinkTable;
 pub use log_limit::LogLimit;
 pub use rcache::{RcacheStats, RegistrationCache};
+pub use same_host::SameHostFastPath;
 pub use shm::{ShmConfig, ShmTransport};
 pub use transport::{
-    Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
-    Transport, ZcopyPayload, MAX_HANDSHAKE_FRAME,
+    AtomicOps, Caps, ConnectTarget, LargePayload, LinkId, ListenerId, LocalMem, Payload, PlaceTarget,
+    Placement, RemoteMem, RmaCaps, RmaOp, RmaOutcome, SendOutcome, TlError, TlEvent, Transport, ZcopyPayload,
+    MAX_HANDSHAKE_FRAME,
 };
-pub use transport_set::TransportSet;
+pub use transport_set::{SetMember, TransportSet};
 pub use uring::{UringConfig, UringTransport};
 pub use uring_probe::{probe_uring, UringSupport};
 pub use wakeup::Wakeup;

@@ -1,15 +1,30 @@
-//! The interface every transport implements: shm, uring (io_uring TCP), dpdk and verbs.
+//! The core interface every transport implements: shm, uring (io_uring TCP) and dpdk (verbs is
+//! planned).
 //!
 //! A transport moves opaque *frames* between links. A frame is whatever the protocol layer
 //! ([`crate::proto`]) built: a header followed by an optional payload. The transport keeps frame
 //! boundaries (a stream transport adds its own length prefix), preserves per-link order when
 //! [`Caps::ordered`] says so, and reports everything that happened through [`Transport::poll`].
-//! Nothing here knows about tags, requests or remote keys. `docs/transport.md` explains how each
-//! of the four transports fits.
+//! Placed frames ([`Transport::send_placed`]) let the receiver name where a payload lands.
+//!
+//! [`Caps`] say what a transport does, per link through [`Transport::link_caps`]: frame and
+//! placement sizes, the one-sided operations it does natively ([`RmaCaps`]) and how large
+//! payloads move ([`LargePayload`]). Those operations are [`Transport::rma`]: complete inside the
+//! call ([`RmaOutcome::Done`], shm) or later with [`TlEvent::RmaDone`] (verbs); a transport
+//! without them refuses with [`TlError::Unsupported`] and the protocol layer emulates them.
+//!
+//! What only same-host shared memory can do (lending frames in place, rung frames, doorbells,
+//! endpoint send lanes, put help) is the optional extension [`SameHostFastPath`], reached through
+//! [`Transport::same_host_fast_path`]: this module names no type of any particular transport.
+//! Nothing here knows about tags or requests; a remote key is only bytes the transport's memory
+//! domain gave it. `docs/transport.md` explains how each transport fits.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
+
+pub use crate::rma::{AtomicOps, LocalMem, RemoteMem, RmaCaps, RmaOp, RmaOutcome};
+use crate::same_host::SameHostFastPath;
 
 /// One connection of a transport: to a peer worker, for one endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -34,10 +49,11 @@ pub struct Caps {
     pub reliable: bool,
     /// Frames on one link arrive in the order they were sent.
     pub ordered: bool,
-    /// Put/get into registered memory without the target's CPU.
-    pub rma: bool,
-    /// 32/64-bit atomics without the target's CPU.
-    pub amo: bool,
+    /// The one-sided operations done natively, without the target's CPU
+    /// ([`Transport::rma`]); what is not here the protocol layer emulates with messages.
+    pub rma: RmaCaps,
+    /// How a payload too large for one frame reaches its receiver.
+    pub large_payload: LargePayload,
     /// Largest frame (header plus payload) one `send` accepts.
     pub max_frame: usize,
     /// Payloads at least this long are sent zero-copy when the caller offers a stable buffer.
@@ -49,6 +65,17 @@ pub struct Caps {
     pub latency_ns: u64,
     /// Bandwidth estimate, bytes per second.
     pub bandwidth: u64,
+}
+
+/// How a payload too large for one frame (a rendezvous) moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LargePayload {
+    /// The sender pushes it in frames (placed into the receiver's buffer where the transport can
+    /// place): every transport without native get.
+    SenderPush,
+    /// The receiver pulls it from the sender's registered memory with a native get: a transport
+    /// whose get costs the sender nothing (RDMA READ).
+    ReceiverPull,
 }
 
 /// Why a transport operation or a link failed. The api maps each to a `ucs_status_t`.
@@ -330,8 +357,18 @@ pub enum TlEvent<'a> {
         /// `Ok` when every byte arrived.
         result: Result<(), TlError>,
     },
+    /// A one-sided operation [`Transport::rma`] left pending is complete, or failed.
+    RmaDone {
+        /// The link it was issued on.
+        link: LinkId,
+        /// The token passed to `rma`.
+        token: u64,
+        /// The old value of a fetching atomic (0 for anything else), or why it failed.
+        result: Result<u64, TlError>,
+    },
     /// The link is dead (connect failed, peer closed or reset, timeout). Reported once; its
-    /// in-flight zero-copy sends are reported as `SendDone` with the error before this.
+    /// in-flight zero-copy sends are reported as `SendDone` with the error before this, and its
+    /// pending one-sided operations as `RmaDone` with the error.
     LinkFailed {
         /// The link.
         link: LinkId,
@@ -400,35 +437,35 @@ pub trait Transport: Send {
     /// True while the link still has queued or in-flight outgoing bytes.
     fn has_pending_sends(&self, link: LinkId) -> bool;
 
+    /// Does the one-sided operation `op` natively, without the target's CPU: a put from `local`
+    /// to `remote`, a get from `remote` into `local`, or an atomic on `remote` (see
+    /// [`crate::rma`]). [`Caps::rma`] says which operations, sizes and lengths a transport does;
+    /// anything else is refused.
+    ///
+    /// The caller passes only a remote key the region's owner vouched for (`Op::KeyCheck`): a
+    /// direct access to a same-host peer's memory must never follow a key the peer did not
+    /// confirm. The caller also checks the key's protection (a put or an atomic needs remote
+    /// write, a get or a fetching atomic remote read): the transport is not given it. The transport itself refuses, before touching a byte, any range outside the
+    /// region or outside the memory its `remote.key` lets it reach.
+    ///
+    /// Returns [`RmaOutcome::Done`] when complete inside the call (shm), or
+    /// [`RmaOutcome::Pending`] when [`TlEvent::RmaDone`] with `token` follows (verbs). Default:
+    /// `Unsupported`, for a transport without native one-sided operations.
+    fn rma(
+        &mut self,
+        link: LinkId,
+        op: RmaOp,
+        local: LocalMem,
+        remote: RemoteMem<'_>,
+        token: u64,
+    ) -> Result<RmaOutcome, TlError> {
+        let _ = (link, op, local, remote, token);
+        Err(TlError::Unsupported)
+    }
+
     /// Does all the work that is ready without blocking and reports it to `sink`; returns the
     /// number of events reported.
     fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize;
-
-    /// [`Transport::poll`], offering frames through `lend` so that the sink may keep one past
-    /// its event (see [`crate::lend`]). Default: lends nothing.
-    fn poll_lending(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: &crate::LendSlot) -> usize {
-        let _ = lend;
-        self.poll(sink)
-    }
-
-    /// Hands one frame waiting on a link of this transport to `take`, without the general poll:
-    /// for a worker whose doorbell rang while the transport was quiet (see [`crate::doorbell`]),
-    /// so a message on its own costs a read of its ring and its handling. The frame is offered
-    /// through `lend` as [`Transport::poll_lending`] offers it; untaken, it is gone from its link
-    /// (and its space given back) when `take` returns. True when a frame was handed over. False
-    /// when none waits, and whenever a link needs more than a read (a loan, a placement, a queue,
-    /// a failure or close to report) or the transport has events of its own: the caller then
-    /// polls as usual. Only the frame at the head of a link is handed over, so order holds.
-    /// Default: never hands one over.
-    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]), lend: &crate::LendSlot) -> bool {
-        let _ = (take, lend);
-        false
-    }
-
-    /// Ends the loan of the frame taken on `link` (see [`crate::lend`]): its bytes may be reused
-    /// and the link is read again. Harmless for a link with no loan, or one that has since
-    /// closed or failed (its mapping is let go now).
-    fn end_lend(&mut self, _link: LinkId) {}
 
     /// A descriptor that becomes readable when `poll` has something to do, for the worker's
     /// `arm`/`wait`. Level or edge: the worker re-checks with `poll` after every wakeup.
@@ -442,32 +479,40 @@ pub trait Transport: Send {
     /// Default: nothing to do.
     fn prepare_sleep(&mut self) {}
 
-    /// True when nothing but what [`Transport::doorbells`] shows can give `poll` work: no frame
-    /// queued or in flight, no link opening or closing. A busy-polling worker may then skip
-    /// polling it while no doorbell rings (and still polls it every few calls). Default: never.
+    /// True when `poll` can find nothing new until one of the transport's doorbells rings (see
+    /// [`crate::doorbell`]): no frame queued or in flight, no link opening or closing, and every
+    /// link one whose incoming data rings a doorbell ([`SameHostFastPath::doorbells`]); a
+    /// transport without doorbells is quiet only with no link at all. A busy-polling worker may
+    /// then skip polling it while no doorbell rings (and still polls it every few calls).
+    /// Default: never.
     fn is_quiet(&self) -> bool {
         false
     }
 
-    /// The doorbells of this transport's links (see [`crate::doorbell`]), for a quiet transport.
-    fn doorbells(&self, _out: &mut Vec<crate::doorbell::Doorbell>) {}
-
-    /// Changes whenever the set of doorbells does (links added or removed).
-    fn doorbell_generation(&self) -> u64 {
-        0
-    }
-
-    /// The link's sending end for an endpoint to write eager frames through without the worker
-    /// (see [`crate::shm::ShmSendLane`]), opened on the endpoint's side. `None` when the
-    /// transport has no such lane (only shared memory has one) or the link is not live.
-    fn open_send_lane(&mut self, _link: LinkId) -> Option<std::sync::Arc<crate::shm::ShmSendLane>> {
+    /// The same-host shared-memory fast paths of this transport (see [`crate::same_host`]);
+    /// `None` for a transport without them (every transport but shm, and a set without shm).
+    /// Resolve it once, not per message: a [`crate::TransportSet`] keeps such a member as a
+    /// `dyn SameHostFastPath` and calls it directly.
+    fn same_host_fast_path(&mut self) -> Option<&mut dyn SameHostFastPath> {
         None
     }
+}
 
-    /// The put-help words of the direction the peer sends on over `link`, with the peer's
-    /// process id (see [`crate::shm::put_help`]): what a target needs to help with the peer's
-    /// large put. `None` when the transport has none (only shared memory has them).
-    fn peer_help_words(&self, _link: LinkId) -> Option<(crate::shm::put_help::HelpWords, u32)> {
-        None
+#[cfg(test)]
+mod tests {
+    /// The core interface names no type of a particular transport: what only shared memory
+    /// offers is reached through [`crate::same_host`].
+    #[test]
+    fn the_core_interface_names_no_transport_type() {
+        // The module's code, up to these tests (whose list is the one place the names appear).
+        let source = include_str!("transport.rs").split("#[cfg(test)]").next().expect("some code");
+        let code = source.lines().filter(|line| !line.trim_start().starts_with("//"));
+        let names =
+            ["shm::", "uring::", "dpdk::", "verbs::", "Shm", "Uring", "Dpdk", "HelpWords", "Doorbell"];
+        for line in code {
+            for name in names {
+                assert!(!line.contains(name), "transport.rs names {name}: {line}");
+            }
+        }
     }
 }

@@ -6,6 +6,10 @@
 //! out say which member owns it, and every event a member reports is renamed on its way up.
 //! Which member a new connection uses is the caller's choice ([`TransportSet::connect_with`]);
 //! plain [`Transport::connect`] goes to the first member that accepts the target.
+//!
+//! A member with the same-host fast paths ([`SameHostFastPath`]) is kept as such
+//! ([`SetMember::SameHost`]), and the set offers the extension itself, forwarding each call to
+//! the member that has it: one virtual call, core method or extension alike.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -13,11 +17,35 @@ use std::os::fd::BorrowedFd;
 
 use zcx_control::TransportAddress;
 
+use crate::doorbell::Doorbell;
+use crate::same_host::SameHostFastPath;
+use crate::shm::put_help::HelpWords;
+use crate::shm::ShmSendLane;
 use crate::LendSlot;
 
 use crate::transport::{
-    Caps, ConnectTarget, LinkId, ListenerId, Payload, SendOutcome, TlError, TlEvent, Transport,
+    Caps, ConnectTarget, LargePayload, LinkId, ListenerId, LocalMem, Payload, RemoteMem, RmaOp, RmaOutcome,
+    SendOutcome, TlError, TlEvent, Transport,
 };
+
+/// One transport of a set, kept with the extension it offers.
+pub enum SetMember {
+    /// A transport with the core interface only.
+    Plain(Box<dyn Transport>),
+    /// A transport with the same-host fast paths too (shm).
+    SameHost(Box<dyn SameHostFastPath>),
+}
+
+/// `$body` with `$t` bound to the member's transport, whichever kind it is: both arms make the
+/// same virtual call (a `dyn SameHostFastPath` vtable starts with the core methods).
+macro_rules! with_member {
+    ($member:expr, $t:ident => $body:expr) => {
+        match $member {
+            SetMember::Plain($t) => $body,
+            SetMember::SameHost($t) => $body,
+        }
+    };
+}
 
 /// Bits of an id below the member's index: the member's own id (see [`crate::link_table`] for
 /// the whole layout).
@@ -29,10 +57,11 @@ pub const MAX_MEMBERS: usize = 1 << (32 - MEMBER_SHIFT);
 
 /// The transports of one worker, polled together and addressed through one id space.
 pub struct TransportSet {
-    members: Vec<Box<dyn Transport>>,
+    members: Vec<SetMember>,
     /// What the protocol layer may assume of any link: the most restrictive of every member.
     caps: Caps,
-    /// Bit `i`: member `i` gave at least one doorbell at the last [`Transport::doorbells`] call
+    /// Bit `i`: member `i` gave at least one doorbell at the last
+    /// [`SameHostFastPath::doorbells`] call
     /// (see [`TransportSet::poll_rung`]).
     belled: Cell<u32>,
 }
@@ -56,33 +85,13 @@ pub fn member_of(link: LinkId) -> usize {
 impl TransportSet {
     /// A poll because a doorbell rang while every member was quiet (see
     /// [`Transport::is_quiet`]): only the members that gave doorbells at the last
-    /// [`Transport::doorbells`] call are polled. A quiet member without doorbells has no link,
+    /// [`SameHostFastPath::doorbells`] call are polled. A quiet member without doorbells has no link,
     /// so nothing can reach it but a listener's connection, and those wait for the next full poll
     /// as they do while no doorbell rings. It saves an idle io_uring transport's look at its
     /// rings on every shared-memory message.
     /// Frames are offered through `lend` when given (see [`crate::lend`]).
     pub fn poll_rung(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: Option<&LendSlot>) -> usize {
         self.poll_members(self.belled.get(), sink, lend)
-    }
-
-    /// [`Transport::take_rung_frame`] of the members [`TransportSet::poll_rung`] would poll, in
-    /// order, until one hands a frame over.
-    pub fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]), lend: &LendSlot) -> bool {
-        let belled = self.belled.get();
-        for (index, tl) in self.members.iter_mut().enumerate() {
-            if belled & (1 << index) == 0 {
-                continue;
-            }
-            let taken = match index {
-                // Member 0's ids are the set's (see `poll_members`).
-                0 => tl.take_rung_frame(take, lend),
-                _ => tl.take_rung_frame(&mut |link, bytes| take(LinkId(global(index, link.0)), bytes), lend),
-            };
-            if taken {
-                return true;
-            }
-        }
-        false
     }
 
     /// Polls the members whose bit is set in `mask`, offering frames through `lend` when given.
@@ -93,17 +102,21 @@ impl TransportSet {
         lend: Option<&LendSlot>,
     ) -> usize {
         let mut count = 0;
-        for (index, tl) in self.members.iter_mut().enumerate() {
+        for (index, member) in self.members.iter_mut().enumerate() {
             if mask & (1 << index) == 0 {
                 continue;
             }
-            count += match (index, lend) {
+            count += match (index, member, lend) {
                 // Member 0's ids are the set's ids (its member bits are zero): no renaming, and
                 // no closure between the first member's events and the sink.
-                (0, None) => tl.poll(sink),
-                (0, Some(lend)) => tl.poll_lending(sink, lend),
-                (_, None) => tl.poll(&mut |event| sink(renamed(index, event))),
-                (_, Some(lend)) => tl.poll_lending(&mut |event| sink(renamed(index, event)), lend),
+                (0, SetMember::SameHost(tl), Some(lend)) => tl.poll_lending(sink, lend),
+                (0, member, _) => with_member!(member, tl => tl.poll(sink)),
+                (_, SetMember::SameHost(tl), Some(lend)) => {
+                    tl.poll_lending(&mut |event| sink(renamed(index, event)), lend)
+                }
+                (_, member, _) => {
+                    with_member!(member, tl => tl.poll(&mut |event| sink(renamed(index, event))))
+                }
             };
         }
         count
@@ -111,61 +124,70 @@ impl TransportSet {
 
     /// A set of `members`, in order of preference for [`Transport::connect`]. At least one, at
     /// most [`MAX_MEMBERS`].
-    pub fn new(members: Vec<Box<dyn Transport>>) -> Result<TransportSet, TlError> {
+    pub fn new(members: Vec<SetMember>) -> Result<TransportSet, TlError> {
         if members.is_empty() || members.len() > MAX_MEMBERS {
             return Err(TlError::InvalidParam);
         }
-        let caps = merged_caps(members[0].caps(), members[1..].iter().map(|m| m.caps()));
+        let caps = merged_caps(
+            with_member!(&members[0], t => t.caps()),
+            members[1..].iter().map(|m| with_member!(m, t => t.caps())),
+        );
         Ok(TransportSet { members, caps, belled: Cell::new(0) })
     }
 
     /// The members' short names, in order (`"uring"`, `"shm"`, ...).
     pub fn names(&self) -> Vec<&'static str> {
-        self.members.iter().map(|m| m.caps().name).collect()
+        self.members.iter().map(|m| with_member!(m, t => t.caps()).name).collect()
     }
 
     /// Every member's address, for the worker address.
     pub fn addresses(&self) -> Vec<TransportAddress> {
-        self.members.iter().filter_map(|m| m.address()).collect()
+        self.members.iter().filter_map(|m| with_member!(m, t => t.address())).collect()
     }
 
     /// The index of the member named `name`.
     pub fn member_named(&self, name: &str) -> Option<usize> {
-        self.members.iter().position(|m| m.caps().name == name)
+        self.members.iter().position(|m| with_member!(m, t => t.caps()).name == name)
     }
 
     /// Connects through member `member`.
     pub fn connect_with(&mut self, member: usize, target: ConnectTarget<'_>) -> Result<LinkId, TlError> {
         let tl = self.members.get_mut(member).ok_or(TlError::InvalidParam)?;
-        let link = tl.connect(target)?;
+        let link = with_member!(tl, tl => tl.connect(target))?;
         Ok(LinkId(global(member, link.0)))
     }
 
     /// The notifiers of every member, for the worker's epoll set.
     pub fn event_fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.members.iter().filter_map(|m| m.event_fd()).collect()
+        self.members.iter().filter_map(|m| with_member!(m, t => t.event_fd())).collect()
     }
 
-    fn member(&self, id: u32) -> Option<(&dyn Transport, u32)> {
+    fn member(&self, id: u32) -> Option<(&SetMember, u32)> {
         let (index, local) = split(id);
-        self.members.get(index).map(|m| (m.as_ref(), local))
+        self.members.get(index).map(|m| (m, local))
     }
 
-    fn member_mut(&mut self, id: u32) -> Option<(&mut Box<dyn Transport>, u32)> {
+    fn member_mut(&mut self, id: u32) -> Option<(&mut SetMember, u32)> {
         let (index, local) = split(id);
         self.members.get_mut(index).map(|m| (m, local))
     }
 }
 
-/// What holds for every member: the smallest frame and placement sizes, reliability and order
-/// only when all have them (the protocol layer works per link, but sizes fragments once).
+/// What holds for every member: the smallest frame and placement sizes, reliability, order and
+/// each native one-sided operation only when all have them (the protocol layer works per link,
+/// from [`Transport::link_caps`], but sizes fragments once).
 fn merged_caps<'a>(first: &Caps, others: impl Iterator<Item = &'a Caps>) -> Caps {
     others.fold(first.clone(), |acc, caps| Caps {
         name: acc.name,
         reliable: acc.reliable && caps.reliable,
         ordered: acc.ordered && caps.ordered,
-        rma: acc.rma && caps.rma,
-        amo: acc.amo && caps.amo,
+        rma: acc.rma.intersection(&caps.rma),
+        // Pulled only when every member pulls; per link, `link_caps` says what its member does.
+        large_payload: if acc.large_payload == caps.large_payload {
+            acc.large_payload
+        } else {
+            LargePayload::SenderPush
+        },
         max_frame: acc.max_frame.min(caps.max_frame),
         zcopy_threshold: acc.zcopy_threshold.max(caps.zcopy_threshold),
         // A member that cannot place sends placed frames whole, so they must fit its frames.
@@ -208,6 +230,7 @@ fn renamed(member: usize, event: TlEvent<'_>) -> TlEvent<'_> {
             TlEvent::Placed { link: link(l), header, len, dest }
         }
         TlEvent::PlaceDone { link: l, token, result } => TlEvent::PlaceDone { link: link(l), token, result },
+        TlEvent::RmaDone { link: l, token, result } => TlEvent::RmaDone { link: link(l), token, result },
         TlEvent::LinkFailed { link: l, error } => TlEvent::LinkFailed { link: link(l), error },
     }
 }
@@ -219,20 +242,20 @@ impl Transport for TransportSet {
 
     fn link_caps(&self, link: LinkId) -> &Caps {
         match self.member(link.0) {
-            Some((tl, local)) => tl.link_caps(LinkId(local)),
+            Some((tl, local)) => with_member!(tl, tl => tl.link_caps(LinkId(local))),
             None => &self.caps,
         }
     }
 
     /// The first member's address; the worker address lists all of them ([`Self::addresses`]).
     fn address(&self) -> Option<TransportAddress> {
-        self.members.iter().find_map(|m| m.address())
+        self.members.iter().find_map(|m| with_member!(m, t => t.address()))
     }
 
     /// Listens on the first member that listens by sockaddr.
     fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), TlError> {
         for (index, tl) in self.members.iter_mut().enumerate() {
-            match tl.listen(addr) {
+            match with_member!(tl, tl => tl.listen(addr)) {
                 Err(TlError::Unsupported) => continue,
                 other => return other.map(|(id, bound)| (listener_id(index, id), bound)),
             }
@@ -243,7 +266,7 @@ impl Transport for TransportSet {
     fn close_listener(&mut self, listener: ListenerId) {
         let (index, local) = split(listener.0);
         if let Some(tl) = self.members.get_mut(index) {
-            tl.close_listener(ListenerId(local));
+            with_member!(tl, tl => tl.close_listener(ListenerId(local)));
         }
     }
 
@@ -254,7 +277,9 @@ impl Transport for TransportSet {
             let member = self
                 .members
                 .iter()
-                .position(|m| m.address().is_some_and(|own| own.kind() == address.kind()))
+                .position(|m| {
+                    with_member!(m, t => t.address()).is_some_and(|own| own.kind() == address.kind())
+                })
                 .ok_or(TlError::Unsupported)?;
             return self.connect_with(member, target);
         }
@@ -269,14 +294,14 @@ impl Transport for TransportSet {
 
     fn link_addrs(&self, link: LinkId) -> (Option<SocketAddr>, Option<SocketAddr>) {
         match self.member(link.0) {
-            Some((tl, local)) => tl.link_addrs(LinkId(local)),
+            Some((tl, local)) => with_member!(tl, tl => tl.link_addrs(LinkId(local))),
             None => (None, None),
         }
     }
 
     fn send(&mut self, link: LinkId, header: &[u8], payload: Payload<'_>) -> Result<SendOutcome, TlError> {
         let (tl, local) = self.member_mut(link.0).ok_or(TlError::InvalidParam)?;
-        tl.send(LinkId(local), header, payload)
+        with_member!(tl, tl => tl.send(LinkId(local), header, payload))
     }
 
     fn send_placed(
@@ -286,61 +311,111 @@ impl Transport for TransportSet {
         payload: Payload<'_>,
     ) -> Result<SendOutcome, TlError> {
         let (tl, local) = self.member_mut(link.0).ok_or(TlError::InvalidParam)?;
-        tl.send_placed(LinkId(local), header, payload)
+        with_member!(tl, tl => tl.send_placed(LinkId(local), header, payload))
     }
 
     fn close(&mut self, link: LinkId, force: bool) {
         if let Some((tl, local)) = self.member_mut(link.0) {
-            tl.close(LinkId(local), force);
+            with_member!(tl, tl => tl.close(LinkId(local), force));
         }
     }
 
     fn link_established(&mut self, link: LinkId) {
         if let Some((tl, local)) = self.member_mut(link.0) {
-            tl.link_established(LinkId(local));
+            with_member!(tl, tl => tl.link_established(LinkId(local)));
         }
     }
 
-    fn open_send_lane(&mut self, link: LinkId) -> Option<std::sync::Arc<crate::shm::ShmSendLane>> {
-        let (tl, local) = self.member_mut(link.0)?;
-        tl.open_send_lane(LinkId(local))
-    }
-
-    fn peer_help_words(&self, link: LinkId) -> Option<(crate::shm::put_help::HelpWords, u32)> {
-        let (tl, local) = self.member(link.0)?;
-        tl.peer_help_words(LinkId(local))
+    fn rma(
+        &mut self,
+        link: LinkId,
+        op: RmaOp,
+        local: LocalMem,
+        remote: RemoteMem<'_>,
+        token: u64,
+    ) -> Result<RmaOutcome, TlError> {
+        let (tl, local_link) = self.member_mut(link.0).ok_or(TlError::InvalidParam)?;
+        with_member!(tl, tl => tl.rma(LinkId(local_link), op, local, remote, token))
     }
 
     fn has_pending_sends(&self, link: LinkId) -> bool {
-        self.member(link.0).is_some_and(|(tl, local)| tl.has_pending_sends(LinkId(local)))
+        self.member(link.0)
+            .is_some_and(|(tl, local)| with_member!(tl, tl => tl.has_pending_sends(LinkId(local))))
     }
 
     fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
         self.poll_members(u32::MAX, sink, None)
     }
 
+    /// The first member's notifier; the worker waits on all of them ([`Self::event_fds`]).
+    fn event_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.members.iter().find_map(|m| with_member!(m, t => t.event_fd()))
+    }
+
+    fn is_quiet(&self) -> bool {
+        self.members.iter().all(|m| with_member!(m, t => t.is_quiet()))
+    }
+
+    fn prepare_sleep(&mut self) {
+        for member in &mut self.members {
+            with_member!(member, t => t.prepare_sleep());
+        }
+    }
+
+    fn has_events(&self) -> bool {
+        // Every member is asked: has_events may drain a notifier, which must happen for each.
+        self.members.iter().fold(false, |any, m| with_member!(m, t => t.has_events()) | any)
+    }
+
+    /// The set itself, when a member has the fast paths: it forwards to that member.
+    fn same_host_fast_path(&mut self) -> Option<&mut dyn SameHostFastPath> {
+        if self.members.iter().any(|m| matches!(m, SetMember::SameHost(_))) {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+/// Forwards to the members that have the fast paths; the others have nothing to lend, take,
+/// ring or open.
+impl SameHostFastPath for TransportSet {
     fn poll_lending(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: &LendSlot) -> usize {
         self.poll_members(u32::MAX, sink, Some(lend))
     }
 
+    /// The members' [`SameHostFastPath::take_rung_frame`], of those [`TransportSet::poll_rung`]
+    /// would poll, in order, until one hands a frame over.
+    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]), lend: &LendSlot) -> bool {
+        let belled = self.belled.get();
+        for (index, member) in self.members.iter_mut().enumerate() {
+            if belled & (1 << index) == 0 {
+                continue;
+            }
+            // Only a member with the fast paths gives doorbells, so only such a member is belled.
+            let SetMember::SameHost(tl) = member else { continue };
+            let taken = match index {
+                // Member 0's ids are the set's (see `poll_members`).
+                0 => tl.take_rung_frame(take, lend),
+                _ => tl.take_rung_frame(&mut |link, bytes| take(LinkId(global(index, link.0)), bytes), lend),
+            };
+            if taken {
+                return true;
+            }
+        }
+        false
+    }
+
     fn end_lend(&mut self, link: LinkId) {
-        if let Some((tl, local)) = self.member_mut(link.0) {
+        if let Some((SetMember::SameHost(tl), local)) = self.member_mut(link.0) {
             tl.end_lend(LinkId(local));
         }
     }
 
-    /// The first member's notifier; the worker waits on all of them ([`Self::event_fds`]).
-    fn event_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.members.iter().find_map(|m| m.event_fd())
-    }
-
-    fn is_quiet(&self) -> bool {
-        self.members.iter().all(|m| m.is_quiet())
-    }
-
-    fn doorbells(&self, out: &mut Vec<crate::doorbell::Doorbell>) {
+    fn doorbells(&self, out: &mut Vec<Doorbell>) {
         let mut belled = 0;
         for (index, member) in self.members.iter().enumerate() {
+            let SetMember::SameHost(member) = member else { continue };
             let before = out.len();
             member.doorbells(out);
             if out.len() > before {
@@ -352,24 +427,31 @@ impl Transport for TransportSet {
 
     fn doorbell_generation(&self) -> u64 {
         // Each member's generation only grows, so the sum changes whenever one does.
-        self.members.iter().fold(0u64, |sum, m| sum.wrapping_add(m.doorbell_generation()))
+        self.members.iter().fold(0u64, |sum, m| match m {
+            SetMember::SameHost(m) => sum.wrapping_add(m.doorbell_generation()),
+            SetMember::Plain(_) => sum,
+        })
     }
 
-    fn prepare_sleep(&mut self) {
-        for member in &mut self.members {
-            member.prepare_sleep();
+    fn open_send_lane(&mut self, link: LinkId) -> Option<std::sync::Arc<ShmSendLane>> {
+        match self.member_mut(link.0)? {
+            (SetMember::SameHost(tl), local) => tl.open_send_lane(LinkId(local)),
+            (SetMember::Plain(_), _) => None,
         }
     }
 
-    fn has_events(&self) -> bool {
-        // Every member is asked: has_events may drain a notifier, which must happen for each.
-        self.members.iter().fold(false, |any, m| m.has_events() | any)
+    fn peer_help_words(&self, link: LinkId) -> Option<(HelpWords, u32)> {
+        match self.member(link.0)? {
+            (SetMember::SameHost(tl), local) => tl.peer_help_words(LinkId(local)),
+            (SetMember::Plain(_), _) => None,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::RmaCaps;
 
     #[test]
     fn ids_round_trip_through_the_member_bits() {
@@ -394,8 +476,8 @@ mod tests {
             name,
             reliable: true,
             ordered: true,
-            rma: false,
-            amo: false,
+            rma: RmaCaps::NONE,
+            large_payload: LargePayload::SenderPush,
             max_frame,
             zcopy_threshold: 1 << 18,
             max_placed,
@@ -418,6 +500,30 @@ mod tests {
         // A member that cannot place sends placed frames whole: they must fit its frames.
         let whole = caps("dpdk", 64 << 10, 0);
         assert_eq!(merged(&[&shm, &whole]), (64 << 10) - crate::proto::wire::MAX_HEADER_LEN);
+    }
+
+    /// A set claims a native operation only when every member has it, and pulls large payloads
+    /// only when every member does.
+    #[test]
+    fn one_sided_caps_merge_to_what_every_member_does() {
+        let mut shm = caps("shm", 1 << 20, 64 << 20);
+        shm.rma = RmaCaps {
+            put: true,
+            get: true,
+            atomic32: crate::AtomicOps::ALL,
+            atomic64: crate::AtomicOps::ALL,
+            max_rma: 1 << 40,
+        };
+        let mut pulling = caps("verbs", 1 << 20, 0);
+        pulling.rma = RmaCaps { put: true, get: true, max_rma: 1 << 30, ..RmaCaps::NONE };
+        pulling.large_payload = LargePayload::ReceiverPull;
+        let merged = |set: &[&Caps]| merged_caps(set[0], set[1..].iter().copied());
+        assert_eq!(merged(&[&shm]).rma, shm.rma);
+        assert_eq!(merged(&[&shm, &caps("uring", 1 << 20, 0)]).rma, RmaCaps::NONE);
+        let both = merged(&[&shm, &pulling]);
+        assert_eq!(both.rma, RmaCaps { put: true, get: true, max_rma: 1 << 30, ..RmaCaps::NONE });
+        assert_eq!(both.large_payload, LargePayload::SenderPush);
+        assert_eq!(merged(&[&pulling, &pulling]).large_payload, LargePayload::ReceiverPull);
     }
 
     #[test]

@@ -5,12 +5,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use zcx_control::TransportAddress;
+use zcx_control::{ShmLocator, TransportAddress};
+use zcx_dataplane::proto::AtomicOp;
 use zcx_dataplane::shm::conn::{self, Hello};
 use zcx_dataplane::shm::segment::{segment_len, Segment};
 use zcx_dataplane::{
-    ConnectTarget, LendSlot, LinkId, ListenerId, Payload, PlaceTarget, SendOutcome, ShmConfig, ShmTransport,
-    TlError, TlEvent, Transport, ZcopyPayload,
+    ConnectTarget, LargePayload, LendSlot, LinkId, ListenerId, LocalMem, Payload, PlaceTarget, RemoteMem,
+    RmaOp, RmaOutcome, SameHostFastPath as _, SendOutcome, ShmConfig, ShmTransport, TlError, TlEvent,
+    Transport, ZcopyPayload,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -70,6 +72,8 @@ impl Side {
             TlEvent::Frame { link, bytes } => ev.push(Ev::Frame(link, bytes.to_vec())),
             TlEvent::SendDone { link, token, result } => ev.push(Ev::SendDone(link, token, result)),
             TlEvent::PlaceDone { link, token, result } => ev.push(Ev::PlaceDone(link, token, result)),
+            // A shm operation completes inside `rma`: no completion event ever follows.
+            TlEvent::RmaDone { link, token, .. } => panic!("RmaDone from shm (link {link:?}, token {token})"),
             TlEvent::LinkFailed { link, error } => ev.push(Ev::Failed(link, error)),
         });
     }
@@ -169,6 +173,69 @@ fn address_listen_and_sockaddr_are_as_documented() {
     let l = a.t.connect(ConnectTarget::Address(&nowhere)).unwrap();
     pump_one(&mut a, "connect failure", |a| a.failed(l).is_some());
     assert_eq!(a.failed(l), Some(TlError::NotConnected));
+}
+
+/// Same host: a peer's registered region is mapped here, so put, get and every atomic of both
+/// sizes, plain and fetching, are native (the `rma_*` tests below do each of them); large
+/// payloads are pushed by the sender.
+#[test]
+fn caps_claim_native_one_sided_operations_and_sender_push() {
+    let side = Side::new();
+    let rma = side.t.caps().rma;
+    assert!(rma.put && rma.get);
+    for size in [4, 8] {
+        for op in [AtomicOp::Add, AtomicOp::Swap, AtomicOp::Cswap, AtomicOp::And, AtomicOp::Or, AtomicOp::Xor]
+        {
+            for fetch in [false, true] {
+                assert!(rma.atomics(size).contains(op, fetch), "{size} B {op:?} fetch {fetch}");
+            }
+        }
+    }
+    assert!(rma.max_rma >= 1 << 40, "a region as large as memory: {}", rma.max_rma);
+    assert_eq!(side.t.caps().large_payload, LargePayload::SenderPush);
+}
+
+/// A set of shm and uring claims per link what the link's member does, and for the set as a
+/// whole only what both do.
+#[test]
+fn a_set_answers_caps_per_link() {
+    let uring = zcx_dataplane::UringTransport::new(&zcx_dataplane::UringConfig::default()).expect("uring");
+    let shm = ShmTransport::new(&small_cfg()).expect("shm");
+    let set = zcx_dataplane::TransportSet::new(vec![
+        zcx_dataplane::SetMember::SameHost(Box::new(shm)),
+        zcx_dataplane::SetMember::Plain(Box::new(uring)),
+    ])
+    .expect("set");
+    let shm_link = LinkId(5);
+    let uring_link = LinkId((1 << 28) | 5);
+    assert!(set.link_caps(shm_link).rma.put && set.link_caps(shm_link).rma.get);
+    assert_eq!(set.link_caps(uring_link).rma, zcx_dataplane::RmaCaps::NONE);
+    assert_eq!(set.caps().rma, zcx_dataplane::RmaCaps::NONE);
+    assert_eq!(set.caps().large_payload, LargePayload::SenderPush);
+}
+
+/// A set offers the same-host extension when a member has it, and forwards `rma` to the link's
+/// member: the uring member refuses it as unsupported.
+#[test]
+fn a_set_offers_the_extension_only_with_a_member_that_has_it() {
+    let uring = || zcx_dataplane::UringTransport::new(&zcx_dataplane::UringConfig::default()).expect("uring");
+    let shm = ShmTransport::new(&small_cfg()).expect("shm");
+    let mut with_shm = zcx_dataplane::TransportSet::new(vec![
+        zcx_dataplane::SetMember::SameHost(Box::new(shm)),
+        zcx_dataplane::SetMember::Plain(Box::new(uring())),
+    ])
+    .expect("set");
+    assert!(with_shm.same_host_fast_path().is_some());
+    let remote = RemoteMem { region_base: 0, region_len: 8, addr: 0, len: 8, key: &[] };
+    let op = RmaOp::Atomic { op: AtomicOp::Add, fetch: false, value: 1, compare: 0 };
+    let uring_link = LinkId((1 << 28) | 5);
+    assert_eq!(with_shm.rma(uring_link, op, LocalMem::NONE, remote, 1), Err(TlError::Unsupported));
+    // No such shm link: refused as a bad argument, not attempted.
+    assert_eq!(with_shm.rma(LinkId(5), op, LocalMem::NONE, remote, 1), Err(TlError::InvalidParam));
+    let mut without =
+        zcx_dataplane::TransportSet::new(vec![zcx_dataplane::SetMember::Plain(Box::new(uring()))])
+            .expect("set");
+    assert!(without.same_host_fast_path().is_none());
 }
 
 #[test]
@@ -875,4 +942,303 @@ fn a_lent_frame_stays_in_place_until_its_loan_ends() {
     a.t.end_lend(la);
     drop((a, b));
     assert_eq!(fds_and_maps(), before, "descriptors or mappings left behind");
+}
+
+/// The remote address the test regions claim to start at in their owner's address space: what a
+/// remote key records, unrelated to where anything is mapped here.
+const REGION_BASE: u64 = 0x7f00_0000_0000;
+
+/// A registered region as its owner has it: a sealed memfd mapped here (to see what operations
+/// did to it) and the locator a packed remote key carries for it.
+struct Region {
+    _fd: OwnedFd,
+    ptr: *mut u8,
+    len: usize,
+    locator: ShmLocator,
+}
+
+impl Region {
+    fn new(len: usize) -> Region {
+        // SAFETY: memfd_create with a literal name; checked.
+        let raw = unsafe {
+            libc::memfd_create(c"zcx-rma-test".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        assert!(raw >= 0);
+        // SAFETY: a fresh descriptor.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: plain calls on our descriptor; `st` is a valid out-parameter.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let ptr = unsafe {
+            assert_eq!(libc::ftruncate(raw, len as libc::off_t), 0);
+            assert_eq!(libc::fcntl(raw, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW), 0);
+            assert_eq!(libc::fstat(raw, &mut st), 0);
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                raw,
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED);
+        let pid = std::process::id();
+        let locator = ShmLocator {
+            boot_id: zcx_control::local_boot_id().expect("boot id"),
+            pid,
+            pid_start_time: zcx_control::process_start_time(pid).expect("start time"),
+            fd: raw,
+            inode: st.st_ino,
+            dev: st.st_dev,
+            map_offset: 0,
+            map_len: len as u64,
+            page_size: 4096,
+        };
+        Region { _fd: fd, ptr: ptr.cast(), len, locator }
+    }
+
+    /// The region's bytes as they are now.
+    fn bytes(&self) -> Vec<u8> {
+        // SAFETY: the mapping is live; the transport under test runs in this thread only.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }.to_vec()
+    }
+
+    fn fill(&self, byte: u8) {
+        // SAFETY: the whole live mapping.
+        unsafe { std::ptr::write_bytes(self.ptr, byte, self.len) };
+    }
+
+    fn word64(&self, offset: usize) -> u64 {
+        u64::from_le_bytes(self.bytes()[offset..offset + 8].try_into().unwrap())
+    }
+
+    fn set_word64(&self, offset: usize, value: u64) {
+        // SAFETY: 8 bytes inside the mapping, written while no operation runs.
+        unsafe { std::ptr::copy_nonoverlapping(value.to_le_bytes().as_ptr(), self.ptr.add(offset), 8) };
+    }
+
+    /// `len` bytes at `offset` of the region, as the owner's key (here its whole memfd) names them.
+    fn remote<'a>(&self, key: &'a [u8], offset: u64, len: usize) -> RemoteMem<'a> {
+        RemoteMem {
+            region_base: REGION_BASE,
+            region_len: self.len as u64,
+            addr: REGION_BASE + offset,
+            len,
+            key,
+        }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+fn put(
+    t: &mut ShmTransport,
+    link: LinkId,
+    data: &[u8],
+    remote: RemoteMem<'_>,
+) -> Result<RmaOutcome, TlError> {
+    // SAFETY: `data` is readable and outlives the call, in which a shm put completes.
+    let local = unsafe { LocalMem::new(data.as_ptr().cast_mut(), data.len()) };
+    t.rma(link, RmaOp::Put, local, remote, 1)
+}
+
+fn get(
+    t: &mut ShmTransport,
+    link: LinkId,
+    into: &mut [u8],
+    remote: RemoteMem<'_>,
+) -> Result<RmaOutcome, TlError> {
+    // SAFETY: `into` is writable and outlives the call, in which a shm get completes.
+    let local = unsafe { LocalMem::new(into.as_mut_ptr(), into.len()) };
+    t.rma(link, RmaOp::Get, local, remote, 2)
+}
+
+fn atomic(
+    t: &mut ShmTransport,
+    link: LinkId,
+    op: AtomicOp,
+    fetch: bool,
+    (value, compare): (u64, u64),
+    remote: RemoteMem<'_>,
+) -> Result<RmaOutcome, TlError> {
+    t.rma(link, RmaOp::Atomic { op, fetch, value, compare }, LocalMem::NONE, remote, 3)
+}
+
+/// What `op` leaves in a word of `size` bytes holding `old`.
+fn applied(op: AtomicOp, size: usize, old: u64, value: u64, compare: u64) -> u64 {
+    let mask = if size == 4 { u64::from(u32::MAX) } else { u64::MAX };
+    let (old, value, compare) = (old & mask, value & mask, compare & mask);
+    match op {
+        AtomicOp::Add => old.wrapping_add(value) & mask,
+        AtomicOp::Swap => value,
+        AtomicOp::Cswap if old == compare => value,
+        AtomicOp::Cswap => old,
+        AtomicOp::And => old & value,
+        AtomicOp::Or => old | value,
+        AtomicOp::Xor => old ^ value,
+    }
+}
+
+/// Put, get, and every atomic of both sizes in both forms, natively on a peer's region: what the
+/// shm caps claim, done.
+#[test]
+fn rma_put_get_and_atomics_of_both_sizes_on_a_peers_region() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (_la, lb) = pair(&mut a, &mut b);
+    let region = Region::new(2 * 4096);
+    let key = region.locator.to_bytes();
+    let data = pattern(3000, 7);
+    assert_eq!(
+        put(&mut b.t, lb, &data, region.remote(&key, 100, data.len())),
+        Ok(RmaOutcome::Done { fetched: 0 })
+    );
+    assert!(region.bytes()[100..3100] == data[..], "the put's bytes are in the region");
+    assert!(region.bytes()[..100].iter().all(|&b| b == 0) && region.bytes()[3100..].iter().all(|&b| b == 0));
+    let mut back = vec![0u8; 5000];
+    assert_eq!(
+        get(&mut b.t, lb, &mut back, region.remote(&key, 0, 5000)),
+        Ok(RmaOutcome::Done { fetched: 0 })
+    );
+    assert!(back == region.bytes()[..5000], "the get read the region");
+    // The last bytes of the region are reachable, and an empty range anywhere inside it.
+    assert!(put(&mut b.t, lb, &[9; 8], region.remote(&key, 8184, 8)).is_ok());
+    assert!(put(&mut b.t, lb, &[], region.remote(&key, 8192, 0)).is_ok());
+    assert_eq!(region.word64(8184), u64::from_le_bytes([9; 8]));
+
+    let ops = [AtomicOp::Add, AtomicOp::Swap, AtomicOp::Cswap, AtomicOp::And, AtomicOp::Or, AtomicOp::Xor];
+    let old = 0x8000_0001_f0f0_0ff1u64;
+    for size in [4usize, 8] {
+        for op in ops {
+            for fetch in [false, true] {
+                // Compare-and-swap both with the current value (swaps) and without (keeps it).
+                for compare in [old, 17] {
+                    let offset = 4096 + 8 * size;
+                    region.set_word64(offset, old);
+                    let value = 0x1234_5678_9abc_def3;
+                    let outcome = atomic(
+                        &mut b.t,
+                        lb,
+                        op,
+                        fetch,
+                        (value, compare),
+                        region.remote(&key, offset as u64, size),
+                    );
+                    let mask = if size == 4 { u64::from(u32::MAX) } else { u64::MAX };
+                    let fetched = if fetch { old & mask } else { 0 };
+                    assert_eq!(outcome, Ok(RmaOutcome::Done { fetched }), "{size} B {op:?} fetch {fetch}");
+                    let expect = applied(op, size, old, value, compare) | (old & !mask);
+                    assert_eq!(
+                        region.word64(offset),
+                        expect,
+                        "{size} B {op:?} fetch {fetch} compare {compare:#x}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A range that starts inside the region and ends outside it, or lies before it, or wraps the
+/// address space, is refused, and no byte of the region or of the local memory is touched.
+#[test]
+fn rma_refuses_a_range_reaching_past_its_region_without_touching_a_byte() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (_la, lb) = pair(&mut a, &mut b);
+    let region = Region::new(4096);
+    region.fill(0xAA);
+    let key = region.locator.to_bytes();
+    let before = region.bytes();
+    let past_end = region.remote(&key, 4090, 16);
+    assert_eq!(put(&mut b.t, lb, &[0x55; 16], past_end), Err(TlError::InvalidParam));
+    let mut local = [0x55u8; 16];
+    assert_eq!(get(&mut b.t, lb, &mut local, past_end), Err(TlError::InvalidParam));
+    assert_eq!(local, [0x55; 16], "a refused get wrote local memory");
+    let last_word = region.remote(&key, 4092, 8);
+    assert_eq!(atomic(&mut b.t, lb, AtomicOp::Swap, true, (0, 0), last_word), Err(TlError::InvalidParam));
+    let before_base = RemoteMem { addr: REGION_BASE - 8, ..region.remote(&key, 0, 16) };
+    assert_eq!(put(&mut b.t, lb, &[0x55; 16], before_base), Err(TlError::InvalidParam));
+    let wrapping = RemoteMem { addr: u64::MAX - 3, ..region.remote(&key, 0, 16) };
+    assert_eq!(put(&mut b.t, lb, &[0x55; 16], wrapping), Err(TlError::InvalidParam));
+    // The region the key records may be smaller than its memfd: its end is the limit.
+    let small = RemoteMem { region_len: 100, ..region.remote(&key, 96, 8) };
+    assert_eq!(put(&mut b.t, lb, &[0x55; 8], small), Err(TlError::InvalidParam));
+    // A misaligned or odd-sized atomic, a put whose lengths differ.
+    assert_eq!(
+        atomic(&mut b.t, lb, AtomicOp::Add, false, (1, 0), region.remote(&key, 4, 8)),
+        Err(TlError::InvalidParam)
+    );
+    assert_eq!(
+        atomic(&mut b.t, lb, AtomicOp::Add, false, (1, 0), region.remote(&key, 0, 2)),
+        Err(TlError::InvalidParam)
+    );
+    assert_eq!(put(&mut b.t, lb, &[0x55; 8], region.remote(&key, 0, 16)), Err(TlError::InvalidParam));
+    assert!(region.bytes() == before, "a refused operation changed the region");
+    // Still usable for a range inside.
+    assert!(put(&mut b.t, lb, &[0x55; 16], region.remote(&key, 4080, 16)).is_ok());
+}
+
+/// A key edited to claim a bigger region than the owner registered cannot reach past the memfd:
+/// a region longer than the mapping its locator claims is refused, and a locator claiming more
+/// than the file holds is not mapped.
+#[test]
+fn rma_with_a_key_edited_to_a_bigger_length_is_refused_by_the_mapping_bounds() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (_la, lb) = pair(&mut a, &mut b);
+    let region = Region::new(4096);
+    let before = region.bytes();
+    let key = region.locator.to_bytes();
+    let longer = RemoteMem { region_len: 8192, ..region.remote(&key, 5000, 8) };
+    assert_eq!(put(&mut b.t, lb, &[1; 8], longer), Err(TlError::InvalidParam));
+    let mut bigger_map = region.locator;
+    bigger_map.map_len = 8192;
+    let key = bigger_map.to_bytes();
+    let longer = RemoteMem { region_len: 8192, ..region.remote(&key, 5000, 8) };
+    assert_eq!(put(&mut b.t, lb, &[1; 8], longer), Err(TlError::InvalidParam));
+    let inside = RemoteMem { region_len: 8192, ..region.remote(&key, 0, 8) };
+    assert_eq!(
+        put(&mut b.t, lb, &[1; 8], inside),
+        Err(TlError::InvalidParam),
+        "an oversized locator was mapped"
+    );
+    // A locator naming a process other than the link's peer, or garbage, is refused too.
+    let mut other = region.locator;
+    other.pid = 1;
+    let key = other.to_bytes();
+    assert_eq!(put(&mut b.t, lb, &[1; 8], region.remote(&key, 0, 8)), Err(TlError::InvalidParam));
+    assert_eq!(put(&mut b.t, lb, &[1; 8], region.remote(b"not a locator", 0, 8)), Err(TlError::InvalidParam));
+    assert!(region.bytes() == before, "a refused operation changed the region");
+}
+
+/// Once a link is closed its operations fail with a clear error, and the peer regions it mapped
+/// are unmapped.
+#[test]
+fn rma_on_a_closed_link_fails_and_its_mappings_go() {
+    if !run_alone("rma_on_a_closed_link_fails_and_its_mappings_go") {
+        return;
+    }
+    let mapped = || {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines().filter(|l| l.contains("zcx-rma-test")).count()
+    };
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let (la, lb) = pair(&mut a, &mut b);
+    let region = Region::new(4096);
+    let key = region.locator.to_bytes();
+    assert_eq!(mapped(), 1, "the owner's own mapping");
+    assert!(put(&mut b.t, lb, &[1; 8], region.remote(&key, 0, 8)).is_ok());
+    assert!(put(&mut b.t, lb, &[2; 8], region.remote(&key, 8, 8)).is_ok());
+    assert_eq!(mapped(), 2, "the link maps the region once and keeps it");
+    b.t.close(lb, true);
+    assert_eq!(mapped(), 1, "closing the link unmapped its peer region");
+    assert_eq!(put(&mut b.t, lb, &[3; 8], region.remote(&key, 0, 8)), Err(TlError::InvalidParam));
+    assert_eq!(region.word64(0), u64::from_le_bytes([1; 8]));
+    // The peer's end, once it saw the close, fails too.
+    pump(&mut a, &mut b, "close seen", |a, _| a.ev.iter().any(|e| matches!(e, Ev::Failed(l, _) if *l == la)));
+    assert_eq!(put(&mut a.t, la, &[3; 8], region.remote(&key, 0, 8)), Err(TlError::InvalidParam));
 }

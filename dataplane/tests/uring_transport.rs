@@ -7,9 +7,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use zcx_control::TransportAddress;
+use zcx_dataplane::proto::AtomicOp;
 use zcx_dataplane::{
-    ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, SendOutcome, TlError, TlEvent, Transport,
-    UringConfig, UringTransport, ZcopyPayload, MAX_HANDSHAKE_FRAME,
+    ConnectTarget, LargePayload, LinkId, ListenerId, LocalMem, Payload, PlaceTarget, RemoteMem, RmaCaps,
+    RmaOp, SendOutcome, TlError, TlEvent, Transport, UringConfig, UringTransport, ZcopyPayload,
+    MAX_HANDSHAKE_FRAME,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +36,9 @@ fn own(ev: TlEvent<'_>) -> Ev {
         TlEvent::Placed { link, header, len, .. } => Ev::Placed(link, header.to_vec(), len, None),
         TlEvent::PlaceDone { link, token, result } => Ev::PlaceDone(link, token, result),
         TlEvent::LinkFailed { link, error } => Ev::Failed(link, error),
+        TlEvent::RmaDone { link, token, .. } => {
+            panic!("RmaDone from uring, which has no rma (link {link:?}, token {token})")
+        }
     }
 }
 
@@ -171,6 +176,30 @@ fn sizes_both_ways(ip: &str) {
     let (local, peer) = b.t.link_addrs(lb);
     assert_eq!(peer, a.t.link_addrs(la).0);
     assert_eq!(local, a.t.link_addrs(la).1);
+}
+
+/// `rma` over a socket is refused as unsupported, as its caps say, even on a live link.
+#[test]
+fn rma_is_unsupported() {
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let addr = a.t.address().expect("address");
+    let lb = b.t.connect(ConnectTarget::Address(&addr)).expect("connect");
+    let remote = RemoteMem { region_base: 0, region_len: 8, addr: 0, len: 8, key: &[] };
+    let op = RmaOp::Atomic { op: AtomicOp::Add, fetch: true, value: 1, compare: 0 };
+    assert_eq!(b.t.rma(lb, op, LocalMem::NONE, remote, 1), Err(TlError::Unsupported));
+    let _ = &mut a;
+}
+
+/// A socket has no one-sided operation: put, get and atomics are emulated by the protocol
+/// layer, and the uring `rma` says so; large payloads are pushed by the sender.
+#[test]
+fn caps_claim_no_one_sided_operation_and_sender_push() {
+    let side = Side::new();
+    let caps = side.t.caps();
+    assert_eq!(caps.name, "uring");
+    assert_eq!(caps.rma, RmaCaps::NONE);
+    assert!(caps.rma.atomics(4).is_empty() && caps.rma.atomics(8).is_empty());
+    assert_eq!(caps.large_payload, LargePayload::SenderPush);
 }
 
 #[test]

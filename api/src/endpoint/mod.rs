@@ -14,8 +14,8 @@ use zcx_control::{TransportAddress, WorkerAddressWire};
 use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::shm::ShmSendLane;
 use zcx_dataplane::transport_set::member_of;
-use zcx_dataplane::Transport as _;
 use zcx_dataplane::{ConnectTarget, Payload, TransportSet};
+use zcx_dataplane::{SameHostFastPath as _, Transport as _};
 
 use crate::listener::ConnRequest;
 use crate::request::{OpInfo, OpSink, ReqCell, Request};

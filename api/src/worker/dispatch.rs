@@ -48,6 +48,11 @@ pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>, lend: Option<&LendSlo
                 st.bulk_active.insert(ep);
             }
         }
+        // The worker issues no `Transport::rma` (its same-host RMA maps the peer's region
+        // itself), so no operation of its is pending.
+        TlEvent::RmaDone { link, token, .. } => {
+            tracing::debug!(?link, token, "completion of a one-sided operation nobody issued; ignored");
+        }
         TlEvent::LinkFailed { link, error } => {
             st.incoming.remove(&link);
             if let Some(ep) = st.link_eps.remove(&link) {

@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use zcx_control::WorkerAddressWire;
 use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::{
-    LendSlot, Payload, ShmConfig, ShmTransport, Transport, TransportSet, UringConfig, UringTransport, Wakeup,
+    LendSlot, Payload, SameHostFastPath as _, SetMember, ShmConfig, ShmTransport, Transport, TransportSet,
+    UringConfig, UringTransport, Wakeup,
 };
 use zcx_hugepages::CpuSet;
 
@@ -130,24 +131,28 @@ impl Context {
         };
         // Shared memory first: it is polled first, and same-host endpoints use it. io_uring
         // always, since sockaddr listeners and connections (and the lane dial) go through it.
-        let mut members: Vec<Box<dyn Transport>> = Vec::new();
+        let mut members: Vec<SetMember> = Vec::new();
+        // Zero-copy from this size on, by the members that can do it; the DPDK member (added
+        // below) has its own (`ZCX_DPDK_ZCOPY_THRESH`, usize::MAX on a port without chained
+        // mbufs), which must not change it for the others. Bulk sends use their link's (`rndv`).
+        let mut zcopy_threshold = 0;
         if config.transport_enabled("shm") {
             match ShmTransport::new(&ShmConfig::default()) {
-                Ok(shm) => members.push(Box::new(shm)),
+                Ok(shm) => {
+                    zcopy_threshold = shm.caps().zcopy_threshold;
+                    members.push(SetMember::SameHost(Box::new(shm)));
+                }
                 Err(e) => tracing::warn!(%e, "shared-memory transport unavailable; same-host peers use TCP"),
             }
         }
         let uring = UringTransport::new(&uring_config)
             .map_err(|e| fail_with(status_of(e), format!("io_uring transport unavailable: {e}")))?;
-        members.push(Box::new(uring));
-        // Zero-copy from this size on, by the members that can do it; the DPDK member (added
-        // below) has its own (`ZCX_DPDK_ZCOPY_THRESH`, usize::MAX on a port without chained
-        // mbufs), which must not change it for the others. Bulk sends use their link's (`rndv`).
-        let zcopy_threshold = members.iter().map(|m| m.caps().zcopy_threshold).max().unwrap_or(usize::MAX);
+        zcopy_threshold = zcopy_threshold.max(uring.caps().zcopy_threshold);
+        members.push(SetMember::Plain(Box::new(uring)));
         // DPDK last: endpoints move to it after their handshake on TCP (see `dispatch`).
         #[cfg(feature = "dpdk")]
         if let Some(dpdk) = dpdk_member(config)? {
-            members.push(dpdk);
+            members.push(SetMember::Plain(dpdk));
         }
         let tl = TransportSet::new(members).map_err(status_of)?;
         let spin_wait = spin_wait::SpinWait::from_config(config.spin_wait()).unwrap_or_else(|| {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::shm::put_help::{chunk_count, copy_chunk, HelpWords};
-use zcx_dataplane::{LinkId, RemoteAccess, Transport as _, TransportSet};
+use zcx_dataplane::{LinkId, RemoteAccess, SameHostFastPath as _, TransportSet};
 
 use crate::context::ContextInner;
 use crate::rkey::RemoteKey;

@@ -5,7 +5,7 @@
 //! ping-pong, the next request of a server loop. The general poll runs every transport that gave
 //! doorbells, each link's bookkeeping (socket checks, queues, placements, closes), the event sink
 //! and the worker's own queues and loans. Here the transport instead offers the frame at the head
-//! of a rung link's ring as it lies there (`Transport::take_rung_frame`); the worker hands it to
+//! of a rung link's ring as it lies there (`SameHostFastPath::take_rung_frame`); the worker hands it to
 //! the same dispatch the general poll uses, and the transport releases its room once it is
 //! handled.
 //!
@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 
-use zcx_dataplane::LendSlot;
+use zcx_dataplane::{LendSlot, SameHostFastPath as _};
 
 use super::state::Core;
 use super::{dispatch, quiet, WorkerShared};

@@ -22,7 +22,8 @@ use crate::placed_receive::{PlaceDone, PlaceTracker, PlacedReceive};
 use crate::proto::reliable::wire::{Kind, Packet, HEADER_LEN};
 use crate::proto::reliable::{self, Delivery, Demux, External, SendError, Session};
 use crate::transport::{
-    Caps, ConnectTarget, LinkId, ListenerId, Payload, Placement, SendOutcome, TlError, TlEvent, Transport,
+    Caps, ConnectTarget, LargePayload, LinkId, ListenerId, Payload, Placement, RmaCaps, SendOutcome, TlError,
+    TlEvent, Transport,
 };
 
 /// Session ids this end picks for the links it initiates have this bit set; the ids a connecting
@@ -508,18 +509,7 @@ impl DpdkTransport {
         if !port.multi_seg_tx() {
             tracing::debug!(port = %config.port_name, "the port cannot send chained mbufs: no zero-copy");
         }
-        let caps = Caps {
-            name: "dpdk",
-            reliable: true,
-            ordered: true,
-            rma: false,
-            amo: false,
-            max_frame: config.max_frame,
-            zcopy_threshold,
-            max_placed: max_placed(&config),
-            latency_ns: 5_000,
-            bandwidth: 1_250_000_000,
-        };
+        let caps = dpdk_caps(&config, zcopy_threshold);
         let inner = Inner {
             mac: port.mac(),
             epoch: Instant::now(),
@@ -1394,6 +1384,24 @@ impl Transport for DpdkTransport {
     }
 }
 
+/// What a DPDK transport of `config` can do: frames over Ethernet, made reliable and ordered by
+/// its sessions; no native one-sided operation (the NIC is not driven for RDMA), so large payloads
+/// are pushed by the sender.
+fn dpdk_caps(config: &DpdkConfig, zcopy_threshold: usize) -> Caps {
+    Caps {
+        name: "dpdk",
+        reliable: true,
+        ordered: true,
+        rma: RmaCaps::NONE,
+        large_payload: LargePayload::SenderPush,
+        max_frame: config.max_frame,
+        zcopy_threshold,
+        max_placed: max_placed(config),
+        latency_ns: 5_000,
+        bandwidth: 1_250_000_000,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The receive path of placed frames, sans-IO: an [`Inner`] without a port takes Ethernet
@@ -1402,6 +1410,17 @@ mod tests {
     use super::super::message::{fragment_kind, PLACED_PREFIX_LEN};
     use super::*;
     use crate::transport::PlaceTarget;
+
+    /// No native put, get or atomic, and sender push: the protocol layer emulates RMA here.
+    #[test]
+    fn caps_claim_no_one_sided_operation_and_sender_push() {
+        let caps = dpdk_caps(&DpdkConfig::default(), 1 << 16);
+        assert_eq!(caps.name, "dpdk");
+        assert_eq!(caps.rma, RmaCaps::NONE);
+        assert!(!caps.rma.put && !caps.rma.get && caps.rma.max_rma == 0);
+        assert!(caps.rma.atomics(4).is_empty() && caps.rma.atomics(8).is_empty());
+        assert_eq!(caps.large_payload, LargePayload::SenderPush);
+    }
 
     const US: Mac = [2, 0, 0, 0, 0, 1];
     const PEER: Mac = [2, 0, 0, 0, 0, 2];

@@ -6,12 +6,16 @@
 //! - [`put_help`]: the target's worker copying part of a large put.
 //! - [`conn`]: the abstract Unix socket that passes the segment (`SCM_RIGHTS`) and reports the
 //!   peer's death.
+//! - `peer_region`: a same-host peer's registered memfd region mapped here, and the native
+//!   one-sided operations on it ([`crate::Transport::rma`]).
 //! - [`ShmTransport`]: the [`crate::Transport`] implementation, with single-copy placed payloads
-//!   read straight from the sender's memory (`process_vm_readv`).
+//!   read straight from the sender's memory (`process_vm_readv`), and the same-host fast paths
+//!   ([`crate::SameHostFastPath`]).
 
 pub mod conn;
 pub mod domain;
 mod lane;
+mod peer_region;
 pub mod put_help;
 pub mod ring;
 pub mod segment;

@@ -7,10 +7,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zcx_control::TransportAddress;
+use zcx_control::{ShmLocator, TransportAddress};
 
 use super::conn::{self, Hello, Received, SocketState, HELLO_LEN};
 use super::lane::ShmSendLane;
+use super::peer_region::PeerRegion;
 use super::put_help::HelpWords;
 use super::ring::{
     max_record_payload, valid_capacity, Consumer, Producer, KIND_FRAME, KIND_PLACED, KIND_PLACE_DONE,
@@ -20,8 +21,10 @@ use crate::doorbell::Doorbell;
 use crate::lend::LendSlot;
 use crate::link_table::LinkTable;
 use crate::placed_receive::PlaceTracker;
+use crate::same_host::SameHostFastPath;
 use crate::transport::{
-    Caps, ConnectTarget, LinkId, ListenerId, Payload, Placement, SendOutcome, TlError, TlEvent, Transport,
+    AtomicOps, Caps, ConnectTarget, LargePayload, LinkId, ListenerId, LocalMem, Payload,
+    Placement, RemoteMem, RmaCaps, RmaOp, RmaOutcome, SendOutcome, TlError, TlEvent, Transport,
 };
 
 /// Largest protocol header `send_placed` takes.
@@ -41,6 +44,8 @@ const KEY_LISTENER: u64 = u64::MAX;
 const KEY_PENDING: u64 = 1 << 62;
 /// Accepted sockets waiting for their hello at once; the oldest is dropped beyond.
 const MAX_PENDING_ACCEPTS: usize = 64;
+/// Peer regions a link keeps mapped for one-sided operations; the oldest is unmapped beyond.
+const MAX_PEER_REGIONS_PER_LINK: usize = 64;
 
 /// Settings of a [`ShmTransport`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,7 +202,7 @@ pub struct ShmTransport {
     deferred: Vec<Deferred>,
     /// Polls left before the next check of the sockets (accepts, peer death).
     polls: u64,
-    /// Bumped whenever a link comes or goes (see `Transport::doorbell_generation`).
+    /// Bumped whenever a link comes or goes (see `SameHostFastPath::doorbell_generation`).
     doorbell_generation: u64,
     /// When [`ShmTransport::check_sockets`] last ran.
     last_socket_check: Instant,
@@ -205,6 +210,9 @@ pub struct ShmTransport {
     /// The segments of links that went while one of their frames was lent (a handler closed its
     /// endpoint, say): mapped until the loan ends.
     lent_gone: Vec<(LinkId, Arc<Segment>)>,
+    /// The peers' regions mapped for [`Transport::rma`], by link, oldest first; unmapped when
+    /// their link goes.
+    peer_regions: Vec<(LinkId, PeerRegion)>,
 }
 
 use crate::os_error::last_errno as errno;
@@ -269,8 +277,16 @@ impl ShmTransport {
             name: "shm",
             reliable: true,
             ordered: true,
-            rma: false,
-            amo: false,
+            // Same host: a peer's registered memfd region is mapped here, so put, get and every
+            // atomic are CPU copies and atomics on it, as large as the region.
+            rma: RmaCaps {
+                put: true,
+                get: true,
+                atomic32: AtomicOps::ALL,
+                atomic64: AtomicOps::ALL,
+                max_rma: isize::MAX as usize,
+            },
+            large_payload: LargePayload::SenderPush,
             max_frame: cfg.max_frame,
             zcopy_threshold: cfg.zcopy_threshold,
             max_placed: cfg.max_placed,
@@ -292,6 +308,7 @@ impl ShmTransport {
             last_socket_check: Instant::now(),
             epoll_events: vec![libc::epoll_event { events: 0, u64: 0 }; 32],
             lent_gone: Vec::new(),
+            peer_regions: Vec::new(),
         };
         let listener_fd = this.listener.as_ref().map(|l| l.as_raw_fd()).unwrap_or(-1);
         this.epoll_add(listener_fd, KEY_LISTENER)?;
@@ -569,6 +586,7 @@ impl ShmTransport {
         if link.lent {
             self.lent_gone.push((id, Arc::clone(&link.segment)));
         }
+        self.peer_regions.retain(|(of, _)| *of != id);
         // Dropping the link closes its socket (the peer sees end-of-file) and unmaps the segment
         // (unless lent, above); an endpoint still holding the lane holds neither.
         link.lane.shut();
@@ -896,6 +914,34 @@ fn other_record(
     Ok(())
 }
 
+impl ShmTransport {
+    /// The region `locator` names, mapped for `link`: kept from an earlier operation, or mapped
+    /// now (and the link's oldest unmapped when it keeps too many).
+    fn peer_region(
+        &mut self,
+        link: LinkId,
+        locator: &ShmLocator,
+        peer_pid: u32,
+    ) -> Result<&PeerRegion, TlError> {
+        let found =
+            self.peer_regions.iter().position(|(of, region)| *of == link && region.locator() == locator);
+        let at = match found {
+            Some(at) => at,
+            None => {
+                let region = PeerRegion::map(locator, peer_pid)?;
+                if self.peer_regions.iter().filter(|(of, _)| *of == link).count() >= MAX_PEER_REGIONS_PER_LINK
+                {
+                    let oldest = self.peer_regions.iter().position(|(of, _)| *of == link).expect("counted");
+                    self.peer_regions.remove(oldest);
+                }
+                self.peer_regions.push((link, region));
+                self.peer_regions.len() - 1
+            }
+        };
+        Ok(&self.peer_regions[at].1)
+    }
+}
+
 impl Drop for ShmTransport {
     fn drop(&mut self) {
         // Links and their segments go with `self.links`; nothing is left to report.
@@ -1050,20 +1096,6 @@ impl Transport for ShmTransport {
         }
     }
 
-    fn peer_help_words(&self, link: LinkId) -> Option<(HelpWords, u32)> {
-        let l = self.links.get(link)?;
-        let pid = u32::try_from(l.peer_pid).ok().filter(|&pid| pid != 0)?;
-        Some((HelpWords::new(Arc::clone(&l.segment), l.rx_ring), pid))
-    }
-
-    fn open_send_lane(&mut self, link: LinkId) -> Option<Arc<ShmSendLane>> {
-        let l = self.links.get(link)?;
-        if l.local_close.is_some() || l.broken.is_some() || l.peer_gone {
-            return None;
-        }
-        l.lane.open_for_endpoint(&l.sock).then(|| Arc::clone(&l.lane))
-    }
-
     fn has_pending_sends(&self, link: LinkId) -> bool {
         self.links.get(link).is_some_and(|l| !l.idle())
     }
@@ -1072,6 +1104,85 @@ impl Transport for ShmTransport {
         self.poll_offering(sink, None)
     }
 
+    fn event_fd(&self) -> Option<BorrowedFd<'_>> {
+        // SAFETY: the epoll descriptor lives as long as `self`, which the borrow is tied to.
+        Some(unsafe { BorrowedFd::borrow_raw(self.epoll.as_raw_fd()) })
+    }
+
+    fn is_quiet(&self) -> bool {
+        self.deferred.is_empty()
+            && self.pending.is_empty()
+            && self.links.values().all(|l| {
+                l.idle()
+                    && !l.lent
+                    && !l.placing.is_placing()
+                    && l.broken.is_none()
+                    && !l.peer_gone
+                    && l.local_close.is_none()
+            })
+    }
+
+    fn has_events(&self) -> bool {
+        if !self.deferred.is_empty() {
+            return true;
+        }
+        for link in self.links.values() {
+            if link.placing.is_placing() || !link.queue.is_empty() || link.broken.is_some() || link.peer_gone
+            {
+                return true;
+            }
+        }
+        // Announce sleep on every ring before the last look, so a frame written after it wakes us
+        // through the link socket (in the epoll set).
+        if self.links.values().any(|l| l.rx.announce_sleep()) {
+            return true;
+        }
+        let mut pfd = libc::pollfd { fd: self.epoll.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, no wait.
+        unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+    }
+
+    /// Done inside the call on the peer's region, mapped here (and kept for the link's next
+    /// operations): nothing is pending, so `token` is not used. `remote.key` is the region's
+    /// encoded [`ShmLocator`], which must name a memfd of the link's peer. The caller passes only
+    /// a key the peer vouched for; whatever the key claims, no byte outside the region it records
+    /// and outside the memfd is touched.
+    fn rma(
+        &mut self,
+        link: LinkId,
+        op: RmaOp,
+        local: LocalMem,
+        remote: RemoteMem<'_>,
+        token: u64,
+    ) -> Result<RmaOutcome, TlError> {
+        let _ = token;
+        let l = self.links.get(link).ok_or(TlError::InvalidParam)?;
+        if l.local_close.is_some() {
+            return Err(TlError::Canceled);
+        }
+        if let Some(error) = l.broken {
+            return Err(error);
+        }
+        if l.peer_gone {
+            return Err(TlError::ConnectionReset);
+        }
+        let peer_pid = u32::try_from(l.peer_pid).ok().filter(|&pid| pid != 0).ok_or(TlError::Unreachable)?;
+        let locator = ShmLocator::from_bytes(remote.key).map_err(|_| TlError::InvalidParam)?;
+        // The region must lie in the memfd range the locator maps.
+        if locator.map_offset.checked_add(remote.region_len).is_none_or(|end| end > locator.map_len) {
+            return Err(TlError::InvalidParam);
+        }
+        let region = self.peer_region(link, &locator, peer_pid)?;
+        let fetched = region.execute(op, &local, &remote)?;
+        Ok(RmaOutcome::Done { fetched })
+    }
+
+    fn same_host_fast_path(&mut self) -> Option<&mut dyn SameHostFastPath> {
+        Some(self)
+    }
+}
+
+impl SameHostFastPath for ShmTransport {
     fn poll_lending(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: &LendSlot) -> usize {
         self.poll_offering(sink, Some(lend))
     }
@@ -1125,24 +1236,6 @@ impl Transport for ShmTransport {
         }
     }
 
-    fn event_fd(&self) -> Option<BorrowedFd<'_>> {
-        // SAFETY: the epoll descriptor lives as long as `self`, which the borrow is tied to.
-        Some(unsafe { BorrowedFd::borrow_raw(self.epoll.as_raw_fd()) })
-    }
-
-    fn is_quiet(&self) -> bool {
-        self.deferred.is_empty()
-            && self.pending.is_empty()
-            && self.links.values().all(|l| {
-                l.idle()
-                    && !l.lent
-                    && !l.placing.is_placing()
-                    && l.broken.is_none()
-                    && !l.peer_gone
-                    && l.local_close.is_none()
-            })
-    }
-
     fn doorbells(&self, out: &mut Vec<Doorbell>) {
         for link in self.links.values() {
             let keep: Arc<dyn Send + Sync> = link.segment.clone();
@@ -1157,24 +1250,18 @@ impl Transport for ShmTransport {
         self.doorbell_generation
     }
 
-    fn has_events(&self) -> bool {
-        if !self.deferred.is_empty() {
-            return true;
+    fn peer_help_words(&self, link: LinkId) -> Option<(HelpWords, u32)> {
+        let l = self.links.get(link)?;
+        let pid = u32::try_from(l.peer_pid).ok().filter(|&pid| pid != 0)?;
+        Some((HelpWords::new(Arc::clone(&l.segment), l.rx_ring), pid))
+    }
+
+    fn open_send_lane(&mut self, link: LinkId) -> Option<Arc<ShmSendLane>> {
+        let l = self.links.get(link)?;
+        if l.local_close.is_some() || l.broken.is_some() || l.peer_gone {
+            return None;
         }
-        for link in self.links.values() {
-            if link.placing.is_placing() || !link.queue.is_empty() || link.broken.is_some() || link.peer_gone
-            {
-                return true;
-            }
-        }
-        // Announce sleep on every ring before the last look, so a frame written after it wakes us
-        // through the link socket (in the epoll set).
-        if self.links.values().any(|l| l.rx.announce_sleep()) {
-            return true;
-        }
-        let mut pfd = libc::pollfd { fd: self.epoll.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd, no wait.
-        unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+        l.lane.open_for_endpoint(&l.sock).then(|| Arc::clone(&l.lane))
     }
 }
 

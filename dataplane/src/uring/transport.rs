@@ -16,8 +16,8 @@ use crate::link_table::LinkTable;
 use crate::log_limit::LogLimit;
 use crate::placed_receive::PlaceDone;
 use crate::transport::{
-    Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
-    Transport, MAX_HANDSHAKE_FRAME,
+    Caps, ConnectTarget, LargePayload, LinkId, ListenerId, Payload, PlaceTarget, Placement, RmaCaps,
+    SendOutcome, TlError, TlEvent, Transport, MAX_HANDSHAKE_FRAME,
 };
 
 /// Largest frame (header plus payload) one `send` accepts and one peer may announce.
@@ -270,8 +270,8 @@ impl UringTransport {
             name: "uring",
             reliable: true,
             ordered: true,
-            rma: false,
-            amo: false,
+            rma: RmaCaps::NONE,
+            large_payload: LargePayload::SenderPush,
             max_frame: MAX_FRAME,
             zcopy_threshold: cfg.zcopy_threshold,
             max_placed: MAX_PLACED,
