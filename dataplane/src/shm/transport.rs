@@ -23,8 +23,8 @@ use crate::link_table::LinkTable;
 use crate::placed_receive::PlaceTracker;
 use crate::same_host::SameHostFastPath;
 use crate::transport::{
-    AtomicOps, Caps, ConnectTarget, LargePayload, LinkId, ListenerId, LocalMem, Payload,
-    Placement, RemoteMem, RmaCaps, RmaOp, RmaOutcome, SendOutcome, TlError, TlEvent, Transport,
+    AtomicOps, Caps, ConnectTarget, LargePayload, LinkId, ListenerId, LocalMem, Payload, Placement,
+    RemoteMem, RmaCaps, RmaOp, RmaOutcome, SendOutcome, TlError, TlEvent, Transport,
 };
 
 /// Largest protocol header `send_placed` takes.
