@@ -1,0 +1,5 @@
+//! The zcx protocol engine.
+
+pub mod status;
+
+pub use status::Status;
