@@ -233,6 +233,12 @@ impl fmt::Display for Status {
 
 impl std::error::Error for Status {}
 
+/// The status a peer's frame carries (`RmaAck`, `PullDone`): its named status, or `IoError` for a
+/// code without a name.
+pub(crate) fn from_wire(code: i8) -> Status {
+    Status::from_code(i32::from(code)).unwrap_or(Status::IoError)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

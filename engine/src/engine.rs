@@ -1,0 +1,699 @@
+//! The engine's tables and the rules every operation follows: how an operation ends (exactly
+//! once, after its lent bytes came back), how an endpoint fails, how the outbox is filled.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zcx_dataplane::proto::wire::Op;
+use zcx_dataplane::proto::TagMatcher;
+use zcx_dataplane::{FastMap, FastSet, LinkId, RemoteAccessTable};
+
+use crate::buffer::{RecvBuffer, SendBuffer};
+use crate::caps::LinkCaps;
+use crate::ids::{EndpointId, IdSource, OpId};
+use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaRequest, Transmit};
+use crate::stream::StreamRx;
+use crate::Status;
+
+/// Tunables of an engine.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Borrowed fragments one operation may have in the caller's hands at once: a small message
+    /// sent meanwhile waits behind this many fragments at most.
+    pub fragment_window: u32,
+    /// Send a keepalive on an idle endpoint (error mode peer) this often; `None`: never.
+    pub keepalive_interval: Option<Duration>,
+    /// Fail an endpoint (error mode peer) that received nothing for this long.
+    pub keepalive_timeout: Duration,
+    /// Largest receiver-pull stream send accepted: its bytes are read into an engine buffer
+    /// before the stream's receives take them, so a peer may not make it allocate more.
+    pub max_stream_pull: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            fragment_window: 4,
+            keepalive_interval: None,
+            keepalive_timeout: Duration::from_secs(30),
+            max_stream_pull: 64 << 20,
+        }
+    }
+}
+
+/// Where an endpoint is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the server's answer: transmits are held.
+    Connecting,
+    /// Carrying traffic.
+    Ready,
+    /// Closing with flush: no new operations; closes once the in-flight ones are done.
+    Closing,
+    /// Failed or closed, with the status later operations fail with.
+    Dead(Status),
+}
+
+/// How [`crate::Engine::close`] closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseMode {
+    /// `UCP_EP_CLOSE_MODE_FLUSH`: finish in-flight operations, then tell the peer.
+    Flush,
+    /// `UCP_EP_CLOSE_MODE_FORCE`: cancel everything and drop the link.
+    Force,
+}
+
+/// How a command started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// It completed at once (an unexpected eager message taken, buffered stream bytes).
+    Done(Status, OpInfo),
+    /// It completes later, with a [`Completion`] for this id.
+    Pending(OpId),
+}
+
+/// The sizes of the engine's tables, for leak checks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableCounts {
+    /// Endpoints, dead ones included until released.
+    pub endpoints: usize,
+    /// Links with an endpoint.
+    pub links: usize,
+    /// Operations in flight (incoming rendezvous and AM data descriptors included).
+    pub ops: usize,
+    /// Tag receives waiting for a message.
+    pub tag_expected: usize,
+    /// Tag messages waiting for a receive.
+    pub tag_unexpected: usize,
+    /// Stream receives waiting, over all endpoints.
+    pub stream_recvs: usize,
+    /// Unread stream bytes, over all endpoints.
+    pub stream_unread: usize,
+    /// Transmits, RMA requests and events not drained yet.
+    pub outbox: usize,
+}
+
+impl TableCounts {
+    /// True when nothing at all is held: no endpoint, operation, queue entry or output.
+    pub fn is_empty(&self) -> bool {
+        *self == TableCounts::default()
+    }
+}
+
+/// An endpoint's state.
+pub(crate) struct Endpoint {
+    pub link: LinkId,
+    pub caps: LinkCaps,
+    pub phase: Phase,
+    /// `UCP_ERR_HANDLING_MODE_PEER`: failures are reported and keepalive runs.
+    pub err_mode_peer: bool,
+    /// The API dropped its handle: remove the endpoint once dead.
+    pub released: bool,
+    /// Transmits made while connecting, sent once ready.
+    pub held: VecDeque<Transmit>,
+    /// Operations sending fragments, in order; the front one sends.
+    pub bulk: VecDeque<OpId>,
+    /// RMA operations held behind a fence, with `None` for the fences themselves.
+    pub fenced: VecDeque<Option<OpId>>,
+    /// RMA operations issued and not completed.
+    pub rma_in_flight: u32,
+    /// Flushes waiting (so completions look for ready flushes only when there are some).
+    pub flushes: u32,
+    pub stream: StreamRx,
+    pub rx_seen: bool,
+    pub tx_seen: bool,
+    pub last_rx: Option<Instant>,
+    pub last_tx: Option<Instant>,
+}
+
+/// What an operation is waiting for.
+pub(crate) enum OpKind {
+    /// An eager send: done when its payload is back, and (sync) the receiver matched it.
+    Eager { awaiting_match: bool, len: usize },
+    /// A sender-push rendezvous sender waiting for the receiver's `Rtr`.
+    AwaitRtr { buf: SendBuffer },
+    /// A buffer going out in fragments: rendezvous data, a large stream, an emulated put.
+    Push { buf: SendBuffer, len: usize, sent: usize, frag: Frag },
+    /// A receiver-pull rendezvous sender waiting for the receiver's `PullDone`.
+    AwaitPullDone { len: usize },
+    /// A sender-push rendezvous receive (tag, or AM data taken).
+    PushRecv { buf: RecvBuffer, accept: usize, total: usize, received: usize, sender_tag: u64 },
+    /// A receiver-pull receive whose RMA get is out.
+    PullRecv { accept: usize, total: usize, sender_req: u64, sender_tag: u64 },
+    /// A tag receive waiting in the matcher.
+    TagRecv { recv_id: zcx_dataplane::proto::RecvId },
+    /// A stream receive waiting on its endpoint.
+    StreamRecv,
+    /// A rendezvous active message the API has not taken or declined yet.
+    AmRndv { sender_req: u64, total: u64, pull: Option<(u64, Arc<[u8]>)> },
+    /// A receiver-pull stream send being read into an engine buffer.
+    StreamPull { bytes: Vec<u8>, sender_req: u64 },
+    /// An emulated get: its request frame while held behind a fence, then data fragments and
+    /// the ack.
+    Get { buf: RecvBuffer, received: usize, frame: Option<Op> },
+    /// An emulated atomic (or empty put): its frame while held behind a fence, then waiting for
+    /// the ack.
+    Emulated { frame: Option<Op> },
+    /// A native RMA: its request while held behind a fence, then waiting for `rma_done`.
+    Native { request: Option<RmaRequest> },
+    /// An endpoint flush: done when acked and no older operation of the endpoint is left.
+    Flush { acked: bool, parent: Option<OpId> },
+    /// A worker flush over several endpoints.
+    FlushAll { remaining: usize },
+    /// A close with flush.
+    Close,
+}
+
+/// What the fragments of an [`OpKind::Push`] are.
+#[derive(Clone, Copy)]
+pub(crate) enum Frag {
+    Rndv { recv_req: u64 },
+    Stream,
+    Put { region: u64, key: [u8; 16], addr: u64 },
+}
+
+impl OpKind {
+    /// Operations a peer drives into us: an endpoint flush or close does not wait for them.
+    pub(crate) fn is_incoming(&self) -> bool {
+        matches!(
+            self,
+            OpKind::PushRecv { .. }
+                | OpKind::PullRecv { .. }
+                | OpKind::TagRecv { .. }
+                | OpKind::StreamRecv
+                | OpKind::AmRndv { .. }
+                | OpKind::StreamPull { .. }
+        )
+    }
+
+    /// Operations nobody outside the engine waits for: they end without a completion.
+    fn is_internal(&self) -> bool {
+        matches!(self, OpKind::AmRndv { .. } | OpKind::StreamPull { .. })
+    }
+}
+
+/// One operation in flight.
+pub(crate) struct Operation {
+    pub ep: Option<EndpointId>,
+    pub kind: OpKind,
+    /// Payloads, placements and RMA requests the caller still holds; the buffer must outlive them.
+    pub tokens: u32,
+    /// An RMA operation: counted in its endpoint's `rma_in_flight` once issued.
+    pub rma_issued: bool,
+    /// The final status, once known, while tokens are out.
+    pub result: Option<(Status, OpInfo)>,
+}
+
+/// A tag message that arrived before its receive.
+pub(crate) enum Unexpected {
+    Eager { data: Vec<u8>, sync_req: Option<u64> },
+    Rts { sender_req: u64, total_len: u64, pull: Option<(u64, Arc<[u8]>)> },
+}
+
+/// The sans-IO protocol engine of one worker. See the crate documentation.
+pub struct Engine {
+    pub(crate) config: EngineConfig,
+    pub(crate) access: Arc<RemoteAccessTable>,
+    pub(crate) ep_ids: IdSource,
+    pub(crate) op_ids: IdSource,
+    pub(crate) eps: FastMap<EndpointId, Endpoint>,
+    pub(crate) link_eps: FastMap<LinkId, EndpointId>,
+    pub(crate) ops: FastMap<OpId, Operation>,
+    pub(crate) tags: TagMatcher<(OpId, RecvBuffer), Unexpected>,
+    pub(crate) transmits: VecDeque<Transmit>,
+    pub(crate) rmas: VecDeque<RmaRequest>,
+    pub(crate) events: VecDeque<Event>,
+    /// Endpoints with fragments to send once the outbox drains.
+    pub(crate) bulk_active: FastSet<EndpointId>,
+    /// Byte vectors for unexpected messages and stream bytes, reused.
+    pub(crate) pool: Vec<Vec<u8>>,
+}
+
+impl Engine {
+    /// An engine with no endpoint. `access` is the context's remote-access table: the regions
+    /// peers' emulated puts, gets and atomics may touch.
+    pub fn new(config: EngineConfig, access: Arc<RemoteAccessTable>) -> Engine {
+        Engine {
+            config,
+            access,
+            ep_ids: IdSource::new(),
+            op_ids: IdSource::new(),
+            eps: FastMap::default(),
+            link_eps: FastMap::default(),
+            ops: FastMap::default(),
+            tags: TagMatcher::new(),
+            transmits: VecDeque::new(),
+            rmas: VecDeque::new(),
+            events: VecDeque::new(),
+            bulk_active: FastSet::default(),
+            pool: Vec::new(),
+        }
+    }
+
+    /// Adds an endpoint on `link`: `Connecting` (a client waiting for the server's answer; its
+    /// transmits are held until [`Engine::endpoint_ready`]) or `Ready` (a server's endpoint).
+    pub fn add_endpoint(
+        &mut self,
+        link: LinkId,
+        caps: LinkCaps,
+        connecting: bool,
+        err_mode_peer: bool,
+    ) -> EndpointId {
+        let id = EndpointId::from_raw(self.ep_ids.next());
+        let ep = Endpoint {
+            link,
+            caps,
+            phase: if connecting { Phase::Connecting } else { Phase::Ready },
+            err_mode_peer,
+            released: false,
+            held: VecDeque::new(),
+            bulk: VecDeque::new(),
+            fenced: VecDeque::new(),
+            rma_in_flight: 0,
+            flushes: 0,
+            stream: StreamRx::default(),
+            rx_seen: false,
+            tx_seen: false,
+            last_rx: None,
+            last_tx: None,
+        };
+        self.eps.insert(id, ep);
+        self.link_eps.insert(link, id);
+        id
+    }
+
+    /// The server answered a connecting endpoint, on `link` with `caps` (the same link, or a
+    /// faster lane): held transmits go out and fragments start.
+    pub fn endpoint_ready(&mut self, ep_id: EndpointId, link: LinkId, caps: LinkCaps) {
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        if ep.phase != Phase::Connecting {
+            return;
+        }
+        if ep.link != link {
+            self.link_eps.remove(&ep.link);
+            self.link_eps.insert(link, ep_id);
+            ep.link = link;
+        }
+        ep.caps = caps;
+        ep.phase = Phase::Ready;
+        ep.rx_seen = true;
+        for mut transmit in ep.held.drain(..) {
+            transmit.link = link;
+            transmit.placed &= caps.placed;
+            self.transmits.push_back(transmit);
+        }
+        self.bulk_active.insert(ep_id);
+    }
+
+    /// The endpoint's phase, or `None` when it is gone.
+    pub fn phase(&self, ep: EndpointId) -> Option<Phase> {
+        self.eps.get(&ep).map(|ep| ep.phase)
+    }
+
+    /// The endpoint's link.
+    pub fn link_of(&self, ep: EndpointId) -> Option<LinkId> {
+        self.eps.get(&ep).map(|ep| ep.link)
+    }
+
+    /// The API dropped its endpoint handle: the endpoint's state goes once it is dead (at once
+    /// if it is).
+    pub fn release_endpoint(&mut self, ep_id: EndpointId) {
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        ep.released = true;
+        self.forget_if_done(ep_id);
+    }
+
+    /// The next transmit to send. When the outbox is empty, endpoints with fragments to send
+    /// make more first, so a caller that stops polling while the transport pushes back (keeping
+    /// the transmit it could not send, to send it first next time) paces bulk transfers.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        if self.transmits.is_empty() && !self.bulk_active.is_empty() {
+            self.refill();
+        }
+        let transmit = self.transmits.pop_front()?;
+        Some(transmit)
+    }
+
+    /// The next native RMA request.
+    pub fn poll_rma(&mut self) -> Option<RmaRequest> {
+        self.rmas.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The sizes of every table (for leak checks).
+    pub fn table_counts(&self) -> TableCounts {
+        TableCounts {
+            endpoints: self.eps.len(),
+            links: self.link_eps.len(),
+            ops: self.ops.len(),
+            tag_expected: self.tags.expected_len(),
+            tag_unexpected: self.tags.unexpected_len(),
+            stream_recvs: self.eps.values().map(|ep| ep.stream.posted.len()).sum(),
+            stream_unread: self.eps.values().map(|ep| ep.stream.unread()).sum(),
+            outbox: self.transmits.len() + self.rmas.len() + self.events.len(),
+        }
+    }
+
+    // ---- shared machinery ----
+
+    pub(crate) fn new_op(&mut self, ep: Option<EndpointId>, kind: OpKind) -> OpId {
+        let id = OpId::from_raw(self.op_ids.next());
+        self.ops.insert(id, Operation { ep, kind, tokens: 0, rma_issued: false, result: None });
+        id
+    }
+
+    /// The endpoint, if it can start a new operation; otherwise the status the operation fails with.
+    pub(crate) fn usable(&self, ep: EndpointId) -> Result<&Endpoint, Status> {
+        match self.eps.get(&ep) {
+            None => Err(Status::NotConnected),
+            Some(state) => match state.phase {
+                Phase::Dead(status) => Err(status),
+                Phase::Closing => Err(Status::Canceled),
+                Phase::Connecting | Phase::Ready => Ok(state),
+            },
+        }
+    }
+
+    /// Queues a frame for endpoint `ep_id` (held while it connects). A borrowed payload takes a
+    /// token of its operation.
+    pub(crate) fn send(&mut self, ep_id: EndpointId, op: &Op, payload: Payload, placed: bool) {
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        if matches!(ep.phase, Phase::Dead(_)) {
+            return;
+        }
+        if let Payload::Borrowed { op, .. } = payload {
+            if let Some(record) = self.ops.get_mut(&op) {
+                record.tokens += 1;
+            }
+        }
+        let transmit =
+            Transmit { link: ep.link, header: Header::of(op), payload, placed: placed && ep.caps.placed };
+        ep.tx_seen = true;
+        if ep.phase == Phase::Connecting {
+            ep.held.push_back(transmit);
+        } else {
+            self.transmits.push_back(transmit);
+        }
+    }
+
+    /// Queues a header-only reply on a link (answers to a peer, whatever our endpoint's phase).
+    pub(crate) fn reply(&mut self, link: LinkId, op: &Op) {
+        self.transmits.push_back(Transmit {
+            link,
+            header: Header::of(op),
+            payload: Payload::None,
+            placed: false,
+        });
+    }
+
+    /// Records an operation's final status (the first one wins); it completes now, or when its
+    /// tokens are back.
+    pub(crate) fn finish_op(&mut self, id: OpId, status: Status, info: OpInfo) {
+        let Some(op) = self.ops.get_mut(&id) else { return };
+        if op.result.is_none() {
+            op.result = Some((status, info));
+        }
+        if op.tokens == 0 {
+            self.complete_op(id);
+        }
+    }
+
+    /// A token of operation `id` came back.
+    pub(crate) fn return_token(&mut self, id: OpId) {
+        let Some(op) = self.ops.get_mut(&id) else { return };
+        op.tokens = op.tokens.saturating_sub(1);
+        if op.tokens == 0 && op.result.is_some() {
+            self.complete_op(id);
+        }
+        if let Some(ep) = self.ops.get(&id).and_then(|op| op.ep) {
+            self.bulk_active.insert(ep);
+        }
+    }
+
+    /// Removes a finished operation and reports it.
+    fn complete_op(&mut self, id: OpId) {
+        let Some(op) = self.ops.remove(&id) else { return };
+        let (status, info) = op.result.unwrap_or((Status::Ok, OpInfo::default()));
+        if !op.kind.is_internal() {
+            self.events.push_back(Event::Completion(Completion { op: id, status, info }));
+        }
+        if let OpKind::Flush { parent: Some(parent), .. } = op.kind {
+            self.child_flush_done(parent, status);
+        }
+        let Some(ep_id) = op.ep else { return };
+        if let Some(ep) = self.eps.get_mut(&ep_id) {
+            if op.rma_issued {
+                ep.rma_in_flight -= 1;
+                if ep.rma_in_flight == 0 && !ep.fenced.is_empty() {
+                    self.release_fenced(ep_id);
+                }
+            }
+            if matches!(op.kind, OpKind::Flush { .. }) {
+                if let Some(ep) = self.eps.get_mut(&ep_id) {
+                    ep.flushes -= 1;
+                }
+            }
+        }
+        self.recheck_flushes(ep_id);
+        if self.eps.get(&ep_id).is_some_and(|ep| ep.phase == Phase::Closing) {
+            self.try_finish_close(ep_id);
+        }
+        self.forget_if_done(ep_id);
+    }
+
+    fn child_flush_done(&mut self, parent: OpId, status: Status) {
+        let done = match self.ops.get_mut(&parent) {
+            Some(Operation { kind: OpKind::FlushAll { remaining }, result, .. }) => {
+                if status != Status::Ok && result.is_none() {
+                    *result = Some((status, OpInfo::default()));
+                }
+                *remaining -= 1;
+                *remaining == 0
+            }
+            _ => false,
+        };
+        if done {
+            self.finish_op(parent, Status::Ok, OpInfo::default());
+        }
+    }
+
+    /// True while endpoint `ep` has an outgoing operation older than `id` (flushes and closes
+    /// aside).
+    pub(crate) fn has_older_outgoing(&self, ep: EndpointId, id: OpId) -> bool {
+        self.ops.iter().any(|(&other, op)| {
+            other < id
+                && op.ep == Some(ep)
+                && !op.kind.is_incoming()
+                && !matches!(op.kind, OpKind::Flush { .. } | OpKind::Close)
+        })
+    }
+
+    /// Completes the endpoint's acked flushes that no longer wait for older operations.
+    pub(crate) fn recheck_flushes(&mut self, ep: EndpointId) {
+        if self.eps.get(&ep).is_none_or(|state| state.flushes == 0) {
+            return;
+        }
+        let ready: Vec<OpId> = self
+            .ops
+            .iter()
+            .filter(|(_, op)| op.ep == Some(ep) && matches!(op.kind, OpKind::Flush { acked: true, .. }))
+            .map(|(&id, _)| id)
+            .filter(|&id| !self.has_older_outgoing(ep, id))
+            .collect();
+        for id in ready {
+            self.finish_op(id, Status::Ok, OpInfo::default());
+        }
+    }
+
+    /// Makes fragments for endpoints with bulk work, at most a window per operation.
+    fn refill(&mut self) {
+        let active: Vec<EndpointId> = self.bulk_active.drain().collect();
+        for ep in active {
+            self.pump(ep);
+        }
+    }
+
+    /// Sends the fragments of the endpoint's front bulk operations as far as their windows allow.
+    pub(crate) fn pump(&mut self, ep_id: EndpointId) {
+        loop {
+            let Some(ep) = self.eps.get(&ep_id) else { return };
+            if ep.phase == Phase::Connecting || matches!(ep.phase, Phase::Dead(_)) {
+                return;
+            }
+            let caps = ep.caps;
+            let Some(&op_id) = ep.bulk.front() else { return };
+            if self.push_fragments(ep_id, op_id, caps) {
+                if let Some(ep) = self.eps.get_mut(&ep_id) {
+                    ep.bulk.pop_front();
+                }
+            } else {
+                return;
+            }
+        }
+    }
+
+    /// Sends fragments of `op_id`; true when it needs no more (done or gone).
+    fn push_fragments(&mut self, ep_id: EndpointId, op_id: OpId, caps: LinkCaps) -> bool {
+        let window = self.config.fragment_window;
+        loop {
+            let Some(op) = self.ops.get_mut(&op_id) else { return true };
+            if op.result.is_some() {
+                return true;
+            }
+            let OpKind::Push { buf, len, sent, frag } = &mut op.kind else { return true };
+            if *sent >= *len {
+                let (len, is_put) = (*len, matches!(frag, Frag::Put { .. }));
+                if !is_put {
+                    self.finish_op(op_id, Status::Ok, OpInfo { length: len, ..OpInfo::default() });
+                }
+                return true;
+            }
+            if op.tokens >= window {
+                return false;
+            }
+            let placed = matches!(frag, Frag::Rndv { .. }) && caps.placed;
+            let n = (*len - *sent).min(caps.max_payload());
+            let header = match *frag {
+                Frag::Rndv { recv_req } => Op::RndvData { recv_req, offset: *sent as u64 },
+                Frag::Stream => Op::Stream,
+                Frag::Put { region, key, addr } => Op::Put {
+                    req: op_id.raw(),
+                    region,
+                    key,
+                    addr,
+                    len: *len as u64,
+                    offset: *sent as u64,
+                    ack: *sent + n == *len,
+                },
+            };
+            let payload = Payload::Borrowed { op: op_id, ptr: buf.at(*sent), len: n };
+            *sent += n;
+            self.send(ep_id, &header, payload, placed);
+        }
+    }
+
+    /// The endpoint failed or closed: everything in flight on it ends with `status` (a close
+    /// with OK), later operations fail with it, and (`report`, error mode peer, not closing) the
+    /// API hears of it once.
+    pub(crate) fn fail_ep(&mut self, ep_id: EndpointId, status: Status, report: bool) {
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        if matches!(ep.phase, Phase::Dead(_)) {
+            return;
+        }
+        tracing::debug!(%ep_id, ?status, "endpoint failed");
+        let was_closing = ep.phase == Phase::Closing;
+        ep.phase = Phase::Dead(status);
+        let link = ep.link;
+        let held = std::mem::take(&mut ep.held);
+        ep.bulk.clear();
+        ep.fenced.clear();
+        let posted: Vec<_> = ep.stream.posted.drain(..).collect();
+        let chunks = ep.stream.take_chunks();
+        self.pool.extend(chunks);
+        let report = report && ep.err_mode_peer && !was_closing;
+        // Frames and RMA requests for the link not handed out yet are dropped, and their tokens
+        // with them.
+        let mut dropped: Vec<OpId> = Vec::new();
+        let drained: Vec<Transmit> = held.into_iter().collect();
+        let mut keep = VecDeque::with_capacity(self.transmits.len());
+        for transmit in self.transmits.drain(..).chain(drained) {
+            if transmit.link == link {
+                if let Payload::Borrowed { op, .. } = transmit.payload {
+                    dropped.push(op);
+                }
+            } else {
+                keep.push_back(transmit);
+            }
+        }
+        self.transmits = keep;
+        let mut keep_rma = VecDeque::with_capacity(self.rmas.len());
+        for request in self.rmas.drain(..) {
+            if request.link == link {
+                dropped.push(request.token);
+            } else {
+                keep_rma.push_back(request);
+            }
+        }
+        self.rmas = keep_rma;
+        for op in dropped {
+            if let Some(record) = self.ops.get_mut(&op) {
+                record.tokens = record.tokens.saturating_sub(1);
+            }
+        }
+        for recv in posted {
+            self.ops.remove(&recv.op);
+            self.events.push_back(Event::Completion(Completion {
+                op: recv.op,
+                status,
+                info: OpInfo { length: recv.filled, ..OpInfo::default() },
+            }));
+        }
+        self.drop_unexpected_rts_of(ep_id);
+        let mut ops: Vec<OpId> =
+            self.ops.iter().filter(|(_, op)| op.ep == Some(ep_id)).map(|(&id, _)| id).collect();
+        ops.sort_unstable();
+        for id in ops {
+            let op_status = match self.ops.get(&id).map(|op| &op.kind) {
+                Some(OpKind::Close) => Status::Ok,
+                _ => status,
+            };
+            self.finish_op(id, op_status, OpInfo::default());
+        }
+        if report {
+            self.events.push_back(Event::EndpointError { ep: ep_id, status });
+        }
+        self.forget_if_done(ep_id);
+    }
+
+    /// Drops rendezvous requests of a dead endpoint from the unexpected queue: nobody can fetch
+    /// their data any more. Eager messages stay: their bytes are all here.
+    fn drop_unexpected_rts_of(&mut self, ep_id: EndpointId) {
+        if self.tags.unexpected_len() == 0 {
+            return;
+        }
+        let all: Vec<_> = self.tags.drain_unexpected().collect();
+        for message in all {
+            let dead_rts = message.sender == ep_id.raw() && matches!(message.data, Unexpected::Rts { .. });
+            if !dead_rts {
+                self.tags.queue_unexpected(message);
+            }
+        }
+    }
+
+    /// Removes a dead, released endpoint once no operation of it is left.
+    pub(crate) fn forget_if_done(&mut self, ep_id: EndpointId) {
+        let Some(ep) = self.eps.get(&ep_id) else { return };
+        if !(ep.released && matches!(ep.phase, Phase::Dead(_))) {
+            return;
+        }
+        if self.ops.values().any(|op| op.ep == Some(ep_id)) {
+            return;
+        }
+        let link = ep.link;
+        self.eps.remove(&ep_id);
+        if self.link_eps.get(&link) == Some(&ep_id) {
+            self.link_eps.remove(&link);
+        }
+        self.bulk_active.remove(&ep_id);
+    }
+
+    /// A byte vector holding a copy of `bytes`, from the pool when it has one.
+    pub(crate) fn pooled_copy(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut data = self.pool.pop().unwrap_or_default();
+        data.clear();
+        data.extend_from_slice(bytes);
+        data
+    }
+
+    /// Returns a byte vector to the pool.
+    pub(crate) fn recycle(&mut self, data: Vec<u8>) {
+        if self.pool.len() < 64 {
+            self.pool.push(data);
+        }
+    }
+}
