@@ -54,25 +54,28 @@ impl StreamRx {
         self.chunks.drain(..).filter(|c| c.pulling.is_none()).map(|c| c.bytes).collect()
     }
 
-    /// Fills waiting receives from readable chunks; returns the receives that completed.
+    /// Fills waiting receives from readable chunks, in order; a receive takes every readable
+    /// byte it has room for, then completes when full (or, without waitall, when it got any).
     fn serve(&mut self, done: &mut Vec<(OpId, usize)>, spent: &mut Vec<Vec<u8>>) {
-        while let (Some(recv), Some(chunk)) = (self.posted.front_mut(), self.chunks.front()) {
-            if chunk.pulling.is_some() {
-                return;
+        while let Some(recv) = self.posted.front_mut() {
+            while recv.filled < recv.buf.len() {
+                let Some(chunk) = self.chunks.front().filter(|c| c.pulling.is_none()) else { break };
+                let available = &chunk.bytes[self.head..];
+                let n = available.len().min(recv.buf.len() - recv.filled);
+                recv.buf.write(recv.filled, &available[..n]);
+                recv.filled += n;
+                self.head += n;
+                if self.head == chunk.bytes.len() {
+                    let chunk = self.chunks.pop_front().expect("front exists");
+                    spent.push(chunk.bytes);
+                    self.head = 0;
+                }
             }
-            let available = &chunk.bytes[self.head..];
-            let n = available.len().min(recv.buf.len() - recv.filled);
-            recv.buf.write(recv.filled, &available[..n]);
-            recv.filled += n;
-            self.head += n;
-            if self.head == chunk.bytes.len() {
-                let chunk = self.chunks.pop_front().expect("front exists");
-                spent.push(chunk.bytes);
-                self.head = 0;
-            }
-            if recv.filled == recv.buf.len() || !recv.waitall {
+            if recv.filled == recv.buf.len() || (!recv.waitall && recv.filled > 0) {
                 let recv = self.posted.pop_front().expect("front exists");
                 done.push((recv.op, recv.filled));
+            } else {
+                return;
             }
         }
     }
