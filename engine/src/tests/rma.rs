@@ -240,7 +240,7 @@ fn native_requests_name_the_link_the_key_and_the_memory() {
     assert_eq!(p.a.status(put), Status::Ok);
     // A key without a packed part for this transport is emulated.
     let emulated = RemoteKey { packed: None, ..key };
-    let get_buf = &mut vec![0u8; 4];
+    let get_buf = &mut [0u8; 4];
     p.a.engine.get(p.a.ep, recv_buf(get_buf), 0x1000, &emulated).unwrap();
     assert!(p.a.engine.poll_rma().is_none());
     p.drive();
