@@ -46,8 +46,12 @@ impl Engine {
                     joined.extend_from_slice(unsafe { data.bytes() });
                     Payload::Owned(joined)
                 };
+                let copied = matches!(payload, Payload::Owned(_));
                 self.send(ep_id, &frame, payload, false);
-                self.finish_op(op, Status::Ok, OpInfo { length: len, ..OpInfo::default() });
+                if copied {
+                    // The bytes are in the outbox already: the caller's buffer is free.
+                    self.finish_op(op, Status::Ok, OpInfo { length: len, ..OpInfo::default() });
+                }
                 Ok(op)
             }
             Proto::Push => {

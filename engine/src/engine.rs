@@ -427,6 +427,19 @@ impl Engine {
     pub(crate) fn return_token(&mut self, id: OpId) {
         let Some(op) = self.ops.get_mut(&id) else { return };
         op.tokens = op.tokens.saturating_sub(1);
+        if op.tokens == 0 && op.result.is_none() {
+            // A send whose every byte went out and came back is done.
+            let sent = match op.kind {
+                OpKind::Eager { awaiting_match: false, len } => Some(len),
+                OpKind::Push { len, sent, frag: Frag::Rndv { .. } | Frag::Stream, .. } if sent >= len => {
+                    Some(len)
+                }
+                _ => None,
+            };
+            if let Some(length) = sent {
+                op.result = Some((Status::Ok, OpInfo { length, ..OpInfo::default() }));
+            }
+        }
         if op.tokens == 0 && op.result.is_some() {
             self.complete_op(id);
         }
@@ -547,9 +560,10 @@ impl Engine {
             }
             let OpKind::Push { buf, len, sent, frag } = &mut op.kind else { return true };
             if *sent >= *len {
-                let (len, is_put) = (*len, matches!(frag, Frag::Put { .. }));
-                if !is_put {
-                    self.finish_op(op_id, Status::Ok, OpInfo { length: len, ..OpInfo::default() });
+                // Done once its fragments are back (`return_token`); a put once acknowledged.
+                if op.tokens == 0 && !matches!(frag, Frag::Put { .. }) {
+                    let length = *len;
+                    self.finish_op(op_id, Status::Ok, OpInfo { length, ..OpInfo::default() });
                 }
                 return true;
             }

@@ -94,8 +94,8 @@ impl Engine {
         if len < caps.rndv_threshold && len <= caps.max_payload() && !behind_fragments {
             let op = self.new_op(Some(ep_id), OpKind::Eager { awaiting_match: false, len });
             let payload = Payload::Borrowed { op, ptr: buf.at(0), len };
+            // Done when the payload comes back (`send_done`).
             self.send(ep_id, &Op::Stream, payload, false);
-            self.finish_op(op, Status::Ok, OpInfo { length: len, ..OpInfo::default() });
             return Ok(op);
         }
         if len >= caps.rndv_threshold

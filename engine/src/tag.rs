@@ -31,9 +31,6 @@ impl Engine {
                 let sender_req = if sync { op.raw() } else { 0 };
                 let payload = Payload::Borrowed { op, ptr: buf.at(0), len };
                 self.send(ep_id, &Op::TagEager { tag, sync, sender_req }, payload, false);
-                if !sync {
-                    self.finish_op(op, Status::Ok, OpInfo { length: len, ..OpInfo::default() });
-                }
                 Ok(op)
             }
             Proto::Push => {

@@ -419,7 +419,7 @@ impl Pair {
         let (a, b) = (self.a.ep, self.b.ep);
         for who in [Who::A, Who::B] {
             let side = self.side(who);
-            if !matches!(side.engine.phase(side.ep), Some(crate::Phase::Dead(_)) | None) {
+            if matches!(side.engine.phase(side.ep), Some(crate::Phase::Ready | crate::Phase::Connecting)) {
                 let ep = side.ep;
                 side.engine.close(ep, crate::CloseMode::Flush).expect("close");
             }
