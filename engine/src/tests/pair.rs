@@ -6,8 +6,6 @@
 //! once or later; and it can fail the link at a chosen step: after N delivered frames, or when a
 //! frame of a chosen kind is about to be delivered. No socket, shared memory or thread is used.
 
-#![allow(dead_code)] // Helpers for the test files of the protocols still to come.
-
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
