@@ -108,6 +108,9 @@ pub(crate) struct Endpoint {
     pub phase: Phase,
     /// `UCP_ERR_HANDLING_MODE_PEER`: failures are reported and keepalive runs.
     pub err_mode_peer: bool,
+    /// The server answered (always true for a server's endpoint): until then transmits are held,
+    /// also when the endpoint started closing meanwhile.
+    pub answered: bool,
     /// The API dropped its handle: remove the endpoint once dead.
     pub released: bool,
     /// Transmits made while connecting, sent once ready.
@@ -266,6 +269,7 @@ impl Engine {
             caps,
             phase: if connecting { Phase::Connecting } else { Phase::Ready },
             err_mode_peer,
+            answered: !connecting,
             released: false,
             held: VecDeque::new(),
             bulk: VecDeque::new(),
@@ -287,16 +291,19 @@ impl Engine {
     /// faster lane): held transmits go out and fragments start.
     pub fn endpoint_ready(&mut self, ep_id: EndpointId, link: LinkId, caps: LinkCaps) {
         let Some(ep) = self.eps.get_mut(&ep_id) else { return };
-        if ep.phase != Phase::Connecting {
+        if ep.answered || matches!(ep.phase, Phase::Dead(_)) {
             return;
         }
+        ep.answered = true;
         if ep.link != link {
             self.link_eps.remove(&ep.link);
             self.link_eps.insert(link, ep_id);
             ep.link = link;
         }
         ep.caps = caps;
-        ep.phase = Phase::Ready;
+        if ep.phase == Phase::Connecting {
+            ep.phase = Phase::Ready;
+        }
         ep.rx_seen = true;
         for mut transmit in ep.held.drain(..) {
             transmit.link = link;
@@ -304,6 +311,8 @@ impl Engine {
             self.transmits.push_back(transmit);
         }
         self.bulk_active.insert(ep_id);
+        self.pump(ep_id);
+        self.try_finish_close(ep_id);
     }
 
     /// The endpoint's phase, or `None` when it is gone.
@@ -394,7 +403,7 @@ impl Engine {
         let transmit =
             Transmit { link: ep.link, header: Header::of(op), payload, placed: placed && ep.caps.placed };
         ep.tx_seen = true;
-        if ep.phase == Phase::Connecting {
+        if !ep.answered {
             ep.held.push_back(transmit);
         } else {
             self.transmits.push_back(transmit);
@@ -535,7 +544,7 @@ impl Engine {
     pub(crate) fn pump(&mut self, ep_id: EndpointId) {
         loop {
             let Some(ep) = self.eps.get(&ep_id) else { return };
-            if ep.phase == Phase::Connecting || matches!(ep.phase, Phase::Dead(_)) {
+            if !ep.answered || matches!(ep.phase, Phase::Dead(_)) {
                 return;
             }
             let caps = ep.caps;
@@ -694,6 +703,12 @@ impl Engine {
             self.link_eps.remove(&link);
         }
         self.bulk_active.remove(&ep_id);
+    }
+
+    /// Gives back the bytes of a [`Payload::Owned`] or an [`crate::AmDelivery`] the caller is
+    /// done with, so the next copy reuses them instead of allocating.
+    pub fn reuse(&mut self, bytes: Vec<u8>) {
+        self.recycle(bytes);
     }
 
     /// A byte vector holding a copy of `bytes`, from the pool when it has one.

@@ -42,7 +42,7 @@ impl Engine {
     /// Finishes a flush close once nothing outgoing is left on the endpoint.
     pub(crate) fn try_finish_close(&mut self, ep_id: EndpointId) {
         let Some(ep) = self.eps.get(&ep_id) else { return };
-        if ep.phase != Phase::Closing || !ep.bulk.is_empty() || !ep.held.is_empty() {
+        if ep.phase != Phase::Closing || !ep.answered || !ep.bulk.is_empty() {
             return;
         }
         let busy = self

@@ -54,6 +54,24 @@ impl StreamRx {
         self.chunks.drain(..).filter(|c| c.pulling.is_none()).map(|c| c.bytes).collect()
     }
 
+    /// Fills waiting receives straight from a frame's bytes (nothing is buffered ahead of them);
+    /// returns the bytes no receive took.
+    fn serve_frame<'a>(&mut self, mut data: &'a [u8], done: &mut Vec<(OpId, usize)>) -> &'a [u8] {
+        while let Some(recv) = self.posted.front_mut() {
+            let n = data.len().min(recv.buf.len() - recv.filled);
+            recv.buf.write(recv.filled, &data[..n]);
+            recv.filled += n;
+            data = &data[n..];
+            if recv.filled == recv.buf.len() || (!recv.waitall && recv.filled > 0) {
+                let recv = self.posted.pop_front().expect("front exists");
+                done.push((recv.op, recv.filled));
+            } else {
+                break;
+            }
+        }
+        data
+    }
+
     /// Fills waiting receives from readable chunks, in order; a receive takes every readable
     /// byte it has room for, then completes when full (or, without waitall, when it got any).
     fn serve(&mut self, done: &mut Vec<(OpId, usize)>, spent: &mut Vec<Vec<u8>>) {
@@ -170,10 +188,18 @@ impl Engine {
         if data.is_empty() {
             return;
         }
-        let copy = self.pooled_copy(data);
         let Some(ep) = self.eps.get_mut(&ep_id) else { return };
-        ep.stream.chunks.push_back(Chunk { bytes: copy, pulling: None });
-        self.serve_stream(ep_id);
+        let mut done = Vec::new();
+        // Nothing buffered ahead of these bytes: waiting receives take them straight from the
+        // frame, and only what they leave is copied.
+        let rest = if ep.stream.chunks.is_empty() { ep.stream.serve_frame(data, &mut done) } else { data };
+        if !rest.is_empty() {
+            let copy = self.pooled_copy(rest);
+            if let Some(ep) = self.eps.get_mut(&ep_id) {
+                ep.stream.chunks.push_back(Chunk { bytes: copy, pulling: None });
+            }
+        }
+        self.complete_stream_recvs(done);
     }
 
     fn serve_stream(&mut self, ep_id: EndpointId) {

@@ -305,3 +305,31 @@ fn connecting_endpoint_holds_its_frames_until_ready_on_the_answering_link() {
     while engine.poll_event().is_some() {}
     assert!(engine.table_counts().is_empty(), "{:?}", engine.table_counts());
 }
+
+#[test]
+fn endpoint_closed_while_connecting_sends_its_held_frames_once_answered_then_closes() {
+    let table = Arc::new(RemoteAccessTable::new());
+    let mut engine = Engine::new(EngineConfig::default(), table);
+    let caps = Net::emulated().caps();
+    let ep = engine.add_endpoint(LinkId(1), caps, true, true);
+    let data = pattern(16, 15);
+    let send = engine.tag_send(ep, send_buf(&data), 5, false).unwrap();
+    let close = engine.close(ep, CloseMode::Flush).unwrap().expect("waits for the held send");
+    assert!(engine.poll_transmit().is_none());
+    engine.endpoint_ready(ep, LinkId(1), caps);
+    let transmit = engine.poll_transmit().expect("the held send");
+    assert!(matches!(transmit.header.op(), Some(Op::TagEager { tag: 5, .. })));
+    assert!(engine.poll_transmit().is_none(), "disconnected before the send came back");
+    engine.send_done(send, Ok(()));
+    let disconnect = engine.poll_transmit().expect("the disconnect");
+    assert_eq!(disconnect.header.op(), Some(Op::Disconnect { force: false }));
+    let mut completed = Vec::new();
+    while let Some(event) = engine.poll_event() {
+        if let Event::Completion(c) = event {
+            completed.push((c.op, c.status));
+        }
+    }
+    assert_eq!(completed, vec![(send, Status::Ok), (close, Status::Ok)]);
+    engine.release_endpoint(ep);
+    assert!(engine.table_counts().is_empty(), "{:?}", engine.table_counts());
+}

@@ -8,3 +8,13 @@ mod lifecycle;
 mod rma;
 mod stream;
 mod tag;
+
+/// The API keeps the engine behind its worker's lock and moves it between threads.
+#[test]
+fn engine_is_send() {
+    fn send<T: Send>() {}
+    send::<crate::Engine>();
+    send::<crate::Transmit>();
+    send::<crate::RmaRequest>();
+    send::<crate::Event>();
+}
