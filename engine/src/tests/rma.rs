@@ -246,3 +246,35 @@ fn native_requests_name_the_link_the_key_and_the_memory() {
     p.drive();
     p.assert_no_leaks();
 }
+
+#[test]
+fn empty_put_and_get_complete_after_the_owner_checked_them() {
+    for net in [Net::emulated(), Net::native()] {
+        let mut p = Pair::new(net);
+        let region = p.b.register_rw(1);
+        let key = p.b.region(region).key.clone();
+        let put = p.a.engine.put(p.a.ep, send_buf(&[]), p.b.region(region).addr(0), &key).unwrap();
+        let get = p.a.engine.get(p.a.ep, recv_buf(&mut []), p.b.region(region).addr(8), &key).unwrap();
+        let outside = p.a.engine.put(p.a.ep, send_buf(&[]), p.b.region(region).addr(9), &key).unwrap();
+        p.drive();
+        assert_eq!((p.a.status(put), p.a.status(get)), (Status::Ok, Status::Ok), "{net:?}");
+        assert_eq!(p.a.status(outside), Status::InvalidAddr, "{net:?}");
+        p.assert_no_leaks();
+    }
+}
+
+#[test]
+fn key_checks_are_answered_from_the_owners_records() {
+    let mut p = Pair::new(Net::emulated());
+    p.inject(Who::A, {
+        let mut header = [0u8; zcx_dataplane::proto::MAX_HEADER_LEN];
+        let n = Op::KeyCheck { req: 5 }.encode(&mut header);
+        let mut frame = header[..n].to_vec();
+        frame.extend_from_slice(b"not a packed key");
+        frame
+    });
+    p.drive();
+    assert!(matches!(p.log.last(), Some((Who::B, Op::RmaAck { req: 5, status: -5, .. }))));
+    assert!(p.b.errors.is_empty());
+    p.assert_no_leaks();
+}

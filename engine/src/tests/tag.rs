@@ -292,3 +292,21 @@ fn cancelled_tag_receive_completes_canceled_once() {
     let _ = p.b.engine.tag_recv(recv_buf(&mut out), 1, ALL);
     p.assert_no_leaks();
 }
+
+#[test]
+fn pull_read_refused_by_the_owner_fails_both_sides_once() {
+    let mut p = Pair::new(Net::native());
+    let data = pattern(1000, 15);
+    let mut buf = p.a.keyed(&data);
+    // The packed key names a region the sender never registered: its owner refuses the read.
+    buf = buf.with_key(std::sync::Arc::from(vec![0xEEu8; 24]));
+    let mut out = vec![0u8; 1000];
+    let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 1, ALL));
+    let send = p.a.engine.tag_send(p.a.ep, buf, 1, false).unwrap();
+    p.drive();
+    assert_eq!(p.b.status(recv), Status::InvalidParam);
+    assert_eq!(p.a.status(send), Status::InvalidParam);
+    assert!(out.iter().all(|&b| b == 0));
+    assert!(p.a.errors.is_empty() && p.b.errors.is_empty(), "a refused read is not a failed link");
+    p.assert_no_leaks();
+}
