@@ -17,7 +17,7 @@ pub const MAX_AM_HEADER: usize = 4096;
 
 impl Engine {
     /// `ucp_am_send_nbx`: sends `header` and `data` to handler `am_id` of the peer. The header is
-    /// copied; the data is lent until completion.
+    /// copied; an eager send is done at once, a rendezvous once the peer has the data.
     pub fn am_send(
         &mut self,
         ep_id: EndpointId,
@@ -25,7 +25,7 @@ impl Engine {
         header: &[u8],
         data: SendBuffer,
         reply: bool,
-    ) -> Result<OpId, Status> {
+    ) -> Result<Start, Status> {
         if header.len() > MAX_AM_HEADER {
             return Err(Status::InvalidParam);
         }
@@ -34,10 +34,9 @@ impl Engine {
         let len = data.len();
         match choose(&caps, header.len() + len, &data) {
             Proto::Eager => {
-                let op = self.new_op(Some(ep_id), OpKind::Eager { awaiting_match: false, len });
                 let frame = Op::AmEager { am_id, reply, header_len };
                 let payload = if header.is_empty() {
-                    Payload::Borrowed { op, ptr: data.at(0), len }
+                    Payload::Inline { ptr: data.at(0), len }
                 } else {
                     let mut joined = self.pool.pop().unwrap_or_default();
                     joined.clear();
@@ -46,19 +45,14 @@ impl Engine {
                     joined.extend_from_slice(unsafe { data.bytes() });
                     Payload::Owned(joined)
                 };
-                let copied = matches!(payload, Payload::Owned(_));
                 self.send(ep_id, &frame, payload, false);
-                if copied {
-                    // The bytes are in the outbox already: the caller's buffer is free.
-                    self.finish_op(op, Status::Ok, OpInfo { length: len, ..OpInfo::default() });
-                }
-                Ok(op)
+                Ok(Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() }))
             }
             Proto::Push => {
                 let op = self.new_op(Some(ep_id), OpKind::AwaitRtr { buf: data });
                 let rts = Op::AmRts { am_id, reply, header_len, sender_req: op.raw(), total_len: len as u64 };
                 self.send(ep_id, &rts, Payload::Owned(header.to_vec()), false);
-                Ok(op)
+                Ok(Start::Pending(op))
             }
             Proto::Pull => {
                 let addr = data.addr();
@@ -74,7 +68,7 @@ impl Engine {
                     addr,
                 };
                 self.send(ep_id, &rts, Payload::Owned(payload), false);
-                Ok(op)
+                Ok(Start::Pending(op))
             }
         }
     }
@@ -103,6 +97,9 @@ impl Engine {
         &mut self,
         op: OpId,
     ) -> Result<(EndpointId, u64, u64, Option<(u64, std::sync::Arc<[u8]>)>), Status> {
+        if self.posted_tags.contains_key(&op) {
+            return Err(Status::InvalidParam);
+        }
         let Some(record) = self.ops.get(&op) else { return Err(Status::NoElem) };
         let OpKind::AmRndv { .. } = record.kind else { return Err(Status::InvalidParam) };
         let ep = record.ep.expect("AM descriptors have an endpoint");

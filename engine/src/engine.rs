@@ -80,7 +80,8 @@ pub struct TableCounts {
     pub endpoints: usize,
     /// Links with an endpoint.
     pub links: usize,
-    /// Operations in flight (incoming rendezvous and AM data descriptors included).
+    /// Operations in flight (waiting tag receives, incoming rendezvous and AM data descriptors
+    /// included).
     pub ops: usize,
     /// Tag receives waiting for a message.
     pub tag_expected: usize,
@@ -92,6 +93,8 @@ pub struct TableCounts {
     pub stream_unread: usize,
     /// Transmits, RMA requests and events not drained yet.
     pub outbox: usize,
+    /// RMA operations held behind fences.
+    pub fenced: usize,
 }
 
 impl TableCounts {
@@ -132,8 +135,8 @@ pub(crate) struct Endpoint {
 
 /// What an operation is waiting for.
 pub(crate) enum OpKind {
-    /// An eager send: done when its payload is back, and (sync) the receiver matched it.
-    Eager { awaiting_match: bool, len: usize },
+    /// A synchronous eager send: done when the receiver matched it.
+    SyncEager { len: usize },
     /// A sender-push rendezvous sender waiting for the receiver's `Rtr`.
     AwaitRtr { buf: SendBuffer },
     /// A buffer going out in fragments: rendezvous data, a large stream, an emulated put.
@@ -144,22 +147,18 @@ pub(crate) enum OpKind {
     PushRecv { buf: RecvBuffer, accept: usize, total: usize, received: usize, sender_tag: u64 },
     /// A receiver-pull receive whose RMA get is out.
     PullRecv { accept: usize, total: usize, sender_req: u64, sender_tag: u64 },
-    /// A tag receive waiting in the matcher.
-    TagRecv { recv_id: zcx_dataplane::proto::RecvId },
     /// A stream receive waiting on its endpoint.
     StreamRecv,
     /// A rendezvous active message the API has not taken or declined yet.
     AmRndv { sender_req: u64, total: u64, pull: Option<(u64, Arc<[u8]>)> },
     /// A receiver-pull stream send being read into an engine buffer.
     StreamPull { bytes: Vec<u8>, sender_req: u64 },
-    /// An emulated get: its request frame while held behind a fence, then data fragments and
-    /// the ack.
-    Get { buf: RecvBuffer, received: usize, frame: Option<Op> },
-    /// An emulated atomic (or empty put): its frame while held behind a fence, then waiting for
-    /// the ack.
-    Emulated { frame: Option<Op> },
-    /// A native RMA: its request while held behind a fence, then waiting for `rma_done`.
-    Native { request: Option<RmaRequest> },
+    /// An emulated get: data fragments, then the ack.
+    Get { buf: RecvBuffer, received: usize },
+    /// An emulated atomic (or empty put) waiting for its ack.
+    Emulated,
+    /// A native RMA waiting for `rma_done`.
+    Native,
     /// An endpoint flush: done when acked and no older operation of the endpoint is left.
     Flush { acked: bool, parent: Option<OpId> },
     /// A worker flush over several endpoints.
@@ -183,7 +182,6 @@ impl OpKind {
             self,
             OpKind::PushRecv { .. }
                 | OpKind::PullRecv { .. }
-                | OpKind::TagRecv { .. }
                 | OpKind::StreamRecv
                 | OpKind::AmRndv { .. }
                 | OpKind::StreamPull { .. }
@@ -231,6 +229,14 @@ pub struct Engine {
     pub(crate) bulk_active: FastSet<EndpointId>,
     /// Byte vectors for unexpected messages and stream bytes, reused.
     pub(crate) pool: Vec<Vec<u8>>,
+    /// Tag receives waiting in the matcher, for cancelling them by id. (They are not in `ops`:
+    /// a receive matched by an eager message completes without a record to remove.)
+    pub(crate) posted_tags: FastMap<OpId, zcx_dataplane::proto::RecvId>,
+    /// The endpoint the last frame came for, on which link: most frames come on the link the
+    /// previous one came on.
+    pub(crate) rx_hint: Option<(LinkId, EndpointId)>,
+    /// How each RMA operation a fence holds will leave once released.
+    pub(crate) fenced_issues: FastMap<OpId, crate::rma::Issue>,
 }
 
 impl Engine {
@@ -251,6 +257,9 @@ impl Engine {
             events: VecDeque::new(),
             bulk_active: FastSet::default(),
             pool: Vec::new(),
+            fenced_issues: FastMap::default(),
+            posted_tags: FastMap::default(),
+            rx_hint: None,
         }
     }
 
@@ -359,12 +368,13 @@ impl Engine {
         TableCounts {
             endpoints: self.eps.len(),
             links: self.link_eps.len(),
-            ops: self.ops.len(),
+            ops: self.ops.len() + self.posted_tags.len(),
             tag_expected: self.tags.expected_len(),
             tag_unexpected: self.tags.unexpected_len(),
             stream_recvs: self.eps.values().map(|ep| ep.stream.posted.len()).sum(),
             stream_unread: self.eps.values().map(|ep| ep.stream.unread()).sum(),
             outbox: self.transmits.len() + self.rmas.len() + self.events.len(),
+            fenced: self.fenced_issues.len(),
         }
     }
 
@@ -395,11 +405,18 @@ impl Engine {
         if matches!(ep.phase, Phase::Dead(_)) {
             return;
         }
-        if let Payload::Borrowed { op, .. } = payload {
-            if let Some(record) = self.ops.get_mut(&op) {
-                record.tokens += 1;
+        let payload = match payload {
+            Payload::Borrowed { op, .. } => {
+                if let Some(record) = self.ops.get_mut(&op) {
+                    record.tokens += 1;
+                }
+                payload
             }
-        }
+            // The command returns before the endpoint can send: keep a copy.
+            // SAFETY: the command that queued the payload has not returned yet.
+            Payload::Inline { .. } if !ep.answered => Payload::Owned(unsafe { payload.bytes() }.to_vec()),
+            other => other,
+        };
         let transmit =
             Transmit { link: ep.link, header: Header::of(op), payload, placed: placed && ep.caps.placed };
         ep.tx_seen = true;
@@ -408,6 +425,36 @@ impl Engine {
         } else {
             self.transmits.push_back(transmit);
         }
+    }
+
+    /// The eager path: queues one frame whose payload is the caller's bytes, looking the
+    /// endpoint up once; the command is done when this returns.
+    #[inline]
+    pub(crate) fn send_eager(
+        &mut self,
+        ep_id: EndpointId,
+        header: Header,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<(), Status> {
+        let ep = self.eps.get_mut(&ep_id).ok_or(Status::NotConnected)?;
+        match ep.phase {
+            Phase::Dead(status) => return Err(status),
+            Phase::Closing => return Err(Status::Canceled),
+            Phase::Connecting | Phase::Ready => {}
+        }
+        ep.tx_seen = true;
+        let payload = Payload::Inline { ptr, len };
+        let transmit = Transmit { link: ep.link, header, payload, placed: false };
+        if ep.answered {
+            self.transmits.push_back(transmit);
+        } else {
+            // The command returns before the endpoint can send: keep a copy.
+            // SAFETY: the command that queued the payload has not returned yet.
+            let copy = unsafe { transmit.payload.bytes() }.to_vec();
+            ep.held.push_back(Transmit { payload: Payload::Owned(copy), ..transmit });
+        }
+        Ok(())
     }
 
     /// Queues a header-only reply on a link (answers to a peer, whatever our endpoint's phase).
@@ -439,7 +486,6 @@ impl Engine {
         if op.tokens == 0 && op.result.is_none() {
             // A send whose every byte went out and came back is done.
             let sent = match op.kind {
-                OpKind::Eager { awaiting_match: false, len } => Some(len),
                 OpKind::Push { len, sent, frag: Frag::Rndv { .. } | Frag::Stream, .. } if sent >= len => {
                     Some(len)
                 }
@@ -468,24 +514,30 @@ impl Engine {
             self.child_flush_done(parent, status);
         }
         let Some(ep_id) = op.ep else { return };
-        if let Some(ep) = self.eps.get_mut(&ep_id) {
-            if op.rma_issued {
-                ep.rma_in_flight -= 1;
-                if ep.rma_in_flight == 0 && !ep.fenced.is_empty() {
-                    self.release_fenced(ep_id);
-                }
-            }
-            if matches!(op.kind, OpKind::Flush { .. }) {
-                if let Some(ep) = self.eps.get_mut(&ep_id) {
-                    ep.flushes -= 1;
-                }
-            }
+        // One lookup for the common case, where the endpoint has nothing waiting on this.
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        let mut release = false;
+        if op.rma_issued {
+            ep.rma_in_flight -= 1;
+            release = ep.rma_in_flight == 0 && !ep.fenced.is_empty();
         }
-        self.recheck_flushes(ep_id);
-        if self.eps.get(&ep_id).is_some_and(|ep| ep.phase == Phase::Closing) {
+        if matches!(op.kind, OpKind::Flush { .. }) {
+            ep.flushes -= 1;
+        }
+        let (flushes, closing) = (ep.flushes > 0, ep.phase == Phase::Closing);
+        let forget = ep.released && matches!(ep.phase, Phase::Dead(_));
+        if release {
+            self.release_fenced(ep_id);
+        }
+        if flushes {
+            self.recheck_flushes(ep_id);
+        }
+        if closing {
             self.try_finish_close(ep_id);
         }
-        self.forget_if_done(ep_id);
+        if forget {
+            self.forget_if_done(ep_id);
+        }
     }
 
     fn child_flush_done(&mut self, parent: OpId, status: Status) {
@@ -614,7 +666,9 @@ impl Engine {
         let link = ep.link;
         let held = std::mem::take(&mut ep.held);
         ep.bulk.clear();
-        ep.fenced.clear();
+        for op in ep.fenced.drain(..).flatten() {
+            self.fenced_issues.remove(&op);
+        }
         let posted: Vec<_> = ep.stream.posted.drain(..).collect();
         let chunks = ep.stream.take_chunks();
         self.pool.extend(chunks);

@@ -23,6 +23,15 @@ impl Header {
         Header { bytes, len }
     }
 
+    /// The header of an eager tag message, without the general encoder.
+    #[inline]
+    pub(crate) fn tag_eager(tag: u64, sync: bool, sender_req: u64) -> Header {
+        let mut bytes = [0u8; MAX_HEADER_LEN];
+        let head = Op::tag_eager_header(tag, sync, sender_req);
+        bytes[..head.len()].copy_from_slice(&head);
+        Header { bytes, len: head.len() as u8 }
+    }
+
     /// The header's bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
@@ -48,8 +57,21 @@ impl std::fmt::Debug for Header {
 pub enum Payload {
     /// Nothing.
     None,
-    /// Bytes the engine copied (replies, AM headers, get answers).
+    /// Bytes the engine copied (replies, AM headers, get answers); hand the vector back with
+    /// [`crate::Engine::reuse`] when done.
     Owned(Vec<u8>),
+    /// `len` bytes at `ptr`: an eager message in the caller's buffer, which the command that
+    /// queued this transmit reported done ([`crate::Start::Done`]).
+    ///
+    /// Contract: the caller drains and sends (or copies) it before the command returns to its
+    /// user, who may then reuse the buffer; no answer is due. (A transmit the engine holds, on
+    /// an endpoint still connecting, it copies itself.)
+    Inline {
+        /// The first byte.
+        ptr: *const u8,
+        /// The number of bytes.
+        len: usize,
+    },
     /// `len` bytes at `ptr`: part of operation `op`'s buffer, sent without a copy.
     ///
     /// Contract: the bytes stay valid until the caller reports this payload done with
@@ -74,14 +96,18 @@ impl Payload {
     /// The payload's bytes.
     ///
     /// # Safety
-    /// For [`Payload::Borrowed`]: only before the payload was reported with `send_done`.
+    /// For [`Payload::Borrowed`]: only before the payload was reported with `send_done`; for
+    /// [`Payload::Inline`]: only before the command that queued it returned to its user.
     pub unsafe fn bytes(&self) -> &[u8] {
         match self {
             Payload::None => &[],
             Payload::Owned(bytes) => bytes,
-            Payload::Borrowed { len: 0, .. } => &[],
-            // SAFETY: the variant's contract: valid until `send_done`, which has not happened.
-            Payload::Borrowed { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            Payload::Borrowed { len: 0, .. } | Payload::Inline { len: 0, .. } => &[],
+            // SAFETY: the variants' contracts: valid until `send_done`, which has not happened,
+            // or until the command returns to its user, which it has not.
+            Payload::Borrowed { ptr, len, .. } | Payload::Inline { ptr, len } => unsafe {
+                std::slice::from_raw_parts(*ptr, *len)
+            },
         }
     }
 }

@@ -98,7 +98,7 @@ impl Engine {
         match &mut op.kind {
             OpKind::PullRecv { .. } => self.pull_recv_done(token, status),
             OpKind::StreamPull { .. } => self.stream_pull_done(token, status),
-            OpKind::Native { .. } => {
+            OpKind::Native => {
                 op.tokens = op.tokens.saturating_sub(1);
                 self.finish_op(token, status, OpInfo { value, ..OpInfo::default() });
             }
@@ -116,6 +116,14 @@ impl Engine {
     /// The endpoint a frame on `link` is for, or `None` to ignore it (its endpoint is dead) or
     /// when there is none (the link is then closed).
     fn receiving_ep(&mut self, link: LinkId) -> Option<EndpointId> {
+        if let Some((hint_link, hint_ep)) = self.rx_hint {
+            if hint_link == link {
+                if let Some(ep) = self.eps.get_mut(&hint_ep).filter(|ep| ep.link == link) {
+                    ep.rx_seen = true;
+                    return (!matches!(ep.phase, Phase::Dead(_))).then_some(hint_ep);
+                }
+            }
+        }
         let Some(&ep_id) = self.link_eps.get(&link) else {
             tracing::warn!(?link, "frame on a link without an endpoint; closing the link");
             self.events.push_back(Event::CloseLink { link, force: true });
@@ -123,6 +131,7 @@ impl Engine {
         };
         let ep = self.eps.get_mut(&ep_id)?;
         ep.rx_seen = true;
+        self.rx_hint = Some((link, ep_id));
         (!matches!(ep.phase, Phase::Dead(_))).then_some(ep_id)
     }
 

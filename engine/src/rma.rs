@@ -20,6 +20,16 @@ use crate::ids::{EndpointId, OpId};
 use crate::output::{OpInfo, Payload, RmaKind, RmaRequest};
 use crate::Status;
 
+/// How an RMA operation leaves once issued.
+pub(crate) enum Issue {
+    /// A request for the transport.
+    Native(RmaRequest),
+    /// A frame for the target's engine.
+    Frame(Op),
+    /// Put fragments, paced like any bulk transfer.
+    Bulk,
+}
+
 /// A remote key as the API unpacked it.
 #[derive(Clone, Debug)]
 pub struct RemoteKey {
@@ -43,9 +53,10 @@ impl Engine {
     ) -> Result<OpId, Status> {
         let ep = self.usable(ep_id)?;
         let (link, caps) = (ep.link, ep.caps);
-        let kind = match &key.packed {
-            Some(packed) if caps.native_put => OpKind::Native {
-                request: Some(RmaRequest {
+        let (kind, issue) = match &key.packed {
+            Some(packed) if caps.native_put => (
+                OpKind::Native,
+                Issue::Native(RmaRequest {
                     link,
                     token: OpId::from_raw(0),
                     kind: RmaKind::Put,
@@ -54,9 +65,10 @@ impl Engine {
                     remote_addr,
                     remote_key: packed.clone(),
                 }),
-            },
-            _ if buf.is_empty() => OpKind::Emulated {
-                frame: Some(Op::Put {
+            ),
+            _ if buf.is_empty() => (
+                OpKind::Emulated,
+                Issue::Frame(Op::Put {
                     req: 0,
                     region: key.region,
                     key: key.access_key,
@@ -65,18 +77,14 @@ impl Engine {
                     offset: 0,
                     ack: true,
                 }),
-            },
+            ),
             _ => {
                 let len = buf.len();
-                OpKind::Push {
-                    buf,
-                    len,
-                    sent: 0,
-                    frag: Frag::Put { region: key.region, key: key.access_key, addr: remote_addr },
-                }
+                let frag = Frag::Put { region: key.region, key: key.access_key, addr: remote_addr };
+                (OpKind::Push { buf, len, sent: 0, frag }, Issue::Bulk)
             }
         };
-        Ok(self.submit_rma(ep_id, kind))
+        Ok(self.submit_rma(ep_id, kind, issue))
     }
 
     /// `ucp_get_nbx`: reads `buf.len()` bytes at `remote_addr` of the peer's memory into `buf`.
@@ -89,9 +97,10 @@ impl Engine {
     ) -> Result<OpId, Status> {
         let ep = self.usable(ep_id)?;
         let (link, caps) = (ep.link, ep.caps);
-        let kind = match &key.packed {
-            Some(packed) if caps.native_get => OpKind::Native {
-                request: Some(RmaRequest {
+        let (kind, issue) = match &key.packed {
+            Some(packed) if caps.native_get => (
+                OpKind::Native,
+                Issue::Native(RmaRequest {
                     link,
                     token: OpId::from_raw(0),
                     kind: RmaKind::Get,
@@ -100,20 +109,19 @@ impl Engine {
                     remote_addr,
                     remote_key: packed.clone(),
                 }),
-            },
-            _ => OpKind::Get {
-                buf,
-                received: 0,
-                frame: Some(Op::Get {
+            ),
+            _ => (
+                OpKind::Get { buf, received: 0 },
+                Issue::Frame(Op::Get {
                     req: 0,
                     region: key.region,
                     key: key.access_key,
                     addr: remote_addr,
                     len: buf.len() as u64,
                 }),
-            },
+            ),
         };
-        Ok(self.submit_rma(ep_id, kind))
+        Ok(self.submit_rma(ep_id, kind, issue))
     }
 
     /// `ucp_atomic_op_nbx` on the `size`-byte (4 or 8) word at `remote_addr`; the completion's
@@ -134,9 +142,10 @@ impl Engine {
         }
         let ep = self.usable(ep_id)?;
         let (link, caps) = (ep.link, ep.caps);
-        let kind = match &key.packed {
-            Some(packed) if caps.native_atomics => OpKind::Native {
-                request: Some(RmaRequest {
+        let (kind, issue) = match &key.packed {
+            Some(packed) if caps.native_atomics => (
+                OpKind::Native,
+                Issue::Native(RmaRequest {
                     link,
                     token: OpId::from_raw(0),
                     kind: RmaKind::Atomic { op, size, value, compare },
@@ -145,9 +154,10 @@ impl Engine {
                     remote_addr,
                     remote_key: packed.clone(),
                 }),
-            },
-            _ => OpKind::Emulated {
-                frame: Some(Op::Atomic {
+            ),
+            _ => (
+                OpKind::Emulated,
+                Issue::Frame(Op::Atomic {
                     req: 0,
                     region: key.region,
                     key: key.access_key,
@@ -158,9 +168,9 @@ impl Engine {
                     value,
                     compare,
                 }),
-            },
+            ),
         };
-        Ok(self.submit_rma(ep_id, kind))
+        Ok(self.submit_rma(ep_id, kind, issue))
     }
 
     /// `ucp_ep_fence`: RMA operations started after this one are issued only once every RMA
@@ -222,51 +232,45 @@ impl Engine {
     }
 
     /// Enters an RMA operation and issues it, or holds it behind a fence.
-    fn submit_rma(&mut self, ep_id: EndpointId, kind: OpKind) -> OpId {
+    fn submit_rma(&mut self, ep_id: EndpointId, kind: OpKind, mut issue: Issue) -> OpId {
         let op = self.new_op(Some(ep_id), kind);
-        let record = self.ops.get_mut(&op).expect("just entered");
         // The wire and the transport name the operation by its id.
-        match &mut record.kind {
-            OpKind::Native { request: Some(request) } => request.token = op,
-            OpKind::Emulated { frame: Some(Op::Put { req, .. } | Op::Atomic { req, .. }) }
-            | OpKind::Get { frame: Some(Op::Get { req, .. }), .. } => *req = op.raw(),
-            _ => {}
+        match &mut issue {
+            Issue::Native(request) => request.token = op,
+            Issue::Frame(Op::Put { req, .. } | Op::Atomic { req, .. } | Op::Get { req, .. }) => {
+                *req = op.raw()
+            }
+            Issue::Frame(_) | Issue::Bulk => {}
         }
         let ep = self.eps.get_mut(&ep_id).expect("usable");
         if ep.fenced.is_empty() {
-            self.issue_rma(ep_id, op);
+            self.issue_rma(ep_id, op, issue);
         } else {
             ep.fenced.push_back(Some(op));
+            self.fenced_issues.insert(op, issue);
         }
         op
     }
 
     /// Sends an RMA operation on its way.
-    fn issue_rma(&mut self, ep_id: EndpointId, op_id: OpId) {
+    fn issue_rma(&mut self, ep_id: EndpointId, op_id: OpId, issue: Issue) {
         let Some(op) = self.ops.get_mut(&op_id) else { return };
         op.rma_issued = true;
-        let mut frame = None;
-        match &mut op.kind {
-            OpKind::Native { request } => {
-                if let Some(request) = request.take() {
-                    op.tokens += 1;
-                    self.rmas.push_back(request);
-                }
+        if let Some(ep) = self.eps.get_mut(&ep_id) {
+            ep.rma_in_flight += 1;
+        }
+        match issue {
+            Issue::Native(request) => {
+                op.tokens += 1;
+                self.rmas.push_back(request);
             }
-            OpKind::Emulated { frame: f } | OpKind::Get { frame: f, .. } => frame = f.take(),
-            OpKind::Push { .. } => {
+            Issue::Frame(frame) => self.send(ep_id, &frame, Payload::None, false),
+            Issue::Bulk => {
                 if let Some(ep) = self.eps.get_mut(&ep_id) {
                     ep.bulk.push_back(op_id);
                 }
                 self.bulk_active.insert(ep_id);
             }
-            _ => {}
-        }
-        if let Some(ep) = self.eps.get_mut(&ep_id) {
-            ep.rma_in_flight += 1;
-        }
-        if let Some(frame) = frame {
-            self.send(ep_id, &frame, Payload::None, false);
         }
     }
 
@@ -286,7 +290,9 @@ impl Engine {
                 Some(Some(op)) => {
                     let op = *op;
                     ep.fenced.pop_front();
-                    self.issue_rma(ep_id, op);
+                    if let Some(issue) = self.fenced_issues.remove(&op) {
+                        self.issue_rma(ep_id, op, issue);
+                    }
                 }
             }
         }
@@ -306,9 +312,7 @@ impl Engine {
                 let status = if status == Status::Ok && received != len { Status::IoError } else { status };
                 self.finish_op(id, status, OpInfo { length: received, ..OpInfo::default() });
             }
-            OpKind::Emulated { frame: None } => {
-                self.finish_op(id, status, OpInfo { value, ..OpInfo::default() })
-            }
+            OpKind::Emulated => self.finish_op(id, status, OpInfo { value, ..OpInfo::default() }),
             OpKind::Push { frag: Frag::Put { .. }, sent, len, .. } => {
                 if status != Status::Ok || *sent >= *len {
                     // A refusal stops the fragments: the put has its result.

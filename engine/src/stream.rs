@@ -15,7 +15,7 @@ use crate::buffer::{RecvBuffer, SendBuffer};
 use crate::caps::BulkMode;
 use crate::engine::{Engine, Frag, OpKind, Phase, Start};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{Completion, Event, OpInfo, Payload, RmaKind, RmaRequest};
+use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaKind, RmaRequest};
 use crate::Status;
 
 /// A stream receive waiting for bytes.
@@ -100,9 +100,10 @@ impl StreamRx {
 }
 
 impl Engine {
-    /// `ucp_stream_send_nbx`: appends `buf` to the endpoint's stream. Completes when the bytes
-    /// are sent (pushed) or read by the peer (pulled).
-    pub fn stream_send(&mut self, ep_id: EndpointId, buf: SendBuffer) -> Result<OpId, Status> {
+    /// `ucp_stream_send_nbx`: appends `buf` to the endpoint's stream. A small send is done at
+    /// once ([`Payload::Inline`]); a large one when its bytes are sent (pushed) or read by the
+    /// peer (pulled).
+    pub fn stream_send(&mut self, ep_id: EndpointId, buf: SendBuffer) -> Result<Start, Status> {
         let ep = self.usable(ep_id)?;
         let caps = ep.caps;
         let len = buf.len();
@@ -110,11 +111,8 @@ impl Engine {
             self.ops.get(op).is_some_and(|op| matches!(op.kind, OpKind::Push { frag: Frag::Stream, .. }))
         });
         if len < caps.rndv_threshold && len <= caps.max_payload() && !behind_fragments {
-            let op = self.new_op(Some(ep_id), OpKind::Eager { awaiting_match: false, len });
-            let payload = Payload::Borrowed { op, ptr: buf.at(0), len };
-            // Done when the payload comes back (`send_done`).
-            self.send(ep_id, &Op::Stream, payload, false);
-            return Ok(op);
+            self.send_eager(ep_id, Header::of(&Op::Stream), buf.at(0), len)?;
+            return Ok(Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() }));
         }
         if len >= caps.rndv_threshold
             && caps.bulk == BulkMode::ReceiverPull
@@ -125,7 +123,7 @@ impl Engine {
                 let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len });
                 let rts = Op::StreamRtsPull { sender_req: op.raw(), total_len: len as u64, addr: buf.addr() };
                 self.send(ep_id, &rts, Payload::Owned(key.to_vec()), false);
-                return Ok(op);
+                return Ok(Start::Pending(op));
             }
         }
         let op = self.new_op(Some(ep_id), OpKind::Push { buf, len, sent: 0, frag: Frag::Stream });
@@ -133,7 +131,7 @@ impl Engine {
             ep.bulk.push_back(op);
         }
         self.bulk_active.insert(ep_id);
-        Ok(op)
+        Ok(Start::Pending(op))
     }
 
     /// `ucp_stream_recv_nbx`: receives into `buf`; with `waitall` only a full buffer completes

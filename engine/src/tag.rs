@@ -8,36 +8,40 @@ use zcx_dataplane::LinkId;
 use crate::buffer::{RecvBuffer, SendBuffer};
 use crate::engine::{Engine, OpKind, Start, Unexpected};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{OpInfo, Payload};
+use crate::output::{Completion, Event, Header, OpInfo, Payload};
 use crate::rndv::{choose, Proto};
 use crate::Status;
 
 impl Engine {
-    /// `ucp_tag_send_nbx` (`sync`: `ucp_tag_send_sync_nbx`): sends `buf` with `tag`. Completes
-    /// once sent (eager: once its payload came back from the caller), or with `sync` once the
-    /// receiver matched it.
+    /// `ucp_tag_send_nbx` (`sync`: `ucp_tag_send_sync_nbx`): sends `buf` with `tag`. An eager
+    /// send is done at once (its bytes are a [`Payload::Inline`] the caller sends before
+    /// returning); a synchronous one once the receiver matched it; a rendezvous once the
+    /// receiver has the bytes.
     pub fn tag_send(
         &mut self,
         ep_id: EndpointId,
         buf: SendBuffer,
         tag: u64,
         sync: bool,
-    ) -> Result<OpId, Status> {
+    ) -> Result<Start, Status> {
         let caps = self.usable(ep_id)?.caps;
         let len = buf.len();
         match choose(&caps, len, &buf) {
+            Proto::Eager if !sync => {
+                self.send_eager(ep_id, Header::tag_eager(tag, false, 0), buf.at(0), len)?;
+                Ok(Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() }))
+            }
             Proto::Eager => {
-                let op = self.new_op(Some(ep_id), OpKind::Eager { awaiting_match: sync, len });
-                let sender_req = if sync { op.raw() } else { 0 };
-                let payload = Payload::Borrowed { op, ptr: buf.at(0), len };
-                self.send(ep_id, &Op::TagEager { tag, sync, sender_req }, payload, false);
-                Ok(op)
+                let op = self.new_op(Some(ep_id), OpKind::SyncEager { len });
+                let payload = Payload::Inline { ptr: buf.at(0), len };
+                self.send(ep_id, &Op::TagEager { tag, sync, sender_req: op.raw() }, payload, false);
+                Ok(Start::Pending(op))
             }
             Proto::Push => {
                 let op = self.new_op(Some(ep_id), OpKind::AwaitRtr { buf });
                 let rts = Op::TagRts { tag, sync, sender_req: op.raw(), total_len: len as u64 };
                 self.send(ep_id, &rts, Payload::None, false);
-                Ok(op)
+                Ok(Start::Pending(op))
             }
             Proto::Pull => {
                 let key = buf.key().expect("pull needs a key").to_vec();
@@ -45,7 +49,7 @@ impl Engine {
                 let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len });
                 let rts = Op::TagRtsPull { tag, sync, sender_req: op.raw(), total_len: len as u64, addr };
                 self.send(ep_id, &rts, Payload::Owned(key), false);
-                Ok(op)
+                Ok(Start::Pending(op))
             }
         }
     }
@@ -55,16 +59,7 @@ impl Engine {
         let op = OpId::from_raw(self.op_ids.next());
         match self.tags.post_recv(tag, mask, (op, buf)) {
             Posted::Queued(recv_id) => {
-                self.ops.insert(
-                    op,
-                    crate::engine::Operation {
-                        ep: None,
-                        kind: OpKind::TagRecv { recv_id },
-                        tokens: 0,
-                        rma_issued: false,
-                        result: None,
-                    },
-                );
+                self.posted_tags.insert(op, recv_id);
                 Start::Pending(op)
             }
             Posted::Matched { recv: (op, buf), message } => self.take_unexpected(op, buf, message),
@@ -81,15 +76,16 @@ impl Engine {
     /// Withdraws a waiting tag or stream receive (`ucp_request_cancel`); true if it was waiting,
     /// and it then completes with CANCELED.
     pub fn cancel(&mut self, op_id: OpId) -> bool {
+        if let Some(recv_id) = self.posted_tags.remove(&op_id) {
+            if self.tags.cancel(recv_id).is_none() {
+                return false;
+            }
+            let completion = Completion { op: op_id, status: Status::Canceled, info: OpInfo::default() };
+            self.events.push_back(Event::Completion(completion));
+            return true;
+        }
         let Some(op) = self.ops.get(&op_id) else { return false };
         match op.kind {
-            OpKind::TagRecv { recv_id } => {
-                if self.tags.cancel(recv_id).is_none() {
-                    return false;
-                }
-                self.finish_op(op_id, Status::Canceled, OpInfo::default());
-                true
-            }
             OpKind::StreamRecv => match op.ep {
                 Some(ep) => self.cancel_stream_recv(ep, op_id),
                 None => false,
@@ -136,7 +132,9 @@ impl Engine {
                 let n = payload.len().min(buf.len());
                 buf.write(0, &payload[..n]);
                 let status = if payload.len() > n { Status::MessageTruncated } else { Status::Ok };
-                self.finish_op(op, status, OpInfo { length: n, sender_tag: tag, value: 0 });
+                self.posted_tags.remove(&op);
+                let info = OpInfo { length: n, sender_tag: tag, value: 0 };
+                self.events.push_back(Event::Completion(Completion { op, status, info }));
                 if let Some(sender_req) = sync_req {
                     self.reply(link, &Op::SyncAck { sender_req });
                 }
@@ -163,7 +161,7 @@ impl Engine {
         let pull = pull.map(|(addr, key)| (addr, std::sync::Arc::<[u8]>::from(key)));
         match self.tags.take_expected(tag) {
             Some((_, (op, buf))) => {
-                self.ops.remove(&op);
+                self.posted_tags.remove(&op);
                 if let crate::Start::Done(status, info) =
                     self.start_rndv_recv(ep_id, op, sender_req, total_len, pull, buf, tag)
                 {
@@ -182,8 +180,7 @@ impl Engine {
     pub(crate) fn on_sync_ack(&mut self, ep_id: EndpointId, sender_req: u64) {
         let id = OpId::from_raw(sender_req);
         let Some(op) = self.ops.get_mut(&id).filter(|op| op.ep == Some(ep_id)) else { return };
-        if let OpKind::Eager { awaiting_match: true, len } = op.kind {
-            op.kind = OpKind::Eager { awaiting_match: false, len };
+        if let OpKind::SyncEager { len } = op.kind {
             self.finish_op(id, Status::Ok, OpInfo { length: len, ..OpInfo::default() });
         }
     }

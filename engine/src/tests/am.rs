@@ -10,7 +10,9 @@ fn eager_am_delivers_header_and_data_to_the_handler_id() {
     let mut p = Pair::new(Net::emulated());
     let data = pattern(60, 1);
     let send = p.a.engine.am_send(p.a.ep, 12, b"hdr", send_buf(&data), true).unwrap();
+    let send = p.a.track(send);
     let bare = p.a.engine.am_send(p.a.ep, 13, b"", send_buf(&data), false).unwrap();
+    let bare = p.a.track(bare);
     p.drive();
     assert_eq!((p.a.status(send), p.a.status(bare)), (Status::Ok, Status::Ok));
     assert_eq!(p.b.ams.len(), 2);
@@ -28,6 +30,7 @@ fn push_rendezvous_am_data_is_taken_into_the_handlers_buffer() {
     let mut p = Pair::new(Net::emulated());
     let data = pattern(3000, 2);
     let send = p.a.engine.am_send(p.a.ep, 1, b"h", send_buf(&data), false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     assert!(!p.a.done(send));
     assert!(matches!(p.log[0].1, Op::AmRts { total_len: 3000, header_len: 1, .. }));
@@ -51,6 +54,7 @@ fn pull_rendezvous_am_data_is_read_by_the_receiver() {
     let data = pattern(4096, 3);
     let buf = p.a.keyed(&data);
     let send = p.a.engine.am_send(p.a.ep, 2, b"head", buf, false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     assert!(matches!(p.log[0].1, Op::AmRtsPull { total_len: 4096, header_len: 4, .. }));
     let am = p.b.ams.pop().expect("delivered");
@@ -72,6 +76,7 @@ fn declined_am_rendezvous_completes_the_sender_without_data() {
         let data = pattern(2 * RNDV, 4);
         let buf = p.a.keyed(&data);
         let send = p.a.engine.am_send(p.a.ep, 3, b"", buf, false).unwrap();
+        let send = p.a.track(send);
         p.drive();
         let (desc, _) = p.b.ams.pop().expect("delivered").rndv.expect("a rendezvous");
         p.b.engine.am_decline(desc).unwrap();
@@ -117,6 +122,7 @@ fn am_data_into_a_short_buffer_is_truncated() {
     let mut p = Pair::new(Net::emulated());
     let data = pattern(2000, 6);
     let send = p.a.engine.am_send(p.a.ep, 1, b"", send_buf(&data), false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     let (desc, _) = p.b.ams.pop().unwrap().rndv.unwrap();
     let mut out = vec![0u8; 500];

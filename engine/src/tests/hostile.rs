@@ -105,6 +105,7 @@ fn data_for_an_operation_that_takes_none_closes_the_link() {
     let mut p = Pair::new(Net::emulated());
     let data = pattern(10, 1);
     let send = p.a.engine.tag_send(p.a.ep, send_buf(&data), 1, true).unwrap();
+    let send = p.a.track(send);
     p.drive();
     // B names A's sync send, which receives nothing.
     p.inject(Who::B, frame(&Op::GetData { req: send.raw(), offset: 0 }, &[9]));

@@ -141,6 +141,7 @@ pub struct Side {
     pub on_error: Option<ErrorHook>,
     regions: Vec<Region>,
     next_region: u64,
+    done_at_once: u64,
 }
 
 impl Side {
@@ -161,6 +162,7 @@ impl Side {
             on_error: None,
             regions: Vec::new(),
             next_region: 1,
+            done_at_once: 0,
         }
     }
 
@@ -212,6 +214,21 @@ impl Side {
         // nothing; the table is only used while they do.
         unsafe { self.table.insert(id, entry) };
         send_buf(data).with_key(pack(id, access_key))
+    }
+
+    /// The id to check a send's completion under: its own, or for a send done at once (an eager
+    /// one), a fresh id recorded as completed with that status and info.
+    pub fn track(&mut self, start: Start) -> OpId {
+        match start {
+            Start::Pending(op) => op,
+            Start::Done(status, info) => {
+                self.done_at_once += 1;
+                let op = OpId::from_raw(u64::MAX - self.done_at_once);
+                self.completions.insert(op, Completion { op, status, info });
+                self.order.push(op);
+                op
+            }
+        }
     }
 
     /// The completion of `op`, if it came.

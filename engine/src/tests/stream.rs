@@ -60,7 +60,9 @@ fn large_pushed_send_keeps_order_with_a_small_send_after_it() {
     let big = pattern(5000, 4);
     let small = pattern(10, 5);
     let s1 = p.a.engine.stream_send(p.a.ep, send_buf(&big)).unwrap();
+    let s1 = p.a.track(s1);
     let s2 = p.a.engine.stream_send(p.a.ep, send_buf(&small)).unwrap();
+    let s2 = p.a.track(s2);
     let mut out = vec![0u8; 5010];
     let recv = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out), true).unwrap());
     for _ in 0..100 {
@@ -82,9 +84,11 @@ fn pulled_send_holds_later_bytes_behind_it_until_read() {
     let small = pattern(7, 7);
     let buf = p.a.keyed(&big);
     let s1 = p.a.engine.stream_send(p.a.ep, buf).unwrap();
+    let s1 = p.a.track(s1);
     p.drive();
     // The small send goes eagerly while the pull is still reading.
     let s2 = p.a.engine.stream_send(p.a.ep, send_buf(&small)).unwrap();
+    let s2 = p.a.track(s2);
     let mut out = vec![0u8; 3007];
     let recv = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out), false).unwrap());
     p.drive();

@@ -14,6 +14,7 @@ fn eager_message_lands_in_a_receive_posted_before_it() {
     let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 42, ALL));
     let data = pattern(40, 1);
     let send = p.a.engine.tag_send(p.a.ep, send_buf(&data), 42, false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     assert_eq!(p.a.status(send), Status::Ok);
     assert_eq!(p.b.status(recv), Status::Ok);
@@ -28,6 +29,7 @@ fn unexpected_eager_message_waits_for_its_receive() {
     let mut p = Pair::new(Net::emulated());
     let data = pattern(100, 2);
     let send = p.a.engine.tag_send(p.a.ep, send_buf(&data), 7, false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     assert_eq!(p.a.status(send), Status::Ok);
     assert_eq!(p.b.engine.tag_probe(7, ALL).map(|(_, tag, len)| (tag, len)), Some((7, 100)));
@@ -93,6 +95,7 @@ fn sync_eager_send_completes_only_once_the_receiver_matched_it() {
     let mut p = Pair::new(Net::emulated());
     let data = pattern(16, 4);
     let send = p.a.engine.tag_send(p.a.ep, send_buf(&data), 9, true).unwrap();
+    let send = p.a.track(send);
     p.drive();
     assert!(!p.a.done(send), "completed before the receiver matched it");
     let mut out = vec![0u8; 16];
@@ -111,6 +114,7 @@ fn sync_rendezvous_send_completes_only_once_matched() {
         let data = pattern(3 * RNDV, 5);
         let buf = p.a.keyed(&data);
         let send = p.a.engine.tag_send(p.a.ep, buf, 9, true).unwrap();
+        let send = p.a.track(send);
         p.drive();
         assert!(!p.a.done(send), "completed before the receiver matched it ({net:?})");
         let mut out = vec![0u8; data.len()];
@@ -129,6 +133,7 @@ fn push_rendezvous_sends_rts_then_fragments_after_rtr() {
     let mut out = vec![0u8; 5000];
     let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 3, ALL));
     let send = p.a.engine.tag_send(p.a.ep, send_buf(&data), 3, false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     assert_eq!((p.a.status(send), p.b.status(recv)), (Status::Ok, Status::Ok));
     assert_eq!(p.b.info(recv).length, 5000);
@@ -146,6 +151,7 @@ fn push_rendezvous_waits_unexpected_until_a_receive_is_posted() {
     let mut p = Pair::new(Net::emulated());
     let data = pattern(2000, 7);
     let send = p.a.engine.tag_send(p.a.ep, send_buf(&data), 11, false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     assert!(!p.a.done(send));
     assert_eq!(p.b.engine.tag_probe(11, ALL).map(|(_, _, len)| len), Some(2000));
@@ -164,6 +170,7 @@ fn push_rendezvous_into_a_short_buffer_takes_what_fits() {
     let mut out = vec![0u8; 1500];
     let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 1, ALL));
     let send = p.a.engine.tag_send(p.a.ep, send_buf(&data), 1, false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     assert_eq!(p.a.status(send), Status::Ok);
     assert_eq!(p.b.status(recv), Status::MessageTruncated);
@@ -179,6 +186,7 @@ fn placed_fragments_land_straight_in_the_receive_buffer() {
     let mut out = vec![0u8; 4000];
     let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 1, ALL));
     let send = p.a.engine.tag_send(p.a.ep, send_buf(&data), 1, false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     assert_eq!((p.a.status(send), p.b.status(recv)), (Status::Ok, Status::Ok));
     assert_eq!(out, data);
@@ -193,6 +201,7 @@ fn pull_rendezvous_is_read_by_the_receiver_and_released_by_pull_done() {
     let mut out = vec![0u8; 6000];
     let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 77, ALL));
     let send = p.a.engine.tag_send(p.a.ep, buf, 77, false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     assert_eq!((p.a.status(send), p.b.status(recv)), (Status::Ok, Status::Ok));
     assert_eq!(p.b.info(recv).length, 6000);
@@ -211,6 +220,7 @@ fn pull_rendezvous_into_a_short_buffer_truncates_and_releases_the_sender() {
     let data = pattern(2048, 11);
     let buf = p.a.keyed(&data);
     let send = p.a.engine.tag_send(p.a.ep, buf, 5, false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     let mut out = vec![0u8; 300];
     let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 5, ALL));
@@ -228,6 +238,7 @@ fn pull_link_pushes_a_buffer_without_a_key() {
     let mut out = vec![0u8; 1000];
     let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 5, ALL));
     let send = p.a.engine.tag_send(p.a.ep, send_buf(&data), 5, false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     assert_eq!((p.a.status(send), p.b.status(recv)), (Status::Ok, Status::Ok));
     assert_eq!(out, data);
@@ -236,18 +247,19 @@ fn pull_link_pushes_a_buffer_without_a_key() {
 }
 
 #[test]
-fn eager_send_completes_only_after_its_payload_came_back() {
+fn eager_send_is_done_at_once_and_its_bytes_go_inline() {
     let mut p = Pair::new(Net { payloads_later: true, ..Net::emulated() });
-    let data = pattern(50, 13);
-    let send = p.a.engine.tag_send(p.a.ep, send_buf(&data), 1, false).unwrap();
-    p.drive();
-    assert!(!p.a.done(send), "completed while the transport still held its bytes");
-    p.return_payloads();
-    p.drive();
-    assert_eq!(p.a.status(send), Status::Ok);
-    assert_eq!(p.a.info(send).length, 50);
-    let mut out = vec![0u8; 50];
-    p.b.engine.tag_recv(recv_buf(&mut out), 1, ALL);
+    let mut data = pattern(50, 13);
+    let start = p.a.engine.tag_send(p.a.ep, send_buf(&data), 1, false).unwrap();
+    assert_eq!(start, Start::Done(Status::Ok, crate::OpInfo { length: 50, ..Default::default() }));
+    let transmit = p.a.engine.poll_transmit().expect("the eager frame");
+    assert!(matches!(transmit.payload, crate::Payload::Inline { len: 50, .. }));
+    // SAFETY: the send's buffer is unchanged until this copy.
+    let copy = unsafe { transmit.payload.bytes() }.to_vec();
+    // The caller sent (copied) the frame before returning: the buffer is the user's again.
+    data.fill(0);
+    assert_eq!(copy, pattern(50, 13));
+    assert_eq!(p.a.engine.table_counts().ops, 0, "an eager send keeps no record");
     p.assert_no_leaks();
 }
 
@@ -258,6 +270,7 @@ fn rendezvous_lends_at_most_a_window_of_fragments_at_once() {
     let mut out = vec![0u8; data.len()];
     let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 1, ALL));
     let send = p.a.engine.tag_send(p.a.ep, send_buf(&data), 1, false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     let window = crate::EngineConfig::default().fragment_window as usize;
     let fragments = p.log.iter().filter(|(_, op)| matches!(op, Op::RndvData { .. })).count();
@@ -303,6 +316,7 @@ fn pull_read_refused_by_the_owner_fails_both_sides_once() {
     let mut out = vec![0u8; 1000];
     let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 1, ALL));
     let send = p.a.engine.tag_send(p.a.ep, buf, 1, false).unwrap();
+    let send = p.a.track(send);
     p.drive();
     assert_eq!(p.b.status(recv), Status::InvalidParam);
     assert_eq!(p.a.status(send), Status::InvalidParam);
