@@ -29,13 +29,23 @@
 //!
 //! # Outputs
 //!
-//! Drained by the caller after each input: [`Engine::poll_transmit`] (frames: a link, a header,
-//! and a payload that is either an owned copy or a [`Payload::Borrowed`] reference into an
-//! operation's buffer, answered with [`Engine::send_done`]), [`Engine::poll_rma`] (native RMA
-//! requests `(link, token, local, remote, key)` for links whose caps say native, answered with
-//! [`Engine::rma_done`]), and [`Engine::poll_event`] (completions `(OpId, Status, OpInfo)`,
-//! endpoint errors, active-message deliveries, handshake frames, links to close).
+//! Drained by the caller after each input:
 //!
+//! - [`Engine::poll_transmit`]: frames, each a link, a header and a payload: an owned copy
+//!   ([`Payload::Owned`], handed back with [`Engine::reuse`]), an eager message still in the
+//!   caller's buffer ([`Payload::Inline`], sent or copied before the command returns to its
+//!   user, which is what lets an eager send be done at once), or a zero-copy reference into an
+//!   operation's buffer ([`Payload::Borrowed`], answered exactly once with
+//!   [`Engine::send_done`]; the operation completes only after that).
+//! - [`Engine::poll_rma`]: native RMA requests `(link, token, local, remote address, packed
+//!   key)` for links whose caps say native, answered exactly once with [`Engine::rma_done`].
+//! - [`Engine::poll_event`]: completions `(OpId, Status, OpInfo)`, endpoint errors, active
+//!   message deliveries, handshake frames, links to close.
+//!
+//! A command that finishes at once says so ([`Start::Done`]: an eager send, a receive that
+//! found its message waiting) and gets no completion event; anything else completes later
+//! under the [`OpId`] it returned.
+
 //! # Protocols
 //!
 //! Per link, from its [`LinkCaps`]: messages below the rendezvous threshold that fit a frame go
@@ -65,8 +75,9 @@
 //!
 //! The worker holds the engine behind its lock next to the transport set. A command runs on the
 //! engine, then the worker drains the outbox into the transport (`send` or `send_placed` per
-//! transmit, `rma` per request, answering `send_done` at once for copied payloads and on
-//! `SendDone` for zero-copy ones), and collects events. `progress` polls the transport and feeds
+//! transmit, `rma` per request; a borrowed payload is answered with `send_done` at once when the
+//! transport copied it and on `SendDone` when it went zero-copy; a transmit the transport pushes
+//! back is kept, copied if inline, and sent first next time), and collects events. `progress` polls the transport and feeds
 //! each event to the engine the same way. With the lock released it completes request cells,
 //! wakes wakers and runs AM and error handlers for the collected events; a handler that closes
 //! its endpoint calls [`Engine::close`] under the lock again. The shared-memory fast paths
