@@ -151,6 +151,8 @@ pub(crate) enum OpKind {
     StreamRecv,
     /// A rendezvous active message the API has not taken or declined yet.
     AmRndv { sender_req: u64, total: u64, pull: Option<(u64, Arc<[u8]>)> },
+    /// The target's answer to a peer's emulated get, going out in fragments.
+    GetReply { req: u64, region: u64, key: [u8; 16], addr: u64, len: u64, offset: u64 },
     /// A receiver-pull stream send being read into an engine buffer.
     StreamPull { bytes: Vec<u8>, sender_req: u64 },
     /// An emulated get: data fragments, then the ack.
@@ -185,12 +187,13 @@ impl OpKind {
                 | OpKind::StreamRecv
                 | OpKind::AmRndv { .. }
                 | OpKind::StreamPull { .. }
+                | OpKind::GetReply { .. }
         )
     }
 
     /// Operations nobody outside the engine waits for: they end without a completion.
     fn is_internal(&self) -> bool {
-        matches!(self, OpKind::AmRndv { .. } | OpKind::StreamPull { .. })
+        matches!(self, OpKind::AmRndv { .. } | OpKind::StreamPull { .. } | OpKind::GetReply { .. })
     }
 }
 
@@ -619,6 +622,9 @@ impl Engine {
             if op.result.is_some() {
                 return true;
             }
+            if let OpKind::GetReply { .. } = op.kind {
+                return self.get_reply_fragments(ep_id, op_id, caps);
+            }
             let OpKind::Push { buf, len, sent, frag } = &mut op.kind else { return true };
             if *sent >= *len {
                 // Done once its fragments are back (`return_token`); a put once acknowledged.
@@ -650,6 +656,54 @@ impl Engine {
             *sent += n;
             self.send(ep_id, &header, payload, placed);
         }
+    }
+
+    /// Sends up to a window of fragments of a get's answer, each checked and copied while the
+    /// remote-access table keeps the region mapped; true when the answer is complete.
+    fn get_reply_fragments(&mut self, ep_id: EndpointId, op_id: OpId, caps: LinkCaps) -> bool {
+        let Some(link) = self.eps.get(&ep_id).map(|ep| ep.link) else { return true };
+        for _ in 0..self.config.fragment_window {
+            let Some(Operation { kind: OpKind::GetReply { req, region, key, addr, len, offset }, .. }) =
+                self.ops.get(&op_id)
+            else {
+                return true;
+            };
+            let (req, region, key, addr, len, offset) = (*req, *region, *key, *addr, *len, *offset);
+            if offset >= len {
+                self.reply(link, &Op::RmaAck { req, status: 0, value: 0 });
+                self.finish_op(op_id, Status::Ok, OpInfo::default());
+                return true;
+            }
+            let n = (len - offset).min(caps.max_payload() as u64);
+            let mut data = self.pool.pop().unwrap_or_default();
+            data.clear();
+            data.resize(n as usize, 0);
+            // Checked again: the region may have been unmapped since the request.
+            if let Err(err) =
+                zcx_dataplane::proto::rma_exec::get(&self.access, region, &key, addr + offset, &mut data)
+            {
+                self.recycle(data);
+                let status = zcx_dataplane::proto::rma_exec::status_of(err);
+                self.reply(link, &Op::RmaAck { req, status, value: 0 });
+                self.finish_op(op_id, Status::Ok, OpInfo::default());
+                return true;
+            }
+            let header = Header::of(&Op::GetData { req, offset });
+            self.transmits.push_back(Transmit {
+                link,
+                header,
+                payload: Payload::Owned(data),
+                placed: caps.placed,
+            });
+            if let Some(Operation { kind: OpKind::GetReply { offset: at, .. }, .. }) =
+                self.ops.get_mut(&op_id)
+            {
+                *at += n;
+            }
+        }
+        // More when the caller drained these.
+        self.bulk_active.insert(ep_id);
+        false
     }
 
     /// The endpoint failed or closed: everything in flight on it ends with `status` (a close

@@ -9,7 +9,7 @@ use zcx_dataplane::{LinkId, RemoteAccess};
 
 use crate::engine::{Engine, OpKind, Phase};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{Event, OpInfo, Payload, Placement};
+use crate::output::{Event, OpInfo, Placement};
 use crate::Status;
 
 impl Engine {
@@ -256,30 +256,21 @@ impl Engine {
         addr: u64,
         len: u64,
     ) {
-        let max = self.eps.get(&ep).map_or(1, |state| state.caps.max_payload()) as u64;
-        let placed = self.eps.get(&ep).is_some_and(|state| state.caps.placed);
         // The whole range first, so a get that runs out of its region sends no byte.
         if let Err(err) = self.access.check(region, &key, addr, len, RemoteAccess::Read) {
             self.reply(link, &Op::RmaAck { req, status: rma_exec::status_of(err), value: 0 });
             return;
         }
-        let mut offset = 0u64;
-        while offset < len {
-            let n = (len - offset).min(max);
-            // Checked for every fragment: the bytes are copied while the table's lock keeps the
-            // region mapped.
-            let mut data = self.pool.pop().unwrap_or_default();
-            data.clear();
-            data.resize(n as usize, 0);
-            if let Err(err) = rma_exec::get(&self.access, region, &key, addr + offset, &mut data) {
-                self.recycle(data);
-                self.reply(link, &Op::RmaAck { req, status: rma_exec::status_of(err), value: 0 });
-                return;
-            }
-            let header = crate::output::Header::of(&Op::GetData { req, offset });
-            self.transmits.push_back(crate::Transmit { link, header, payload: Payload::Owned(data), placed });
-            offset += n;
+        if len == 0 {
+            self.reply(link, &Op::RmaAck { req, status: 0, value: 0 });
+            return;
         }
-        self.reply(link, &Op::RmaAck { req, status: 0, value: 0 });
+        // The answer goes out in fragments as the caller drains the outbox, like any bulk
+        // transfer: a large get does not copy the whole range at once.
+        let reply = self.new_op(Some(ep), OpKind::GetReply { req, region, key, addr, len, offset: 0 });
+        if let Some(state) = self.eps.get_mut(&ep) {
+            state.bulk.push_back(reply);
+        }
+        self.bulk_active.insert(ep);
     }
 }

@@ -87,6 +87,13 @@ impl Region {
         words.iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 
+    /// Writes `data` at byte `offset` (the test's own setup, before any peer accesses it).
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        assert!(offset + data.len() <= self.words * 8);
+        // SAFETY: in bounds of the live allocation; nothing else accesses it meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.cast::<u8>().add(offset), data.len()) }
+    }
+
     /// Word `index`.
     pub fn word(&self, index: usize) -> u64 {
         assert!(index < self.words);

@@ -278,3 +278,35 @@ fn key_checks_are_answered_from_the_owners_records() {
     assert!(p.b.errors.is_empty());
     p.assert_no_leaks();
 }
+
+#[test]
+fn a_large_get_is_answered_a_window_at_a_time_as_the_outbox_drains() {
+    let mut p = Pair::new(Net::emulated());
+    let region = p.b.register_rw(4096);
+    p.b.region(region).write(0, &pattern(32 * 1024, 9));
+    let key = p.b.region(region).key.clone();
+    let mut out = vec![0u8; 32 * 1024];
+    let get = p.a.engine.get(p.a.ep, recv_buf(&mut out), p.b.region(region).addr(0), &key).unwrap();
+    let request = p.a.engine.poll_transmit().expect("the get request");
+    p.b.engine.handle_frame(super::pair::LINK, request.header.as_bytes());
+    let window = crate::EngineConfig::default().fragment_window as usize;
+    let mut answers = 0;
+    while let Some(transmit) = p.b.engine.poll_transmit() {
+        assert!(p.b.engine.table_counts().outbox < window, "more than a window of copies at once");
+        p.a.engine.handle_frame(
+            super::pair::LINK,
+            &[transmit.header.as_bytes(), &unsafe_bytes(&transmit)].concat(),
+        );
+        answers += 1;
+    }
+    assert!(answers > 32, "32 KiB in frames of 1 KiB, then the ack: {answers}");
+    p.drive();
+    assert_eq!(p.a.status(get), Status::Ok);
+    assert_eq!(out, pattern(32 * 1024, 9));
+    p.assert_no_leaks();
+}
+
+fn unsafe_bytes(transmit: &crate::Transmit) -> Vec<u8> {
+    // SAFETY: owned or header-only payloads of the target's answers.
+    unsafe { transmit.payload.bytes() }.to_vec()
+}
