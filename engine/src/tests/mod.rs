@@ -3,6 +3,7 @@
 mod pair;
 
 mod am;
+mod chaos;
 mod hostile;
 mod lifecycle;
 mod rma;
