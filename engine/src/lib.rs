@@ -87,6 +87,7 @@
 
 mod am;
 mod buffer;
+mod bulk;
 mod caps;
 mod engine;
 mod ids;

@@ -1,4 +1,4 @@
-//! Endpoint life after connecting: close (flush or force), and keepalive.
+//! Endpoint life after connecting: failure, close (flush or force), removal, and keepalive.
 //!
 //! A flush close stops new operations, waits until the endpoint's outgoing operations are done,
 //! then sends `Disconnect` and asks the caller to close the link; the peer fails its endpoint
@@ -6,13 +6,14 @@
 //! cancels everything at once. Closing a dead endpoint (from inside its error handler, say)
 //! completes at once and completes nothing twice.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use zcx_dataplane::proto::wire::Op;
 
-use crate::engine::{CloseMode, Engine, OpKind, Phase};
+use crate::engine::{CloseMode, Engine, OpKind, Phase, Unexpected};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{Event, Payload};
+use crate::output::{Completion, Event, OpInfo, Payload, Transmit};
 use crate::Status;
 
 impl Engine {
@@ -108,5 +109,112 @@ impl Engine {
             .flat_map(|ep| [ep.last_tx.map(|at| at + interval), ep.last_rx.map(|at| at + timeout)])
             .flatten()
             .min()
+    }
+
+    /// The endpoint failed or closed: everything in flight on it ends with `status` (a close
+    /// with OK), later operations fail with it, and (`report`, error mode peer, not closing) the
+    /// API hears of it once.
+    pub(crate) fn fail_ep(&mut self, ep_id: EndpointId, status: Status, report: bool) {
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        if matches!(ep.phase, Phase::Dead(_)) {
+            return;
+        }
+        tracing::debug!(%ep_id, ?status, "endpoint failed");
+        let was_closing = ep.phase == Phase::Closing;
+        ep.phase = Phase::Dead(status);
+        let link = ep.link;
+        let held = std::mem::take(&mut ep.held);
+        ep.bulk.clear();
+        for op in ep.fenced.drain(..).flatten() {
+            self.fenced_issues.remove(&op);
+        }
+        let posted: Vec<_> = ep.stream.posted.drain(..).collect();
+        let chunks = ep.stream.take_chunks();
+        self.pool.extend(chunks);
+        let report = report && ep.err_mode_peer && !was_closing;
+        // Frames and RMA requests for the link not handed out yet are dropped, and their tokens
+        // with them.
+        let mut dropped: Vec<OpId> = Vec::new();
+        let drained: Vec<Transmit> = held.into_iter().collect();
+        let mut keep = VecDeque::with_capacity(self.transmits.len());
+        for transmit in self.transmits.drain(..).chain(drained) {
+            if transmit.link == link {
+                if let Payload::Borrowed { op, .. } = transmit.payload {
+                    dropped.push(op);
+                }
+            } else {
+                keep.push_back(transmit);
+            }
+        }
+        self.transmits = keep;
+        let mut keep_rma = VecDeque::with_capacity(self.rmas.len());
+        for request in self.rmas.drain(..) {
+            if request.link == link {
+                dropped.push(request.token);
+            } else {
+                keep_rma.push_back(request);
+            }
+        }
+        self.rmas = keep_rma;
+        for op in dropped {
+            if let Some(record) = self.ops.get_mut(&op) {
+                record.tokens = record.tokens.saturating_sub(1);
+            }
+        }
+        for recv in posted {
+            self.ops.remove(&recv.op);
+            self.events.push_back(Event::Completion(Completion {
+                op: recv.op,
+                status,
+                info: OpInfo { length: recv.filled, ..OpInfo::default() },
+            }));
+        }
+        self.drop_unexpected_rts_of(ep_id);
+        let mut ops: Vec<OpId> =
+            self.ops.iter().filter(|(_, op)| op.ep == Some(ep_id)).map(|(&id, _)| id).collect();
+        ops.sort_unstable();
+        for id in ops {
+            let op_status = match self.ops.get(&id).map(|op| &op.kind) {
+                Some(OpKind::Close) => Status::Ok,
+                _ => status,
+            };
+            self.finish_op(id, op_status, OpInfo::default());
+        }
+        if report {
+            self.events.push_back(Event::EndpointError { ep: ep_id, status });
+        }
+        self.forget_if_done(ep_id);
+    }
+
+    /// Drops rendezvous requests of a dead endpoint from the unexpected queue: nobody can fetch
+    /// their data any more. Eager messages stay: their bytes are all here.
+    pub(crate) fn drop_unexpected_rts_of(&mut self, ep_id: EndpointId) {
+        if self.tags.unexpected_len() == 0 {
+            return;
+        }
+        let all: Vec<_> = self.tags.drain_unexpected().collect();
+        for message in all {
+            let dead_rts = message.sender == ep_id.raw() && matches!(message.data, Unexpected::Rts { .. });
+            if !dead_rts {
+                self.tags.queue_unexpected(message);
+            }
+        }
+    }
+
+    /// Removes a dead, released endpoint once no operation of it is left.
+    pub(crate) fn forget_if_done(&mut self, ep_id: EndpointId) {
+        let Some(ep) = self.eps.get(&ep_id) else { return };
+        if !(ep.released && matches!(ep.phase, Phase::Dead(_))) {
+            return;
+        }
+        if self.ops.values().any(|op| op.ep == Some(ep_id)) {
+            return;
+        }
+        let link = ep.link;
+        self.eps.remove(&ep_id);
+        if self.link_eps.get(&link) == Some(&ep_id) {
+            self.link_eps.remove(&link);
+        }
+        self.bulk_active.remove(&ep_id);
     }
 }
