@@ -85,7 +85,7 @@ pub struct TableCounts {
     pub ops: usize,
     /// Tag receives waiting for a message.
     pub tag_expected: usize,
-    /// Tag messages waiting for a receive.
+    /// Tag messages waiting for a receive (also those a probe took out).
     pub tag_unexpected: usize,
     /// Stream receives waiting, over all endpoints.
     pub stream_recvs: usize,
@@ -238,6 +238,8 @@ pub struct Engine {
     /// The endpoint the last frame came for, on which link: most frames come on the link the
     /// previous one came on.
     pub(crate) rx_hint: Option<(LinkId, EndpointId)>,
+    /// Tag messages taken out of the matcher by a probe, waiting to be received or dropped.
+    pub(crate) probed: FastMap<OpId, zcx_dataplane::proto::Message<Unexpected>>,
     /// How each RMA operation a fence holds will leave once released.
     pub(crate) fenced_issues: FastMap<OpId, crate::rma::Issue>,
 }
@@ -262,6 +264,7 @@ impl Engine {
             pool: Vec::new(),
             fenced_issues: FastMap::default(),
             posted_tags: FastMap::default(),
+            probed: FastMap::default(),
             rx_hint: None,
         }
     }
@@ -373,7 +376,7 @@ impl Engine {
             links: self.link_eps.len(),
             ops: self.ops.len() + self.posted_tags.len(),
             tag_expected: self.tags.expected_len(),
-            tag_unexpected: self.tags.unexpected_len(),
+            tag_unexpected: self.tags.unexpected_len() + self.probed.len(),
             stream_recvs: self.eps.values().map(|ep| ep.stream.posted.len()).sum(),
             stream_unread: self.eps.values().map(|ep| ep.stream.unread()).sum(),
             outbox: self.transmits.len() + self.rmas.len() + self.events.len(),

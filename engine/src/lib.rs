@@ -12,6 +12,8 @@
 //! # Inputs
 //!
 //! - API commands: [`Engine::tag_send`] (also synchronous), [`Engine::tag_recv`],
+//!   [`Engine::tag_probe`], [`Engine::tag_probe_remove`] with [`Engine::tag_msg_recv`] /
+//!   [`Engine::tag_msg_drop`],
 //!   [`Engine::stream_send`], [`Engine::stream_recv`], [`Engine::am_send`] with
 //!   [`Engine::am_recv_data`] / [`Engine::am_decline`], [`Engine::put`], [`Engine::get`],
 //!   [`Engine::atomic`], [`Engine::flush`], [`Engine::flush_worker`], [`Engine::fence`],

@@ -73,6 +73,44 @@ impl Engine {
         Some((EndpointId::from_raw(info.sender), info.tag, info.length))
     }
 
+    /// `ucp_tag_probe_nb` with remove: takes the oldest matching unexpected message out of the
+    /// matcher and returns an id to receive it under ([`Engine::tag_msg_recv`]) or drop it
+    /// ([`Engine::tag_msg_drop`]), with its sender, tag and length.
+    pub fn tag_probe_remove(&mut self, tag: u64, mask: u64) -> Option<(OpId, EndpointId, u64, usize)> {
+        let message = self.tags.probe_remove(tag, mask)?;
+        let op = OpId::from_raw(self.op_ids.next());
+        let answer = (op, EndpointId::from_raw(message.sender), message.tag, message.length);
+        self.probed.insert(op, message);
+        Some(answer)
+    }
+
+    /// `ucp_tag_msg_recv_nbx`: receives a message taken with [`Engine::tag_probe_remove`] into
+    /// `buf`, under the same id.
+    pub fn tag_msg_recv(&mut self, op: OpId, buf: RecvBuffer) -> Result<Start, Status> {
+        let message = self.probed.remove(&op).ok_or(Status::NoElem)?;
+        Ok(self.take_unexpected(op, buf, message))
+    }
+
+    /// Drops a message taken with [`Engine::tag_probe_remove`] that nobody will receive: a
+    /// rendezvous sender is told to complete without sending.
+    pub fn tag_msg_drop(&mut self, op: OpId) -> Result<(), Status> {
+        let message = self.probed.remove(&op).ok_or(Status::NoElem)?;
+        let sender = EndpointId::from_raw(message.sender);
+        match message.data {
+            Unexpected::Eager { data, .. } => self.recycle(data),
+            Unexpected::Rts { sender_req, pull, .. } => {
+                if self.usable(sender).is_ok() {
+                    let decline = match pull {
+                        Some(_) => Op::PullDone { sender_req, status: 0 },
+                        None => Op::Rtr { sender_req, recv_req: 0, accept_len: 0 },
+                    };
+                    self.send(sender, &decline, Payload::None, false);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Withdraws a waiting tag or stream receive (`ucp_request_cancel`); true if it was waiting,
     /// and it then completes with CANCELED.
     pub fn cancel(&mut self, op_id: OpId) -> bool {

@@ -324,3 +324,37 @@ fn pull_read_refused_by_the_owner_fails_both_sides_once() {
     assert!(p.a.errors.is_empty() && p.b.errors.is_empty(), "a refused read is not a failed link");
     p.assert_no_leaks();
 }
+
+#[test]
+fn probed_messages_are_received_or_dropped_by_their_id() {
+    for net in [Net::emulated(), Net::native()] {
+        let mut p = Pair::new(net);
+        let (small, big) = (pattern(10, 16), pattern(2000, 17));
+        let big_buf = p.a.keyed(&big);
+        let small_send = p.a.engine.tag_send(p.a.ep, send_buf(&small), 1, false).unwrap();
+        let _ = p.a.track(small_send);
+        let big_send = pending(p.a.engine.tag_send(p.a.ep, big_buf, 2, false).unwrap());
+        let dropped = p.a.keyed(&big);
+        let dropped_send = pending(p.a.engine.tag_send(p.a.ep, dropped, 3, false).unwrap());
+        p.drive();
+        let (id, sender, tag, len) = p.b.engine.tag_probe_remove(2, ALL).expect("the rendezvous");
+        assert_eq!((sender, tag, len), (p.b.ep, 2, 2000));
+        assert!(p.b.engine.tag_probe(2, ALL).is_none(), "a removed message is still matchable");
+        let mut out = vec![0u8; 2000];
+        let recv = pending(p.b.engine.tag_msg_recv(id, recv_buf(&mut out)).unwrap());
+        assert_eq!(recv, id);
+        let (small_id, _, _, _) = p.b.engine.tag_probe_remove(1, ALL).expect("the eager message");
+        let mut small_out = vec![0u8; 10];
+        let start = p.b.engine.tag_msg_recv(small_id, recv_buf(&mut small_out)).unwrap();
+        assert!(matches!(start, Start::Done(Status::Ok, info) if info.length == 10 && info.sender_tag == 1));
+        let (drop_id, _, _, _) = p.b.engine.tag_probe_remove(3, ALL).expect("the other rendezvous");
+        p.b.engine.tag_msg_drop(drop_id).unwrap();
+        assert_eq!(p.b.engine.tag_msg_drop(drop_id), Err(Status::NoElem));
+        p.drive();
+        assert_eq!((p.a.status(big_send), p.b.status(recv)), (Status::Ok, Status::Ok), "{net:?}");
+        assert_eq!(p.a.status(dropped_send), Status::Ok, "a dropped rendezvous releases its sender");
+        assert_eq!(out, big);
+        assert_eq!(small_out, small);
+        p.assert_no_leaks();
+    }
+}
