@@ -80,7 +80,7 @@ impl Engine {
         self.return_token(token);
     }
 
-    /// The caller is done with a [`Payload::Borrowed`] of operation `op` (sent, copied, or not
+    /// The caller is done with a [`crate::Payload::Borrowed`] of operation `op` (sent, copied, or not
     /// sent with an error).
     pub fn send_done(&mut self, op: OpId, result: Result<(), Status>) {
         if let Err(status) = result {
