@@ -86,6 +86,36 @@
 //! (the direct lane of eager sends and the rung path of receives) stay beside the engine behind
 //! the transport's shared-memory extension: they carry the same eager frames, and their
 //! receives are fed to [`Engine::handle_frame`] like any other.
+//!
+//! # Switching the API over
+//!
+//! What moves out of `api/src/worker/{dispatch,rndv,stream,am,lifecycle,state}.rs` into calls
+//! of this engine, and what stays:
+//!
+//! - `State`'s protocol fields (`eps`' phases, queues, bulk jobs and stream state, `ops`,
+//!   `tags`, `out`, `bulk_active`, `to_flush`, `to_close`) become one `Engine`; `State` keeps
+//!   the API's own maps: endpoint id → endpoint handle, error handler, user data, names and
+//!   addresses; op id → request cell; listeners; AM handlers; the handshake and lane logic
+//!   (which calls [`Engine::add_endpoint`] and [`Engine::endpoint_ready`]).
+//! - `Endpoint::tag_send` and friends translate their buffers into [`SendBuffer`] /
+//!   [`RecvBuffer`] (the request cell owns the buffer), call the engine, drain its outbox into
+//!   the transport set, and for [`Start::Done`] return `Request::ready` without a request cell,
+//!   as today's eager path does.
+//! - `progress` feeds every `TlEvent` to the engine ([`Engine::handle_frame`],
+//!   [`Engine::handle_placed`], [`Engine::place_done`], [`Engine::send_done`],
+//!   [`Engine::link_failed`]), drains the outbox, calls [`Engine::handle_timeout`] on its tick,
+//!   and, with the lock released, completes request cells and runs AM and error handlers from
+//!   the collected events.
+//! - Stay beside the engine, behind the shared-memory transport extension: the direct lane of
+//!   eager sends (it writes the same `TagEager`/`AmEager`/`Stream` frames, and must only be
+//!   offered while the engine holds nothing queued for the endpoint), the rung path of receives
+//!   (which hands its frames to [`Engine::handle_frame`]), reading eager AMs in place (the
+//!   engine copies them; a lent variant of [`Engine::handle_frame`] that hands the frame's
+//!   bytes to the caller is the next step), `PutHelp` (an [`Event::Extension`]), and the
+//!   same-host direct RMA with its `KeyCheck` (the engine answers `KeyCheck`s; asking them is
+//!   the API's).
+//! - Not in the engine yet: implicit (`_nbi`) puts without acknowledgement, whose failure the
+//!   next flush reports.
 
 mod am;
 mod buffer;
