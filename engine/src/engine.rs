@@ -95,6 +95,8 @@ pub struct TableCounts {
     pub outbox: usize,
     /// RMA operations held behind fences.
     pub fenced: usize,
+    /// Copies of implicit puts' bytes.
+    pub copies: usize,
 }
 
 impl TableCounts {
@@ -126,6 +128,8 @@ pub(crate) struct Endpoint {
     pub rma_in_flight: u32,
     /// Flushes waiting (so completions look for ready flushes only when there are some).
     pub flushes: u32,
+    /// The first refusal of an implicit put since the last flush: that flush's status.
+    pub implicit_failure: Option<Status>,
     pub stream: StreamRx,
     pub rx_seen: bool,
     pub tx_seen: bool,
@@ -205,6 +209,9 @@ pub(crate) struct Operation {
     pub tokens: u32,
     /// An RMA operation: counted in its endpoint's `rma_in_flight` once issued.
     pub rma_issued: bool,
+    /// An implicit put (`put_nbi`): it ends without a completion, its failure going to the
+    /// endpoint's next flush, and its bytes are the engine's copy in `implicit_copies`.
+    pub implicit: bool,
     /// The final status, once known, while tokens are out.
     pub result: Option<(Status, OpInfo)>,
 }
@@ -240,6 +247,8 @@ pub struct Engine {
     pub(crate) rx_hint: Option<(LinkId, EndpointId)>,
     /// Tag messages taken out of the matcher by a probe, waiting to be received or dropped.
     pub(crate) probed: FastMap<OpId, zcx_dataplane::proto::Message<Unexpected>>,
+    /// The engine's copies of the bytes of large implicit puts, until they are acknowledged.
+    pub(crate) implicit_copies: FastMap<OpId, Box<[u8]>>,
     /// How each RMA operation a fence holds will leave once released.
     pub(crate) fenced_issues: FastMap<OpId, crate::rma::Issue>,
 }
@@ -263,6 +272,7 @@ impl Engine {
             bulk_active: FastSet::default(),
             pool: Vec::new(),
             fenced_issues: FastMap::default(),
+            implicit_copies: FastMap::default(),
             posted_tags: FastMap::default(),
             probed: FastMap::default(),
             rx_hint: None,
@@ -291,6 +301,7 @@ impl Engine {
             fenced: VecDeque::new(),
             rma_in_flight: 0,
             flushes: 0,
+            implicit_failure: None,
             stream: StreamRx::default(),
             rx_seen: false,
             tx_seen: false,
@@ -381,6 +392,7 @@ impl Engine {
             stream_unread: self.eps.values().map(|ep| ep.stream.unread()).sum(),
             outbox: self.transmits.len() + self.rmas.len() + self.events.len(),
             fenced: self.fenced_issues.len(),
+            copies: self.implicit_copies.len(),
         }
     }
 
@@ -388,7 +400,8 @@ impl Engine {
 
     pub(crate) fn new_op(&mut self, ep: Option<EndpointId>, kind: OpKind) -> OpId {
         let id = OpId::from_raw(self.op_ids.next());
-        self.ops.insert(id, Operation { ep, kind, tokens: 0, rma_issued: false, result: None });
+        self.ops
+            .insert(id, Operation { ep, kind, tokens: 0, rma_issued: false, implicit: false, result: None });
         id
     }
 
@@ -513,7 +526,14 @@ impl Engine {
     fn complete_op(&mut self, id: OpId) {
         let Some(op) = self.ops.remove(&id) else { return };
         let (status, info) = op.result.unwrap_or((Status::Ok, OpInfo::default()));
-        if !op.kind.is_internal() {
+        if op.implicit {
+            self.implicit_copies.remove(&id);
+            if status != Status::Ok {
+                if let Some(ep) = op.ep.and_then(|ep| self.eps.get_mut(&ep)) {
+                    ep.implicit_failure.get_or_insert(status);
+                }
+            }
+        } else if !op.kind.is_internal() {
             self.events.push_back(Event::Completion(Completion { op: id, status, info }));
         }
         if let OpKind::Flush { parent: Some(parent), .. } = op.kind {
@@ -585,8 +605,14 @@ impl Engine {
             .map(|(&id, _)| id)
             .filter(|&id| !self.has_older_outgoing(ep, id))
             .collect();
+        if ready.is_empty() {
+            return;
+        }
+        // Every implicit put before these flushes is done: the first refusal is their status.
+        let status =
+            self.eps.get_mut(&ep).and_then(|state| state.implicit_failure.take()).unwrap_or(Status::Ok);
         for id in ready {
-            self.finish_op(id, Status::Ok, OpInfo::default());
+            self.finish_op(id, status, OpInfo::default());
         }
     }
 

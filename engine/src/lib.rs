@@ -15,7 +15,7 @@
 //!   [`Engine::tag_probe`], [`Engine::tag_probe_remove`] with [`Engine::tag_msg_recv`] /
 //!   [`Engine::tag_msg_drop`],
 //!   [`Engine::stream_send`], [`Engine::stream_recv`], [`Engine::am_send`] with
-//!   [`Engine::am_recv_data`] / [`Engine::am_decline`], [`Engine::put`], [`Engine::get`],
+//!   [`Engine::am_recv_data`] / [`Engine::am_decline`], [`Engine::put`], [`Engine::put_nbi`], [`Engine::get`],
 //!   [`Engine::atomic`], [`Engine::flush`], [`Engine::flush_worker`], [`Engine::fence`],
 //!   [`Engine::close`], [`Engine::cancel`]; endpoints come and go with [`Engine::add_endpoint`],
 //!   [`Engine::endpoint_ready`] and [`Engine::release_endpoint`].
@@ -114,8 +114,6 @@
 //!   bytes to the caller is the next step), `PutHelp` (an [`Event::Extension`]), and the
 //!   same-host direct RMA with its `KeyCheck` (the engine answers `KeyCheck`s; asking them is
 //!   the API's).
-//! - Not in the engine yet: implicit (`_nbi`) puts without acknowledgement, whose failure the
-//!   next flush reports.
 
 mod am;
 mod buffer;

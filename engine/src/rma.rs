@@ -87,6 +87,47 @@ impl Engine {
         Ok(self.submit_rma(ep_id, kind, issue))
     }
 
+    /// `ucp_put_nbi`: writes `bytes` to `remote_addr` of the peer's memory and returns once it
+    /// no longer needs them (small ones go inline, larger ones from an engine copy). There is no
+    /// completion: the endpoint's next flush completes once the put did, with the status of the
+    /// first implicit put the owner refused since the previous flush.
+    pub fn put_nbi(
+        &mut self,
+        ep_id: EndpointId,
+        bytes: &[u8],
+        remote_addr: u64,
+        key: &RemoteKey,
+    ) -> Result<(), Status> {
+        let ep = self.usable(ep_id)?;
+        let caps = ep.caps;
+        let len = bytes.len();
+        let native = caps.native_put && key.packed.is_some();
+        if !native && len <= caps.max_payload() && len < caps.rndv_threshold && ep.fenced.is_empty() {
+            // Untracked, as UCX's are: the target answers only a refusal (to request 0), and
+            // that answer precedes its answer to the next flush on the link.
+            let frame = Op::Put {
+                req: 0,
+                region: key.region,
+                key: key.access_key,
+                addr: remote_addr,
+                len: len as u64,
+                offset: 0,
+                ack: false,
+            };
+            let header = crate::output::Header::of(&frame);
+            return self.send_eager(ep_id, header, bytes.as_ptr(), len);
+        }
+        let copy: Box<[u8]> = bytes.into();
+        // SAFETY: the copy is the engine's, kept in `implicit_copies` until the operation ends.
+        let buf = unsafe { SendBuffer::new(copy.as_ptr(), len) };
+        let op = self.put(ep_id, buf, remote_addr, key)?;
+        if let Some(record) = self.ops.get_mut(&op) {
+            record.implicit = true;
+            self.implicit_copies.insert(op, copy);
+        }
+        Ok(())
+    }
+
     /// `ucp_get_nbx`: reads `buf.len()` bytes at `remote_addr` of the peer's memory into `buf`.
     pub fn get(
         &mut self,
@@ -300,6 +341,13 @@ impl Engine {
 
     /// The target answered an emulated RMA operation.
     pub(crate) fn on_rma_ack(&mut self, ep_id: EndpointId, req: u64, status: i8, value: u64) {
+        if req == 0 {
+            // The owner refused an untracked implicit put: the next flush reports it.
+            if let Some(ep) = self.eps.get_mut(&ep_id) {
+                ep.implicit_failure.get_or_insert(crate::status::from_wire(status));
+            }
+            return;
+        }
         let id = OpId::from_raw(req);
         let Some(op) = self.ops.get_mut(&id).filter(|op| op.ep == Some(ep_id)) else {
             tracing::debug!(%ep_id, req, "RMA ack for no operation");

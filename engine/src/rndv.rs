@@ -103,7 +103,14 @@ impl Engine {
 
     /// Enters (or re-enters) operation `op` with `kind`.
     pub(crate) fn set_op(&mut self, op: OpId, ep: EndpointId, kind: OpKind, tokens: u32) {
-        let record = crate::engine::Operation { ep: Some(ep), kind, tokens, rma_issued: false, result: None };
+        let record = crate::engine::Operation {
+            ep: Some(ep),
+            kind,
+            tokens,
+            rma_issued: false,
+            implicit: false,
+            result: None,
+        };
         self.ops.insert(op, record);
     }
 

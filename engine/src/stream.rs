@@ -164,6 +164,7 @@ impl Engine {
                 kind: OpKind::StreamRecv,
                 tokens: 0,
                 rma_issued: false,
+                implicit: false,
                 result: None,
             },
         );

@@ -310,3 +310,38 @@ fn unsafe_bytes(transmit: &crate::Transmit) -> Vec<u8> {
     // SAFETY: owned or header-only payloads of the target's answers.
     unsafe { transmit.payload.bytes() }.to_vec()
 }
+
+#[test]
+fn implicit_puts_are_reported_by_the_next_flush() {
+    for net in [Net::emulated(), Net { rma_later: true, ..Net::native() }] {
+        let mut p = Pair::new(net);
+        let region = p.b.register_rw(512);
+        let key = p.b.region(region).key.clone();
+        let (small, large) = (pattern(40, 10), pattern(3000, 11));
+        p.a.engine.put_nbi(p.a.ep, &small, p.b.region(region).addr(0), &key).unwrap();
+        p.a.engine.put_nbi(p.a.ep, &large, p.b.region(region).addr(64), &key).unwrap();
+        let flush = p.a.engine.flush(p.a.ep).unwrap();
+        p.drive();
+        if net.rma_later {
+            assert!(!p.a.done(flush), "the flush overtook an implicit put in flight");
+            p.finish_rma();
+            p.drive();
+        }
+        assert_eq!(p.a.status(flush), Status::Ok, "{net:?}");
+        let bytes = p.b.region(region).bytes();
+        assert_eq!((&bytes[..40], &bytes[64..3064]), (&small[..], &large[..]), "{net:?}");
+        // A refused implicit put fails the next flush, and only that one.
+        p.a.engine.put_nbi(p.a.ep, &small, p.b.region(region).addr(4090), &key).unwrap();
+        p.a.engine.put_nbi(p.a.ep, &large, p.b.region(region).addr(4000), &key).unwrap();
+        let failed = p.a.engine.flush(p.a.ep).unwrap();
+        p.drive();
+        p.finish_rma();
+        p.drive();
+        assert_eq!(p.a.status(failed), Status::InvalidAddr, "{net:?}");
+        let clean = p.a.engine.flush(p.a.ep).unwrap();
+        p.drive();
+        assert_eq!(p.a.status(clean), Status::Ok, "{net:?}");
+        assert_eq!(p.a.order.len(), 3, "implicit puts complete nothing of their own");
+        p.assert_no_leaks();
+    }
+}
