@@ -13,12 +13,12 @@
 //!
 //! - API commands: [`Engine::tag_send`] (also synchronous), [`Engine::tag_recv`],
 //!   [`Engine::tag_probe`], [`Engine::tag_probe_remove`] with [`Engine::tag_msg_recv`] /
-//!   [`Engine::tag_msg_drop`],
-//!   [`Engine::stream_send`], [`Engine::stream_recv`], [`Engine::am_send`] with
-//!   [`Engine::am_recv_data`] / [`Engine::am_decline`], [`Engine::put`], [`Engine::put_nbi`], [`Engine::get`],
-//!   [`Engine::atomic`], [`Engine::flush`], [`Engine::flush_worker`], [`Engine::fence`],
-//!   [`Engine::close`], [`Engine::cancel`]; endpoints come and go with [`Engine::add_endpoint`],
-//!   [`Engine::endpoint_ready`] and [`Engine::release_endpoint`].
+//!   [`Engine::tag_msg_drop`], [`Engine::stream_send`], [`Engine::stream_recv`],
+//!   [`Engine::am_send`] with [`Engine::am_recv_data`] / [`Engine::am_decline`], [`Engine::put`],
+//!   [`Engine::put_nbi`], [`Engine::get`], [`Engine::atomic`], [`Engine::flush`],
+//!   [`Engine::flush_worker`], [`Engine::fence`], [`Engine::close`], [`Engine::cancel`];
+//!   endpoints come and go with [`Engine::add_endpoint`], [`Engine::endpoint_ready`] and
+//!   [`Engine::release_endpoint`].
 //! - Transport events: [`Engine::handle_frame`], [`Engine::handle_placed`] then
 //!   [`Engine::place_done`], [`Engine::send_done`], [`Engine::rma_done`],
 //!   [`Engine::link_failed`].
