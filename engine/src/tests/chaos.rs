@@ -75,7 +75,7 @@ fn run(seed: u64) {
         let side = p.side(who);
         let ep = side.ep;
         let keyed = if rng.chance(70) { side.keyed(&send) } else { send_buf(&send) };
-        let started: Option<Result<Start, crate::Status>> = match rng.below(11) {
+        let started: Option<Result<Start, crate::Status>> = match rng.below(12) {
             0 | 1 => Some(side.engine.tag_send(ep, keyed, tag, rng.chance(20))),
             2 | 3 => Some(Ok(side.engine.tag_recv(
                 recv_buf(recv_ptr),
@@ -100,6 +100,11 @@ fn run(seed: u64) {
             }
             9 => {
                 Some(side.engine.atomic(ep, AtomicOp::Add, 8, 1, 0, peer_addr, &peer_key).map(Start::Pending))
+            }
+            10 => {
+                let len = send.len().min(if rng.chance(50) { 64 } else { 3000 });
+                let _ = side.engine.put_nbi(ep, &send[..len], peer_addr, &peer_key);
+                None
             }
             _ => {
                 if rng.chance(50) {
