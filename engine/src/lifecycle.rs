@@ -17,14 +17,13 @@ use crate::output::{Completion, Event, OpInfo, Payload, Transmit};
 use crate::Status;
 
 impl Engine {
-    /// `ucp_ep_close_nbx`: returns the close operation to wait for, or `None` when the close is
-    /// already complete (a force close, a dead endpoint). Closing an endpoint that is closing
-    /// already is `Busy`.
+    /// `ucp_ep_close_nbx`: returns the close operation to wait for, or `None` when there is
+    /// nothing to wait for: a force close, a dead endpoint, or one already closing (whose first
+    /// close operation completes when it is closed), as the api's close does today.
     pub fn close(&mut self, ep_id: EndpointId, mode: CloseMode) -> Result<Option<OpId>, Status> {
         let Some(ep) = self.eps.get_mut(&ep_id) else { return Err(Status::NotConnected) };
         match ep.phase {
-            Phase::Dead(_) => return Ok(None),
-            Phase::Closing => return Err(Status::Busy),
+            Phase::Dead(_) | Phase::Closing => return Ok(None),
             Phase::Connecting | Phase::Ready => {}
         }
         let link = ep.link;
