@@ -64,7 +64,7 @@ fn structured(u: &mut arbitrary::Unstructured<'_>) -> arbitrary::Result<(Op, boo
     let payload_len = u.int_in_range(0..=64usize)?;
     let mut payload = u.bytes(payload_len)?.to_vec();
     let key: [u8; 16] = u.arbitrary()?;
-    let (op, valid) = match u.int_in_range(0u8..=19)? {
+    let (op, valid) = match u.int_in_range(0u8..=23)? {
         0 => (Op::Hello, true),
         1 => {
             let (sync, sender_req) = (flag(u)?, u.arbitrary()?);
@@ -158,6 +158,40 @@ fn structured(u: &mut arbitrary::Unstructured<'_>) -> arbitrary::Result<(Op, boo
             (put, offset.checked_add(payload.len() as u64).is_some_and(|end| end <= len))
         }
         18 => (Op::KeyCheck { req: u.arbitrary()? }, true),
+        19 => {
+            let op = Op::TagRtsPull {
+                tag: u.arbitrary()?,
+                sync: flag(u)?,
+                sender_req: u.arbitrary()?,
+                total_len: u.arbitrary()?,
+                addr: u.arbitrary()?,
+            };
+            (op, !payload.is_empty())
+        }
+        20 => {
+            let header_len = u.int_in_range(0..=80u16)?;
+            let op = Op::AmRtsPull {
+                am_id: u.arbitrary()?,
+                reply: flag(u)?,
+                header_len,
+                sender_req: u.arbitrary()?,
+                total_len: u.arbitrary()?,
+                addr: u.arbitrary()?,
+            };
+            (op, payload.len() > usize::from(header_len))
+        }
+        21 => {
+            let op = Op::StreamRtsPull {
+                sender_req: u.arbitrary()?,
+                total_len: u.arbitrary()?,
+                addr: u.arbitrary()?,
+            };
+            (op, !payload.is_empty())
+        }
+        22 => {
+            let status = if u.arbitrary()? { u.int_in_range(-100..=0)? } else { u.arbitrary()? };
+            (Op::PullDone { sender_req: u.arbitrary()?, status }, (-100..=0).contains(&status))
+        }
         _ => {
             let chunk_shift = if u.arbitrary()? { u.int_in_range(CHUNK_SHIFTS)? } else { u.arbitrary()? };
             let op = Op::PutHelp {

@@ -293,6 +293,12 @@ fn on_op(st: &mut State, link: LinkId, ep: u64, op: Op, payload: &[u8]) {
             // The peer closed its endpoint: ours can carry nothing more.
             fail_ep(st, ep, Status::ConnectionReset, true);
         }
+        Op::TagRtsPull { .. } | Op::AmRtsPull { .. } | Op::StreamRtsPull { .. } | Op::PullDone { .. } => {
+            // Receiver-pull rendezvous is the protocol engine's; this worker never asks a peer
+            // for it, so a peer that sends it breaks the protocol.
+            tracing::warn!(?link, "receiver-pull frame this worker never asked for; closing the link");
+            protocol_violation(st, link);
+        }
     }
 }
 

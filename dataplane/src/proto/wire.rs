@@ -265,6 +265,56 @@ pub enum Op {
         /// The initiator's request, echoed in the `RmaAck`.
         req: u64,
     },
+    /// Receiver-pull rendezvous request of a tag message: the receiver reads the message itself
+    /// with a native RMA get from `addr` of the sender's memory, then answers with
+    /// [`Op::PullDone`]. Payload: the packed remote key of the sender's buffer (not empty).
+    TagRtsPull {
+        /// The message tag.
+        tag: u64,
+        /// Synchronous send: completes only once matched (the `PullDone` says so).
+        sync: bool,
+        /// The sender's request, echoed in the `PullDone`.
+        sender_req: u64,
+        /// Length of the whole message.
+        total_len: u64,
+        /// Address of the message's first byte in the sender's memory.
+        addr: u64,
+    },
+    /// Receiver-pull rendezvous request of an active message. Payload: the AM header
+    /// (`header_len` bytes), then the packed remote key of the sender's data (not empty).
+    AmRtsPull {
+        /// The handler id.
+        am_id: u16,
+        /// `UCP_AM_SEND_FLAG_REPLY`: the handler gets a reply endpoint.
+        reply: bool,
+        /// Length of the AM header at the start of the payload.
+        header_len: u16,
+        /// The sender's request, echoed in the `PullDone`.
+        sender_req: u64,
+        /// Length of the data (not counting the header).
+        total_len: u64,
+        /// Address of the data's first byte in the sender's memory.
+        addr: u64,
+    },
+    /// Receiver-pull of a large stream send: the receiver reads the bytes with a native RMA get
+    /// and appends them to the stream in this frame's place. Payload: the packed remote key of
+    /// the sender's buffer (not empty).
+    StreamRtsPull {
+        /// The sender's request, echoed in the `PullDone`.
+        sender_req: u64,
+        /// Bytes of the send.
+        total_len: u64,
+        /// Address of the first byte in the sender's memory.
+        addr: u64,
+    },
+    /// The receiver is done with the sender's buffer of a receiver-pull rendezvous (it read it, or
+    /// declined it): complete the sender's request. No payload.
+    PullDone {
+        /// The request from the pull request.
+        sender_req: u64,
+        /// 0 (`UCS_OK`) or a negative `ucs_status_t`, down to -100.
+        status: i8,
+    },
 }
 
 /// Why a frame header was rejected. Every variant means the same to the caller: the frame is not
@@ -318,6 +368,10 @@ mod code {
     pub const DISCONNECT: u8 = 0x12;
     pub const PUT_HELP: u8 = 0x13;
     pub const KEY_CHECK: u8 = 0x14;
+    pub const TAG_RTS_PULL: u8 = 0x15;
+    pub const AM_RTS_PULL: u8 = 0x16;
+    pub const STREAM_RTS_PULL: u8 = 0x17;
+    pub const PULL_DONE: u8 = 0x18;
 }
 
 impl Op {
@@ -344,6 +398,10 @@ impl Op {
             Op::Disconnect { .. } => code::DISCONNECT,
             Op::PutHelp { .. } => code::PUT_HELP,
             Op::KeyCheck { .. } => code::KEY_CHECK,
+            Op::TagRtsPull { .. } => code::TAG_RTS_PULL,
+            Op::AmRtsPull { .. } => code::AM_RTS_PULL,
+            Op::StreamRtsPull { .. } => code::STREAM_RTS_PULL,
+            Op::PullDone { .. } => code::PULL_DONE,
         }
     }
 
@@ -361,6 +419,9 @@ impl Op {
                 | Op::GetData { .. }
                 | Op::PutHelp { .. }
                 | Op::KeyCheck { .. }
+                | Op::TagRtsPull { .. }
+                | Op::AmRtsPull { .. }
+                | Op::StreamRtsPull { .. }
         )
     }
 
@@ -387,6 +448,11 @@ impl Op {
             Op::Disconnect { .. } => 1,
             // Seq, chunk shift; len, src, region, key, addr.
             Op::PutHelp { .. } => 4 + 1 + 4 * U64 + KEY,
+            Op::TagRtsPull { .. } => 1 + 4 * U64,
+            Op::AmRtsPull { .. } => 1 + 2 + 2 + 3 * U64,
+            Op::StreamRtsPull { .. } => 3 * U64,
+            // Status, sender_req.
+            Op::PullDone { .. } => 1 + U64,
         }
     }
 
@@ -476,6 +542,30 @@ impl Op {
                 w.u64(region);
                 w.bytes(&key);
                 w.u64(addr);
+            }
+            Op::TagRtsPull { tag, sync, sender_req, total_len, addr } => {
+                w.flag(sync);
+                w.u64(tag);
+                w.u64(sender_req);
+                w.u64(total_len);
+                w.u64(addr);
+            }
+            Op::AmRtsPull { am_id, reply, header_len, sender_req, total_len, addr } => {
+                w.flag(reply);
+                w.u16(am_id);
+                w.u16(header_len);
+                w.u64(sender_req);
+                w.u64(total_len);
+                w.u64(addr);
+            }
+            Op::StreamRtsPull { sender_req, total_len, addr } => {
+                w.u64(sender_req);
+                w.u64(total_len);
+                w.u64(addr);
+            }
+            Op::PullDone { sender_req, status } => {
+                w.bytes(&status.to_le_bytes());
+                w.u64(sender_req);
             }
         }
         debug_assert_eq!(w.len, self.encoded_len());
@@ -648,6 +738,40 @@ impl Op {
                     addr: r.u64()?,
                 }
             }
+            code::TAG_RTS_PULL => {
+                let sync = r.flag()?;
+                let (tag, sender_req, total_len, addr) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+                if r.remaining() == 0 {
+                    return Err(ProtoError::BadValue("packed key"));
+                }
+                Op::TagRtsPull { tag, sync, sender_req, total_len, addr }
+            }
+            code::AM_RTS_PULL => {
+                let reply = r.flag()?;
+                let (am_id, header_len) = (r.u16()?, r.u16()?);
+                let (sender_req, total_len, addr) = (r.u64()?, r.u64()?, r.u64()?);
+                if r.remaining() < usize::from(header_len) {
+                    return Err(ProtoError::Truncated);
+                }
+                if r.remaining() == usize::from(header_len) {
+                    return Err(ProtoError::BadValue("packed key"));
+                }
+                Op::AmRtsPull { am_id, reply, header_len, sender_req, total_len, addr }
+            }
+            code::STREAM_RTS_PULL => {
+                let (sender_req, total_len, addr) = (r.u64()?, r.u64()?, r.u64()?);
+                if r.remaining() == 0 {
+                    return Err(ProtoError::BadValue("packed key"));
+                }
+                Op::StreamRtsPull { sender_req, total_len, addr }
+            }
+            code::PULL_DONE => {
+                let status = i8::from_le_bytes([r.u8()?]);
+                if !(STATUS_MIN..=0).contains(&status) {
+                    return Err(ProtoError::BadValue("status"));
+                }
+                Op::PullDone { status, sender_req: r.u64()? }
+            }
             unknown => return Err(ProtoError::UnknownOp(unknown)),
         };
         let payload = r.rest();
@@ -746,7 +870,7 @@ mod tests {
     const KEY: [u8; 16] = [0xA5; 16];
 
     /// One op of every kind, with distinct non-zero fields and every boolean set.
-    fn every_op() -> [Op; 20] {
+    fn every_op() -> [Op; 24] {
         [
             Op::Hello,
             Op::TagEager { tag: 1, sync: true, sender_req: 2 },
@@ -778,7 +902,16 @@ mod tests {
             Op::Disconnect { force: true },
             Op::PutHelp { seq: 1, chunk_shift: 17, len: 2, src: 3, region: 4, key: KEY, addr: 5 },
             Op::KeyCheck { req: 6 },
+            Op::TagRtsPull { tag: 1, sync: true, sender_req: 2, total_len: 3, addr: 4 },
+            Op::AmRtsPull { am_id: 1, reply: true, header_len: 0, sender_req: 2, total_len: 3, addr: 4 },
+            Op::StreamRtsPull { sender_req: 1, total_len: 2, addr: 3 },
+            Op::PullDone { sender_req: 1, status: -100 },
         ]
+    }
+
+    /// The pull requests carry a packed key and refuse an empty one.
+    fn needs_key(op: &Op) -> bool {
+        matches!(op, Op::TagRtsPull { .. } | Op::AmRtsPull { .. } | Op::StreamRtsPull { .. })
     }
 
     #[test]
@@ -789,7 +922,10 @@ mod tests {
             let len = op.encode(&mut buf);
             assert_eq!(len, op.encoded_len());
             assert!(len <= MAX_HEADER_LEN);
-            assert_eq!(Op::decode(&buf[..len]), Ok((op, &[][..])));
+            let payload: &[u8] = if needs_key(&op) { &[0x4B] } else { &[] };
+            let mut frame = buf[..len].to_vec();
+            frame.extend_from_slice(payload);
+            assert_eq!(Op::decode(&frame), Ok((op, payload)));
         }
         let atomic = every_op()[12];
         assert_eq!(atomic.encoded_len(), MAX_HEADER_LEN);
@@ -839,7 +975,7 @@ mod tests {
     fn rejects_what_its_op_does_not_allow() {
         assert_eq!(Op::decode(&[]), Err(ProtoError::Truncated));
         assert_eq!(Op::decode(&[0x00]), Err(ProtoError::UnknownOp(0)));
-        assert_eq!(Op::decode(&[0x15]), Err(ProtoError::UnknownOp(0x15)));
+        assert_eq!(Op::decode(&[0x19]), Err(ProtoError::UnknownOp(0x19)));
         assert_eq!(Op::decode(&[0x12, 0x02]), Err(ProtoError::BadFlags));
         assert_eq!(Op::decode(&[0x12, 0x01, 0x00]), Err(ProtoError::TrailingBytes));
         assert_eq!(Op::decode(&[0x11, 0x00]), Err(ProtoError::TrailingBytes));
@@ -897,6 +1033,56 @@ mod tests {
         assert_eq!(Op::decode(&buf[..len + 2]), Err(ProtoError::Truncated));
         assert_eq!(Op::decode(&buf[..len + 3]), Ok((rts, &buf[len..len + 3])));
         assert_eq!(Op::decode(&buf[..len + 4]), Err(ProtoError::TrailingBytes));
+    }
+
+    #[test]
+    fn pull_requests_carry_their_key_after_the_am_header() {
+        let mut buf = [0; MAX_HEADER_LEN];
+        let rts = Op::AmRtsPull {
+            am_id: 9,
+            reply: false,
+            header_len: 2,
+            sender_req: 5,
+            total_len: 1 << 20,
+            addr: 0x7000,
+        };
+        let len = rts.encode(&mut buf);
+        let mut frame = buf[..len].to_vec();
+        frame.extend_from_slice(b"hhKEY");
+        assert_eq!(Op::decode(&frame), Ok((rts, &b"hhKEY"[..])));
+        let done = Op::PullDone { sender_req: 5, status: -3 };
+        let len = done.encode(&mut buf);
+        assert_eq!(&buf[..len], &[0x18, 0xFD, 5, 0, 0, 0, 0, 0, 0, 0][..]);
+    }
+
+    #[test]
+    fn pull_requests_refuse_a_missing_key_and_pull_done_a_bad_status() {
+        let mut buf = [0; MAX_HEADER_LEN];
+        for op in [
+            Op::TagRtsPull { tag: 1, sync: false, sender_req: 2, total_len: 3, addr: 4 },
+            Op::StreamRtsPull { sender_req: 1, total_len: 2, addr: 3 },
+        ] {
+            let len = op.encode(&mut buf);
+            assert_eq!(Op::decode(&buf[..len]), Err(ProtoError::BadValue("packed key")), "{op:?}");
+            assert_eq!(Op::decode(&buf[..len - 1]), Err(ProtoError::Truncated), "{op:?}");
+        }
+        let rts =
+            Op::AmRtsPull { am_id: 1, reply: false, header_len: 3, sender_req: 1, total_len: 9, addr: 2 };
+        let len = rts.encode(&mut buf);
+        assert_eq!(Op::decode(&buf[..len + 2]), Err(ProtoError::Truncated));
+        assert_eq!(Op::decode(&buf[..len + 3]), Err(ProtoError::BadValue("packed key")));
+        assert!(Op::decode(&buf[..len + 4]).is_ok());
+        let len =
+            Op::TagRtsPull { tag: 1, sync: false, sender_req: 2, total_len: 3, addr: 4 }.encode(&mut buf);
+        buf[1] = 0x02;
+        assert_eq!(Op::decode(&buf[..len + 1]), Err(ProtoError::BadFlags));
+        let len = Op::PullDone { sender_req: 1, status: 0 }.encode(&mut buf);
+        for status in [1i8, -101, i8::MIN] {
+            buf[1] = status.to_le_bytes()[0];
+            assert_eq!(Op::decode(&buf[..len]), Err(ProtoError::BadValue("status")));
+        }
+        buf[1] = 0;
+        assert_eq!(Op::decode(&buf[..len + 1]), Err(ProtoError::TrailingBytes));
     }
 
     #[test]

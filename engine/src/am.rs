@@ -1,0 +1,151 @@
+//! Active messages (`ucp_am_send_nbx`, `ucp_am_recv_data_nbx`): a user header and data for the
+//! handler registered under an id. The engine never runs a handler: it hands the API an
+//! [`AmDelivery`] and, for a rendezvous, waits for the API to take the data into a buffer
+//! ([`Engine::am_recv_data`]) or decline it ([`Engine::am_decline`]).
+
+use zcx_dataplane::proto::wire::Op;
+
+use crate::buffer::{RecvBuffer, SendBuffer};
+use crate::engine::{Engine, OpKind, Start};
+use crate::ids::{EndpointId, OpId};
+use crate::output::{AmDelivery, Event, OpInfo, Payload};
+use crate::rndv::{choose, Proto};
+use crate::Status;
+
+/// Longest AM header (`UCP_AM_SEND` limits it as UCX's worker attribute does).
+pub const MAX_AM_HEADER: usize = 4096;
+
+impl Engine {
+    /// `ucp_am_send_nbx`: sends `header` and `data` to handler `am_id` of the peer. The header is
+    /// copied; an eager send is done at once, a rendezvous once the peer has the data.
+    pub fn am_send(
+        &mut self,
+        ep_id: EndpointId,
+        am_id: u16,
+        header: &[u8],
+        data: SendBuffer,
+        reply: bool,
+    ) -> Result<Start, Status> {
+        if header.len() > MAX_AM_HEADER {
+            return Err(Status::InvalidParam);
+        }
+        let caps = self.usable(ep_id)?.caps;
+        let header_len = header.len() as u16;
+        let len = data.len();
+        match choose(&caps, header.len() + len, &data) {
+            Proto::Eager => {
+                let frame = Op::AmEager { am_id, reply, header_len };
+                let payload = if header.is_empty() {
+                    Payload::Inline { ptr: data.at(0), len }
+                } else {
+                    let mut joined = self.pool.pop().unwrap_or_default();
+                    joined.clear();
+                    joined.extend_from_slice(header);
+                    // SAFETY: `data` is lent for this operation, which is running.
+                    joined.extend_from_slice(unsafe { data.bytes() });
+                    Payload::Owned(joined)
+                };
+                self.send(ep_id, &frame, payload, false);
+                Ok(Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() }))
+            }
+            Proto::Push => {
+                let op = self.new_op(Some(ep_id), OpKind::AwaitRtr { buf: data });
+                let rts = Op::AmRts { am_id, reply, header_len, sender_req: op.raw(), total_len: len as u64 };
+                self.send(ep_id, &rts, Payload::Owned(header.to_vec()), false);
+                Ok(Start::Pending(op))
+            }
+            Proto::Pull => {
+                let addr = data.addr();
+                let mut payload = header.to_vec();
+                payload.extend_from_slice(data.key().expect("pull needs a key"));
+                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len });
+                let rts = Op::AmRtsPull {
+                    am_id,
+                    reply,
+                    header_len,
+                    sender_req: op.raw(),
+                    total_len: len as u64,
+                    addr,
+                };
+                self.send(ep_id, &rts, Payload::Owned(payload), false);
+                Ok(Start::Pending(op))
+            }
+        }
+    }
+
+    /// Takes the data of rendezvous AM `op` (from [`AmDelivery::rndv`]) into `buf`: completes
+    /// under the same id. Fails for an id that is not a waiting AM rendezvous (taken, declined,
+    /// or its endpoint failed).
+    pub fn am_recv_data(&mut self, op: OpId, buf: RecvBuffer) -> Result<Start, Status> {
+        let (ep, sender_req, total, pull) = self.take_am_rndv(op)?;
+        Ok(self.start_rndv_recv(ep, op, sender_req, total, pull, buf, 0))
+    }
+
+    /// Declines the data of rendezvous AM `op`: the sender completes, nothing is transferred.
+    pub fn am_decline(&mut self, op: OpId) -> Result<(), Status> {
+        let (ep, sender_req, _, pull) = self.take_am_rndv(op)?;
+        match pull {
+            Some(_) => self.send(ep, &Op::PullDone { sender_req, status: 0 }, Payload::None, false),
+            None => self.send(ep, &Op::Rtr { sender_req, recv_req: 0, accept_len: 0 }, Payload::None, false),
+        }
+        self.forget_if_done(ep);
+        Ok(())
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn take_am_rndv(
+        &mut self,
+        op: OpId,
+    ) -> Result<(EndpointId, u64, u64, Option<(u64, std::sync::Arc<[u8]>)>), Status> {
+        if self.posted_tags.contains_key(&op) {
+            return Err(Status::InvalidParam);
+        }
+        let Some(record) = self.ops.get(&op) else { return Err(Status::NoElem) };
+        let OpKind::AmRndv { .. } = record.kind else { return Err(Status::InvalidParam) };
+        let ep = record.ep.expect("AM descriptors have an endpoint");
+        self.usable(ep)?;
+        let record = self.ops.remove(&op).expect("looked up above");
+        let OpKind::AmRndv { sender_req, total, pull } = record.kind else { unreachable!("checked above") };
+        Ok((ep, sender_req, total, pull))
+    }
+
+    /// An `AmEager` frame arrived.
+    pub(crate) fn on_am_eager(
+        &mut self,
+        ep: EndpointId,
+        am_id: u16,
+        reply: bool,
+        header_len: u16,
+        payload: &[u8],
+    ) {
+        let bytes = self.pooled_copy(payload);
+        let delivery =
+            AmDelivery { ep, am_id, reply, header_len: usize::from(header_len), bytes, rndv: None };
+        self.events.push_back(Event::Am(delivery));
+    }
+
+    /// An `AmRts` or `AmRtsPull` arrived: the handler decides where the data goes.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_am_rts(
+        &mut self,
+        ep: EndpointId,
+        am_id: u16,
+        reply: bool,
+        header: &[u8],
+        sender_req: u64,
+        total: u64,
+        pull: Option<(u64, &[u8])>,
+    ) {
+        let pull = pull.map(|(addr, key)| (addr, std::sync::Arc::<[u8]>::from(key)));
+        let op = self.new_op(Some(ep), OpKind::AmRndv { sender_req, total, pull });
+        let delivery = AmDelivery {
+            ep,
+            am_id,
+            reply,
+            header_len: header.len(),
+            bytes: header.to_vec(),
+            rndv: Some((op, total)),
+        };
+        self.events.push_back(Event::Am(delivery));
+    }
+}

@@ -1,0 +1,639 @@
+//! The engine's tables and the rules every operation follows: how an operation ends (exactly
+//! once, after its lent bytes came back), how an endpoint fails, how the outbox is filled.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zcx_dataplane::proto::wire::Op;
+use zcx_dataplane::proto::TagMatcher;
+use zcx_dataplane::{FastMap, FastSet, LinkId, RemoteAccessTable};
+
+use crate::buffer::{RecvBuffer, SendBuffer};
+use crate::caps::LinkCaps;
+use crate::ids::{EndpointId, IdSource, OpId};
+use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaRequest, Transmit};
+use crate::stream::StreamRx;
+use crate::Status;
+
+/// Tunables of an engine.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Borrowed fragments one operation may have in the caller's hands at once: a small message
+    /// sent meanwhile waits behind this many fragments at most.
+    pub fragment_window: u32,
+    /// Send a keepalive on an idle endpoint (error mode peer) this often; `None`: never.
+    pub keepalive_interval: Option<Duration>,
+    /// Fail an endpoint (error mode peer) that received nothing for this long.
+    pub keepalive_timeout: Duration,
+    /// Largest receiver-pull stream send accepted: its bytes are read into an engine buffer
+    /// before the stream's receives take them, so a peer may not make it allocate more.
+    pub max_stream_pull: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            fragment_window: 4,
+            keepalive_interval: None,
+            keepalive_timeout: Duration::from_secs(30),
+            max_stream_pull: 64 << 20,
+        }
+    }
+}
+
+/// Where an endpoint is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the server's answer: transmits are held.
+    Connecting,
+    /// Carrying traffic.
+    Ready,
+    /// Closing with flush: no new operations; closes once the in-flight ones are done.
+    Closing,
+    /// Failed or closed, with the status later operations fail with.
+    Dead(Status),
+}
+
+/// How [`crate::Engine::close`] closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseMode {
+    /// `UCP_EP_CLOSE_MODE_FLUSH`: finish in-flight operations, then tell the peer.
+    Flush,
+    /// `UCP_EP_CLOSE_MODE_FORCE`: cancel everything and drop the link.
+    Force,
+}
+
+/// How a command started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// It completed at once (an unexpected eager message taken, buffered stream bytes).
+    Done(Status, OpInfo),
+    /// It completes later, with a [`Completion`] for this id.
+    Pending(OpId),
+}
+
+/// The sizes of the engine's tables, for leak checks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableCounts {
+    /// Endpoints, dead ones included until released.
+    pub endpoints: usize,
+    /// Links with an endpoint.
+    pub links: usize,
+    /// Operations in flight (waiting tag receives, incoming rendezvous and AM data descriptors
+    /// included).
+    pub ops: usize,
+    /// Tag receives waiting for a message.
+    pub tag_expected: usize,
+    /// Tag messages waiting for a receive (also those a probe took out).
+    pub tag_unexpected: usize,
+    /// Stream receives waiting, over all endpoints.
+    pub stream_recvs: usize,
+    /// Unread stream bytes, over all endpoints.
+    pub stream_unread: usize,
+    /// Transmits, RMA requests and events not drained yet.
+    pub outbox: usize,
+    /// RMA operations held behind fences.
+    pub fenced: usize,
+    /// Copies of implicit puts' bytes.
+    pub copies: usize,
+}
+
+impl TableCounts {
+    /// True when nothing at all is held: no endpoint, operation, queue entry or output.
+    pub fn is_empty(&self) -> bool {
+        *self == TableCounts::default()
+    }
+}
+
+/// An endpoint's state.
+pub(crate) struct Endpoint {
+    pub link: LinkId,
+    pub caps: LinkCaps,
+    pub phase: Phase,
+    /// `UCP_ERR_HANDLING_MODE_PEER`: failures are reported and keepalive runs.
+    pub err_mode_peer: bool,
+    /// The server answered (always true for a server's endpoint): until then transmits are held,
+    /// also when the endpoint started closing meanwhile.
+    pub answered: bool,
+    /// The API dropped its handle: remove the endpoint once dead.
+    pub released: bool,
+    /// Transmits made while connecting, sent once ready.
+    pub held: VecDeque<Transmit>,
+    /// Operations sending fragments, in order; the front one sends.
+    pub bulk: VecDeque<OpId>,
+    /// RMA operations held behind a fence, with `None` for the fences themselves.
+    pub fenced: VecDeque<Option<OpId>>,
+    /// RMA operations issued and not completed.
+    pub rma_in_flight: u32,
+    /// Flushes waiting (so completions look for ready flushes only when there are some).
+    pub flushes: u32,
+    /// The first refusal of an implicit put since the last flush: that flush's status.
+    pub implicit_failure: Option<Status>,
+    pub stream: StreamRx,
+    pub rx_seen: bool,
+    pub tx_seen: bool,
+    pub last_rx: Option<Instant>,
+    pub last_tx: Option<Instant>,
+}
+
+/// What an operation is waiting for.
+pub(crate) enum OpKind {
+    /// A synchronous eager send: done when the receiver matched it.
+    SyncEager { len: usize },
+    /// A sender-push rendezvous sender waiting for the receiver's `Rtr`.
+    AwaitRtr { buf: SendBuffer },
+    /// A buffer going out in fragments: rendezvous data, a large stream, an emulated put.
+    Push { buf: SendBuffer, len: usize, sent: usize, frag: Frag },
+    /// A receiver-pull rendezvous sender waiting for the receiver's `PullDone`.
+    AwaitPullDone { len: usize },
+    /// A sender-push rendezvous receive (tag, or AM data taken).
+    PushRecv { buf: RecvBuffer, accept: usize, total: usize, received: usize, sender_tag: u64 },
+    /// A receiver-pull receive whose RMA get is out.
+    PullRecv { accept: usize, total: usize, sender_req: u64, sender_tag: u64 },
+    /// A stream receive waiting on its endpoint.
+    StreamRecv,
+    /// A rendezvous active message the API has not taken or declined yet.
+    AmRndv { sender_req: u64, total: u64, pull: Option<(u64, Arc<[u8]>)> },
+    /// The target's answer to a peer's emulated get, going out in fragments.
+    GetReply { req: u64, region: u64, key: [u8; 16], addr: u64, len: u64, offset: u64 },
+    /// A receiver-pull stream send being read into an engine buffer.
+    StreamPull { bytes: Vec<u8>, sender_req: u64 },
+    /// An emulated get: data fragments, then the ack.
+    Get { buf: RecvBuffer, received: usize },
+    /// An emulated atomic (or empty put) waiting for its ack.
+    Emulated,
+    /// A native RMA waiting for `rma_done`.
+    Native,
+    /// An endpoint flush: done when acked and no older operation of the endpoint is left.
+    Flush { acked: bool, parent: Option<OpId> },
+    /// A worker flush over several endpoints.
+    FlushAll { remaining: usize },
+    /// A close with flush.
+    Close,
+}
+
+/// What the fragments of an [`OpKind::Push`] are.
+#[derive(Clone, Copy)]
+pub(crate) enum Frag {
+    Rndv { recv_req: u64 },
+    Stream,
+    Put { region: u64, key: [u8; 16], addr: u64 },
+}
+
+impl OpKind {
+    /// Operations a peer drives into us: an endpoint flush or close does not wait for them.
+    pub(crate) fn is_incoming(&self) -> bool {
+        matches!(
+            self,
+            OpKind::PushRecv { .. }
+                | OpKind::PullRecv { .. }
+                | OpKind::StreamRecv
+                | OpKind::AmRndv { .. }
+                | OpKind::StreamPull { .. }
+                | OpKind::GetReply { .. }
+        )
+    }
+
+    /// Operations nobody outside the engine waits for: they end without a completion.
+    fn is_internal(&self) -> bool {
+        matches!(self, OpKind::AmRndv { .. } | OpKind::StreamPull { .. } | OpKind::GetReply { .. })
+    }
+}
+
+/// One operation in flight.
+pub(crate) struct Operation {
+    pub ep: Option<EndpointId>,
+    pub kind: OpKind,
+    /// Payloads, placements and RMA requests the caller still holds; the buffer must outlive them.
+    pub tokens: u32,
+    /// An RMA operation: counted in its endpoint's `rma_in_flight` once issued.
+    pub rma_issued: bool,
+    /// An implicit put (`put_nbi`): it ends without a completion, its failure going to the
+    /// endpoint's next flush, and its bytes are the engine's copy in `implicit_copies`.
+    pub implicit: bool,
+    /// The final status, once known, while tokens are out.
+    pub result: Option<(Status, OpInfo)>,
+}
+
+/// A tag message that arrived before its receive.
+pub(crate) enum Unexpected {
+    Eager { data: Vec<u8>, sync_req: Option<u64> },
+    Rts { sender_req: u64, total_len: u64, pull: Option<(u64, Arc<[u8]>)> },
+}
+
+/// The sans-IO protocol engine of one worker. See the crate documentation.
+pub struct Engine {
+    pub(crate) config: EngineConfig,
+    pub(crate) access: Arc<RemoteAccessTable>,
+    pub(crate) ep_ids: IdSource,
+    pub(crate) op_ids: IdSource,
+    pub(crate) eps: FastMap<EndpointId, Endpoint>,
+    pub(crate) link_eps: FastMap<LinkId, EndpointId>,
+    pub(crate) ops: FastMap<OpId, Operation>,
+    pub(crate) tags: TagMatcher<(OpId, RecvBuffer), Unexpected>,
+    pub(crate) transmits: VecDeque<Transmit>,
+    pub(crate) rmas: VecDeque<RmaRequest>,
+    pub(crate) events: VecDeque<Event>,
+    /// Endpoints with fragments to send once the outbox drains.
+    pub(crate) bulk_active: FastSet<EndpointId>,
+    /// Byte vectors for unexpected messages and stream bytes, reused.
+    pub(crate) pool: Vec<Vec<u8>>,
+    /// Tag receives waiting in the matcher, for cancelling them by id. (They are not in `ops`:
+    /// a receive matched by an eager message completes without a record to remove.)
+    pub(crate) posted_tags: FastMap<OpId, zcx_dataplane::proto::RecvId>,
+    /// The endpoint the last frame came for, on which link: most frames come on the link the
+    /// previous one came on.
+    pub(crate) rx_hint: Option<(LinkId, EndpointId)>,
+    /// Tag messages taken out of the matcher by a probe, waiting to be received or dropped.
+    pub(crate) probed: FastMap<OpId, zcx_dataplane::proto::Message<Unexpected>>,
+    /// The engine's copies of the bytes of large implicit puts, until they are acknowledged.
+    pub(crate) implicit_copies: FastMap<OpId, Box<[u8]>>,
+    /// How each RMA operation a fence holds will leave once released.
+    pub(crate) fenced_issues: FastMap<OpId, crate::rma::Issue>,
+}
+
+impl Engine {
+    /// An engine with no endpoint. `access` is the context's remote-access table: the regions
+    /// peers' emulated puts, gets and atomics may touch.
+    pub fn new(config: EngineConfig, access: Arc<RemoteAccessTable>) -> Engine {
+        Engine {
+            config,
+            access,
+            ep_ids: IdSource::new(),
+            op_ids: IdSource::new(),
+            eps: FastMap::default(),
+            link_eps: FastMap::default(),
+            ops: FastMap::default(),
+            tags: TagMatcher::new(),
+            transmits: VecDeque::new(),
+            rmas: VecDeque::new(),
+            events: VecDeque::new(),
+            bulk_active: FastSet::default(),
+            pool: Vec::new(),
+            fenced_issues: FastMap::default(),
+            implicit_copies: FastMap::default(),
+            posted_tags: FastMap::default(),
+            probed: FastMap::default(),
+            rx_hint: None,
+        }
+    }
+
+    /// Adds an endpoint on `link`: `Connecting` (a client waiting for the server's answer; its
+    /// transmits are held until [`Engine::endpoint_ready`]) or `Ready` (a server's endpoint).
+    pub fn add_endpoint(
+        &mut self,
+        link: LinkId,
+        caps: LinkCaps,
+        connecting: bool,
+        err_mode_peer: bool,
+    ) -> EndpointId {
+        let id = EndpointId::from_raw(self.ep_ids.next());
+        let ep = Endpoint {
+            link,
+            caps,
+            phase: if connecting { Phase::Connecting } else { Phase::Ready },
+            err_mode_peer,
+            answered: !connecting,
+            released: false,
+            held: VecDeque::new(),
+            bulk: VecDeque::new(),
+            fenced: VecDeque::new(),
+            rma_in_flight: 0,
+            flushes: 0,
+            implicit_failure: None,
+            stream: StreamRx::default(),
+            rx_seen: false,
+            tx_seen: false,
+            last_rx: None,
+            last_tx: None,
+        };
+        self.eps.insert(id, ep);
+        self.link_eps.insert(link, id);
+        id
+    }
+
+    /// The server answered a connecting endpoint, on `link` with `caps` (the same link, or a
+    /// faster lane): held transmits go out and fragments start.
+    pub fn endpoint_ready(&mut self, ep_id: EndpointId, link: LinkId, caps: LinkCaps) {
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        if ep.answered || matches!(ep.phase, Phase::Dead(_)) {
+            return;
+        }
+        ep.answered = true;
+        if ep.link != link {
+            self.link_eps.remove(&ep.link);
+            self.link_eps.insert(link, ep_id);
+            ep.link = link;
+        }
+        ep.caps = caps;
+        if ep.phase == Phase::Connecting {
+            ep.phase = Phase::Ready;
+        }
+        ep.rx_seen = true;
+        for mut transmit in ep.held.drain(..) {
+            transmit.link = link;
+            transmit.placed &= caps.placed;
+            self.transmits.push_back(transmit);
+        }
+        self.bulk_active.insert(ep_id);
+        self.pump(ep_id);
+        self.try_finish_close(ep_id);
+    }
+
+    /// The endpoint's phase, or `None` when it is gone.
+    pub fn phase(&self, ep: EndpointId) -> Option<Phase> {
+        self.eps.get(&ep).map(|ep| ep.phase)
+    }
+
+    /// The endpoint's link.
+    pub fn link_of(&self, ep: EndpointId) -> Option<LinkId> {
+        self.eps.get(&ep).map(|ep| ep.link)
+    }
+
+    /// The API dropped its endpoint handle: the endpoint's state goes once it is dead (at once
+    /// if it is).
+    pub fn release_endpoint(&mut self, ep_id: EndpointId) {
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        ep.released = true;
+        self.forget_if_done(ep_id);
+    }
+
+    /// The next transmit to send. When the outbox is empty, endpoints with fragments to send
+    /// make more first, so a caller that stops polling while the transport pushes back (keeping
+    /// the transmit it could not send, to send it first next time) paces bulk transfers.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        if self.transmits.is_empty() && !self.bulk_active.is_empty() {
+            self.refill();
+        }
+        let transmit = self.transmits.pop_front()?;
+        Some(transmit)
+    }
+
+    /// The next native RMA request.
+    pub fn poll_rma(&mut self) -> Option<RmaRequest> {
+        self.rmas.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The sizes of every table (for leak checks).
+    pub fn table_counts(&self) -> TableCounts {
+        TableCounts {
+            endpoints: self.eps.len(),
+            links: self.link_eps.len(),
+            ops: self.ops.len() + self.posted_tags.len(),
+            tag_expected: self.tags.expected_len(),
+            tag_unexpected: self.tags.unexpected_len() + self.probed.len(),
+            stream_recvs: self.eps.values().map(|ep| ep.stream.posted.len()).sum(),
+            stream_unread: self.eps.values().map(|ep| ep.stream.unread()).sum(),
+            outbox: self.transmits.len() + self.rmas.len() + self.events.len(),
+            fenced: self.fenced_issues.len(),
+            copies: self.implicit_copies.len(),
+        }
+    }
+
+    // ---- shared machinery ----
+
+    pub(crate) fn new_op(&mut self, ep: Option<EndpointId>, kind: OpKind) -> OpId {
+        let id = OpId::from_raw(self.op_ids.next());
+        self.ops
+            .insert(id, Operation { ep, kind, tokens: 0, rma_issued: false, implicit: false, result: None });
+        id
+    }
+
+    /// The endpoint, if it can start a new operation; otherwise the status the operation fails with.
+    pub(crate) fn usable(&self, ep: EndpointId) -> Result<&Endpoint, Status> {
+        match self.eps.get(&ep) {
+            None => Err(Status::NotConnected),
+            Some(state) => match state.phase {
+                Phase::Dead(status) => Err(status),
+                Phase::Closing => Err(Status::Canceled),
+                Phase::Connecting | Phase::Ready => Ok(state),
+            },
+        }
+    }
+
+    /// Queues a frame for endpoint `ep_id` (held while it connects). A borrowed payload takes a
+    /// token of its operation.
+    pub(crate) fn send(&mut self, ep_id: EndpointId, op: &Op, payload: Payload, placed: bool) {
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        if matches!(ep.phase, Phase::Dead(_)) {
+            return;
+        }
+        let payload = match payload {
+            Payload::Borrowed { op, .. } => {
+                if let Some(record) = self.ops.get_mut(&op) {
+                    record.tokens += 1;
+                }
+                payload
+            }
+            // The command returns before the endpoint can send: keep a copy.
+            // SAFETY: the command that queued the payload has not returned yet.
+            Payload::Inline { .. } if !ep.answered => Payload::Owned(unsafe { payload.bytes() }.to_vec()),
+            other => other,
+        };
+        let transmit =
+            Transmit { link: ep.link, header: Header::of(op), payload, placed: placed && ep.caps.placed };
+        ep.tx_seen = true;
+        if !ep.answered {
+            ep.held.push_back(transmit);
+        } else {
+            self.transmits.push_back(transmit);
+        }
+    }
+
+    /// The eager path: queues one frame whose payload is the caller's bytes, looking the
+    /// endpoint up once; the command is done when this returns.
+    #[inline]
+    pub(crate) fn send_eager(
+        &mut self,
+        ep_id: EndpointId,
+        header: Header,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<(), Status> {
+        let ep = self.eps.get_mut(&ep_id).ok_or(Status::NotConnected)?;
+        match ep.phase {
+            Phase::Dead(status) => return Err(status),
+            Phase::Closing => return Err(Status::Canceled),
+            Phase::Connecting | Phase::Ready => {}
+        }
+        ep.tx_seen = true;
+        let payload = Payload::Inline { ptr, len };
+        let transmit = Transmit { link: ep.link, header, payload, placed: false };
+        if ep.answered {
+            self.transmits.push_back(transmit);
+        } else {
+            // The command returns before the endpoint can send: keep a copy.
+            // SAFETY: the command that queued the payload has not returned yet.
+            let copy = unsafe { transmit.payload.bytes() }.to_vec();
+            ep.held.push_back(Transmit { payload: Payload::Owned(copy), ..transmit });
+        }
+        Ok(())
+    }
+
+    /// Queues a header-only reply on a link (answers to a peer, whatever our endpoint's phase).
+    pub(crate) fn reply(&mut self, link: LinkId, op: &Op) {
+        self.transmits.push_back(Transmit {
+            link,
+            header: Header::of(op),
+            payload: Payload::None,
+            placed: false,
+        });
+    }
+
+    /// Records an operation's final status (the first one wins); it completes now, or when its
+    /// tokens are back.
+    pub(crate) fn finish_op(&mut self, id: OpId, status: Status, info: OpInfo) {
+        let Some(op) = self.ops.get_mut(&id) else { return };
+        if op.result.is_none() {
+            op.result = Some((status, info));
+        }
+        if op.tokens == 0 {
+            self.complete_op(id);
+        }
+    }
+
+    /// A token of operation `id` came back.
+    pub(crate) fn return_token(&mut self, id: OpId) {
+        let Some(op) = self.ops.get_mut(&id) else { return };
+        op.tokens = op.tokens.saturating_sub(1);
+        if op.tokens == 0 && op.result.is_none() {
+            // A send whose every byte went out and came back is done.
+            let sent = match op.kind {
+                OpKind::Push { len, sent, frag: Frag::Rndv { .. } | Frag::Stream, .. } if sent >= len => {
+                    Some(len)
+                }
+                _ => None,
+            };
+            if let Some(length) = sent {
+                op.result = Some((Status::Ok, OpInfo { length, ..OpInfo::default() }));
+            }
+        }
+        if op.tokens == 0 && op.result.is_some() {
+            self.complete_op(id);
+        }
+        if let Some(ep) = self.ops.get(&id).and_then(|op| op.ep) {
+            self.bulk_active.insert(ep);
+        }
+    }
+
+    /// Removes a finished operation and reports it.
+    fn complete_op(&mut self, id: OpId) {
+        let Some(op) = self.ops.remove(&id) else { return };
+        let (status, info) = op.result.unwrap_or((Status::Ok, OpInfo::default()));
+        if op.implicit {
+            self.implicit_copies.remove(&id);
+            if status != Status::Ok {
+                if let Some(ep) = op.ep.and_then(|ep| self.eps.get_mut(&ep)) {
+                    ep.implicit_failure.get_or_insert(status);
+                }
+            }
+        } else if !op.kind.is_internal() {
+            self.events.push_back(Event::Completion(Completion { op: id, status, info }));
+        }
+        if let OpKind::Flush { parent: Some(parent), .. } = op.kind {
+            self.child_flush_done(parent, status);
+        }
+        let Some(ep_id) = op.ep else { return };
+        // One lookup for the common case, where the endpoint has nothing waiting on this.
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        let mut release = false;
+        if op.rma_issued {
+            ep.rma_in_flight -= 1;
+            release = ep.rma_in_flight == 0 && !ep.fenced.is_empty();
+        }
+        if matches!(op.kind, OpKind::Flush { .. }) {
+            ep.flushes -= 1;
+        }
+        let (flushes, closing) = (ep.flushes > 0, ep.phase == Phase::Closing);
+        let forget = ep.released && matches!(ep.phase, Phase::Dead(_));
+        if release {
+            self.release_fenced(ep_id);
+        }
+        if flushes {
+            self.recheck_flushes(ep_id);
+        }
+        if closing {
+            self.try_finish_close(ep_id);
+        }
+        if forget {
+            self.forget_if_done(ep_id);
+        }
+    }
+
+    fn child_flush_done(&mut self, parent: OpId, status: Status) {
+        let done = match self.ops.get_mut(&parent) {
+            Some(Operation { kind: OpKind::FlushAll { remaining }, result, .. }) => {
+                if status != Status::Ok && result.is_none() {
+                    *result = Some((status, OpInfo::default()));
+                }
+                *remaining -= 1;
+                *remaining == 0
+            }
+            _ => false,
+        };
+        if done {
+            self.finish_op(parent, Status::Ok, OpInfo::default());
+        }
+    }
+
+    /// True while endpoint `ep` has an outgoing operation older than `id` (flushes and closes
+    /// aside).
+    pub(crate) fn has_older_outgoing(&self, ep: EndpointId, id: OpId) -> bool {
+        self.ops.iter().any(|(&other, op)| {
+            other < id
+                && op.ep == Some(ep)
+                && !op.kind.is_incoming()
+                && !matches!(op.kind, OpKind::Flush { .. } | OpKind::Close)
+        })
+    }
+
+    /// Completes the endpoint's acked flushes that no longer wait for older operations.
+    pub(crate) fn recheck_flushes(&mut self, ep: EndpointId) {
+        if self.eps.get(&ep).is_none_or(|state| state.flushes == 0) {
+            return;
+        }
+        let ready: Vec<OpId> = self
+            .ops
+            .iter()
+            .filter(|(_, op)| op.ep == Some(ep) && matches!(op.kind, OpKind::Flush { acked: true, .. }))
+            .map(|(&id, _)| id)
+            .filter(|&id| !self.has_older_outgoing(ep, id))
+            .collect();
+        if ready.is_empty() {
+            return;
+        }
+        // Every implicit put before these flushes is done: the first refusal is their status.
+        let status =
+            self.eps.get_mut(&ep).and_then(|state| state.implicit_failure.take()).unwrap_or(Status::Ok);
+        for id in ready {
+            self.finish_op(id, status, OpInfo::default());
+        }
+    }
+
+    /// Gives back the bytes of a [`Payload::Owned`] or an [`crate::AmDelivery`] the caller is
+    /// done with, so the next copy reuses them instead of allocating.
+    pub fn reuse(&mut self, bytes: Vec<u8>) {
+        self.recycle(bytes);
+    }
+
+    /// A byte vector holding a copy of `bytes`, from the pool when it has one.
+    pub(crate) fn pooled_copy(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut data = self.pool.pop().unwrap_or_default();
+        data.clear();
+        data.extend_from_slice(bytes);
+        data
+    }
+
+    /// Returns a byte vector to the pool.
+    pub(crate) fn recycle(&mut self, data: Vec<u8>) {
+        if self.pool.len() < 64 {
+            self.pool.push(data);
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! One-sided operations (`ucp_put_nbx`, `ucp_get_nbx`, `ucp_atomic_op_nbx`), fences and flushes.
+//!
+//! A link whose caps say native put/get/atomics gets an [`RmaRequest`] for the transport to
+//! execute; any other link carries `Put`/`Get`/`Atomic` frames that the target's engine executes
+//! on its remote-access table (which refuses bad keys, bounds and protection before touching a
+//! byte) and acknowledges with `RmaAck`.
+//!
+//! A fence (`ucp_worker_fence`) holds the endpoint's later RMA operations until every earlier
+//! one completed remotely. A flush (`ucp_ep_flush_nbx`) completes once the peer answered a
+//! `FlushReq` and every earlier outgoing operation of the endpoint completed; a worker flush
+//! once every endpoint's did.
+
+use std::sync::Arc;
+
+use zcx_dataplane::proto::wire::{AtomicOp, Op};
+
+use crate::buffer::{RecvBuffer, SendBuffer};
+use crate::engine::{Engine, Frag, OpKind, Phase, Start};
+use crate::ids::{EndpointId, OpId};
+use crate::output::{OpInfo, Payload, RmaKind, RmaRequest};
+use crate::Status;
+
+/// How an RMA operation leaves once issued.
+pub(crate) enum Issue {
+    /// A request for the transport.
+    Native(RmaRequest),
+    /// A frame for the target's engine.
+    Frame(Op),
+    /// Put fragments, paced like any bulk transfer.
+    Bulk,
+}
+
+/// A remote key as the API unpacked it.
+#[derive(Clone, Debug)]
+pub struct RemoteKey {
+    /// The owner's region id (for emulated RMA).
+    pub region: u64,
+    /// The region's access key (for emulated RMA).
+    pub access_key: [u8; 16],
+    /// The packed key the transport uses for native RMA; `None` when the key has nothing for
+    /// this link's transport (RMA is then emulated).
+    pub packed: Option<Arc<[u8]>>,
+}
+
+impl Engine {
+    /// `ucp_put_nbx`: writes `buf` to `remote_addr` of the peer's memory under `key`.
+    pub fn put(
+        &mut self,
+        ep_id: EndpointId,
+        buf: SendBuffer,
+        remote_addr: u64,
+        key: &RemoteKey,
+    ) -> Result<OpId, Status> {
+        let ep = self.usable(ep_id)?;
+        let (link, caps) = (ep.link, ep.caps);
+        let (kind, issue) = match &key.packed {
+            Some(packed) if caps.native_put => (
+                OpKind::Native,
+                Issue::Native(RmaRequest {
+                    link,
+                    token: OpId::from_raw(0),
+                    kind: RmaKind::Put,
+                    local: buf.at(0).cast_mut(),
+                    len: buf.len(),
+                    remote_addr,
+                    remote_key: packed.clone(),
+                }),
+            ),
+            _ if buf.is_empty() => (
+                OpKind::Emulated,
+                Issue::Frame(Op::Put {
+                    req: 0,
+                    region: key.region,
+                    key: key.access_key,
+                    addr: remote_addr,
+                    len: 0,
+                    offset: 0,
+                    ack: true,
+                }),
+            ),
+            _ => {
+                let len = buf.len();
+                let frag = Frag::Put { region: key.region, key: key.access_key, addr: remote_addr };
+                (OpKind::Push { buf, len, sent: 0, frag }, Issue::Bulk)
+            }
+        };
+        Ok(self.submit_rma(ep_id, kind, issue))
+    }
+
+    /// `ucp_put_nbi`: writes `bytes` to `remote_addr` of the peer's memory and returns once it
+    /// no longer needs them (small ones go inline, larger ones from an engine copy). There is no
+    /// completion: the endpoint's next flush completes once the put did, with the status of the
+    /// first implicit put the owner refused since the previous flush.
+    pub fn put_nbi(
+        &mut self,
+        ep_id: EndpointId,
+        bytes: &[u8],
+        remote_addr: u64,
+        key: &RemoteKey,
+    ) -> Result<(), Status> {
+        let ep = self.usable(ep_id)?;
+        let caps = ep.caps;
+        let len = bytes.len();
+        let native = caps.native_put && key.packed.is_some();
+        if !native && len <= caps.max_payload() && len < caps.rndv_threshold && ep.fenced.is_empty() {
+            // Untracked, as UCX's are: the target answers only a refusal (to request 0), and
+            // that answer precedes its answer to the next flush on the link.
+            let frame = Op::Put {
+                req: 0,
+                region: key.region,
+                key: key.access_key,
+                addr: remote_addr,
+                len: len as u64,
+                offset: 0,
+                ack: false,
+            };
+            let header = crate::output::Header::of(&frame);
+            return self.send_eager(ep_id, header, bytes.as_ptr(), len);
+        }
+        let copy: Box<[u8]> = bytes.into();
+        // SAFETY: the copy is the engine's, kept in `implicit_copies` until the operation ends.
+        let buf = unsafe { SendBuffer::new(copy.as_ptr(), len) };
+        let op = self.put(ep_id, buf, remote_addr, key)?;
+        if let Some(record) = self.ops.get_mut(&op) {
+            record.implicit = true;
+            self.implicit_copies.insert(op, copy);
+        }
+        Ok(())
+    }
+
+    /// `ucp_get_nbx`: reads `buf.len()` bytes at `remote_addr` of the peer's memory into `buf`.
+    pub fn get(
+        &mut self,
+        ep_id: EndpointId,
+        buf: RecvBuffer,
+        remote_addr: u64,
+        key: &RemoteKey,
+    ) -> Result<OpId, Status> {
+        let ep = self.usable(ep_id)?;
+        let (link, caps) = (ep.link, ep.caps);
+        let (kind, issue) = match &key.packed {
+            Some(packed) if caps.native_get => (
+                OpKind::Native,
+                Issue::Native(RmaRequest {
+                    link,
+                    token: OpId::from_raw(0),
+                    kind: RmaKind::Get,
+                    local: buf.ptr(),
+                    len: buf.len(),
+                    remote_addr,
+                    remote_key: packed.clone(),
+                }),
+            ),
+            _ => (
+                OpKind::Get { buf, received: 0 },
+                Issue::Frame(Op::Get {
+                    req: 0,
+                    region: key.region,
+                    key: key.access_key,
+                    addr: remote_addr,
+                    len: buf.len() as u64,
+                }),
+            ),
+        };
+        Ok(self.submit_rma(ep_id, kind, issue))
+    }
+
+    /// `ucp_atomic_op_nbx` on the `size`-byte (4 or 8) word at `remote_addr`; the completion's
+    /// `info.value` is the old value.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic(
+        &mut self,
+        ep_id: EndpointId,
+        op: AtomicOp,
+        size: u8,
+        value: u64,
+        compare: u64,
+        remote_addr: u64,
+        key: &RemoteKey,
+    ) -> Result<OpId, Status> {
+        if !matches!(size, 4 | 8) || remote_addr % u64::from(size) != 0 {
+            return Err(Status::InvalidParam);
+        }
+        let ep = self.usable(ep_id)?;
+        let (link, caps) = (ep.link, ep.caps);
+        let (kind, issue) = match &key.packed {
+            Some(packed) if caps.native_atomics => (
+                OpKind::Native,
+                Issue::Native(RmaRequest {
+                    link,
+                    token: OpId::from_raw(0),
+                    kind: RmaKind::Atomic { op, size, value, compare },
+                    local: std::ptr::null_mut(),
+                    len: usize::from(size),
+                    remote_addr,
+                    remote_key: packed.clone(),
+                }),
+            ),
+            _ => (
+                OpKind::Emulated,
+                Issue::Frame(Op::Atomic {
+                    req: 0,
+                    region: key.region,
+                    key: key.access_key,
+                    addr: remote_addr,
+                    op,
+                    size,
+                    fetch: true,
+                    value,
+                    compare,
+                }),
+            ),
+        };
+        Ok(self.submit_rma(ep_id, kind, issue))
+    }
+
+    /// `ucp_ep_fence`: RMA operations started after this one are issued only once every RMA
+    /// operation started before it completed.
+    pub fn fence(&mut self, ep_id: EndpointId) -> Result<(), Status> {
+        self.usable(ep_id)?;
+        let ep = self.eps.get_mut(&ep_id).expect("usable");
+        if ep.rma_in_flight > 0 || !ep.fenced.is_empty() {
+            ep.fenced.push_back(None);
+        }
+        Ok(())
+    }
+
+    /// `ucp_ep_flush_nbx`: completes once every earlier outgoing operation of the endpoint
+    /// completed remotely.
+    pub fn flush(&mut self, ep_id: EndpointId) -> Result<OpId, Status> {
+        self.usable(ep_id)?;
+        Ok(self.start_flush(ep_id, None))
+    }
+
+    /// `ucp_worker_flush_nbx`: the flush of every live endpoint; completes with the first
+    /// failure among them, or OK.
+    pub fn flush_worker(&mut self) -> Start {
+        let mut eps: Vec<EndpointId> = self
+            .eps
+            .iter()
+            .filter(|(_, ep)| matches!(ep.phase, Phase::Ready | Phase::Connecting))
+            .map(|(&id, _)| id)
+            .collect();
+        if eps.is_empty() {
+            return Start::Done(Status::Ok, OpInfo::default());
+        }
+        eps.sort_unstable();
+        let parent = self.new_op(None, OpKind::FlushAll { remaining: eps.len() });
+        for ep in eps {
+            self.start_flush(ep, Some(parent));
+        }
+        Start::Pending(parent)
+    }
+
+    fn start_flush(&mut self, ep_id: EndpointId, parent: Option<OpId>) -> OpId {
+        let op = self.new_op(Some(ep_id), OpKind::Flush { acked: false, parent });
+        if let Some(ep) = self.eps.get_mut(&ep_id) {
+            ep.flushes += 1;
+        }
+        self.send(ep_id, &Op::FlushReq { id: op.raw() }, Payload::None, false);
+        op
+    }
+
+    /// The peer answered a flush request.
+    pub(crate) fn on_flush_ack(&mut self, ep_id: EndpointId, id: u64) {
+        let id = OpId::from_raw(id);
+        if let Some(op) = self.ops.get_mut(&id).filter(|op| op.ep == Some(ep_id)) {
+            if let OpKind::Flush { acked, .. } = &mut op.kind {
+                *acked = true;
+            }
+        }
+        self.recheck_flushes(ep_id);
+    }
+
+    /// Enters an RMA operation and issues it, or holds it behind a fence.
+    fn submit_rma(&mut self, ep_id: EndpointId, kind: OpKind, mut issue: Issue) -> OpId {
+        let op = self.new_op(Some(ep_id), kind);
+        // The wire and the transport name the operation by its id.
+        match &mut issue {
+            Issue::Native(request) => request.token = op,
+            Issue::Frame(Op::Put { req, .. } | Op::Atomic { req, .. } | Op::Get { req, .. }) => {
+                *req = op.raw()
+            }
+            Issue::Frame(_) | Issue::Bulk => {}
+        }
+        let ep = self.eps.get_mut(&ep_id).expect("usable");
+        if ep.fenced.is_empty() {
+            self.issue_rma(ep_id, op, issue);
+        } else {
+            ep.fenced.push_back(Some(op));
+            self.fenced_issues.insert(op, issue);
+        }
+        op
+    }
+
+    /// Sends an RMA operation on its way.
+    fn issue_rma(&mut self, ep_id: EndpointId, op_id: OpId, issue: Issue) {
+        let Some(op) = self.ops.get_mut(&op_id) else { return };
+        op.rma_issued = true;
+        if let Some(ep) = self.eps.get_mut(&ep_id) {
+            ep.rma_in_flight += 1;
+        }
+        match issue {
+            Issue::Native(request) => {
+                op.tokens += 1;
+                self.rmas.push_back(request);
+            }
+            Issue::Frame(frame) => self.send(ep_id, &frame, Payload::None, false),
+            Issue::Bulk => {
+                if let Some(ep) = self.eps.get_mut(&ep_id) {
+                    ep.bulk.push_back(op_id);
+                }
+                self.bulk_active.insert(ep_id);
+            }
+        }
+    }
+
+    /// Issues the RMA operations a fence held, up to the next fence that still has operations
+    /// before it in flight.
+    pub(crate) fn release_fenced(&mut self, ep_id: EndpointId) {
+        loop {
+            let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+            match ep.fenced.front() {
+                None => return,
+                Some(None) => {
+                    if ep.rma_in_flight > 0 {
+                        return;
+                    }
+                    ep.fenced.pop_front();
+                }
+                Some(Some(op)) => {
+                    let op = *op;
+                    ep.fenced.pop_front();
+                    if let Some(issue) = self.fenced_issues.remove(&op) {
+                        self.issue_rma(ep_id, op, issue);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The target answered an emulated RMA operation.
+    pub(crate) fn on_rma_ack(&mut self, ep_id: EndpointId, req: u64, status: i8, value: u64) {
+        if req == 0 {
+            // The owner refused an untracked implicit put: the next flush reports it.
+            if let Some(ep) = self.eps.get_mut(&ep_id) {
+                ep.implicit_failure.get_or_insert(crate::status::from_wire(status));
+            }
+            return;
+        }
+        let id = OpId::from_raw(req);
+        let Some(op) = self.ops.get_mut(&id).filter(|op| op.ep == Some(ep_id)) else {
+            tracing::debug!(%ep_id, req, "RMA ack for no operation");
+            return;
+        };
+        let status = crate::status::from_wire(status);
+        match &mut op.kind {
+            OpKind::Get { buf, received, .. } => {
+                let (len, received) = (buf.len(), *received);
+                let status = if status == Status::Ok && received != len { Status::IoError } else { status };
+                self.finish_op(id, status, OpInfo { length: received, ..OpInfo::default() });
+            }
+            OpKind::Emulated => self.finish_op(id, status, OpInfo { value, ..OpInfo::default() }),
+            OpKind::Push { frag: Frag::Put { .. }, sent, len, .. } => {
+                if status != Status::Ok || *sent >= *len {
+                    // A refusal stops the fragments: the put has its result.
+                    self.finish_op(id, status, OpInfo::default());
+                }
+            }
+            _ => tracing::debug!(%ep_id, req, "RMA ack for an operation that expects none"),
+        }
+    }
+}

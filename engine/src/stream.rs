@@ -1,0 +1,298 @@
+//! Stream endpoints (`ucp_stream_send_nbx`, `ucp_stream_recv_nbx`): an ordered byte stream per
+//! endpoint, handed to receives in the order they were posted.
+//!
+//! Small sends are one `Stream` frame; large ones are `Stream` fragments pushed by the sender
+//! (behind any earlier stream fragments of the endpoint, so bytes stay in order), or on a
+//! receiver-pull link a `StreamRtsPull` whose bytes the receiver reads with an RMA get into an
+//! engine buffer that takes the request's place in the stream: bytes that arrive after it wait
+//! behind it until the get is done.
+
+use std::collections::VecDeque;
+
+use zcx_dataplane::proto::wire::Op;
+
+use crate::buffer::{RecvBuffer, SendBuffer};
+use crate::caps::BulkMode;
+use crate::engine::{Engine, Frag, OpKind, Phase, Start};
+use crate::ids::{EndpointId, OpId};
+use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaKind, RmaRequest};
+use crate::Status;
+
+/// A stream receive waiting for bytes.
+pub(crate) struct StreamRecv {
+    pub op: OpId,
+    pub buf: RecvBuffer,
+    pub filled: usize,
+    pub waitall: bool,
+}
+
+/// Bytes of the stream not taken yet: a copy, or a pull still reading.
+pub(crate) struct Chunk {
+    bytes: Vec<u8>,
+    /// The pull operation reading into `bytes`; the chunk is not readable until it is done.
+    pulling: Option<OpId>,
+}
+
+/// The receive side of one endpoint's stream.
+#[derive(Default)]
+pub(crate) struct StreamRx {
+    pub posted: VecDeque<StreamRecv>,
+    chunks: VecDeque<Chunk>,
+    /// Bytes of the front chunk already taken.
+    head: usize,
+}
+
+impl StreamRx {
+    /// Unread bytes that arrived (pulls in progress not counted).
+    pub(crate) fn unread(&self) -> usize {
+        self.chunks.iter().filter(|c| c.pulling.is_none()).map(|c| c.bytes.len()).sum::<usize>() - self.head
+    }
+
+    /// Takes the chunk buffers (for the pool), leaving nothing unread.
+    pub(crate) fn take_chunks(&mut self) -> Vec<Vec<u8>> {
+        self.head = 0;
+        self.chunks.drain(..).filter(|c| c.pulling.is_none()).map(|c| c.bytes).collect()
+    }
+
+    /// Fills waiting receives straight from a frame's bytes (nothing is buffered ahead of them);
+    /// returns the bytes no receive took.
+    fn serve_frame<'a>(&mut self, mut data: &'a [u8], done: &mut Vec<(OpId, usize)>) -> &'a [u8] {
+        while let Some(recv) = self.posted.front_mut() {
+            let n = data.len().min(recv.buf.len() - recv.filled);
+            recv.buf.write(recv.filled, &data[..n]);
+            recv.filled += n;
+            data = &data[n..];
+            if recv.filled == recv.buf.len() || (!recv.waitall && recv.filled > 0) {
+                let recv = self.posted.pop_front().expect("front exists");
+                done.push((recv.op, recv.filled));
+            } else {
+                break;
+            }
+        }
+        data
+    }
+
+    /// Fills waiting receives from readable chunks, in order; a receive takes every readable
+    /// byte it has room for, then completes when full (or, without waitall, when it got any).
+    fn serve(&mut self, done: &mut Vec<(OpId, usize)>, spent: &mut Vec<Vec<u8>>) {
+        while let Some(recv) = self.posted.front_mut() {
+            while recv.filled < recv.buf.len() {
+                let Some(chunk) = self.chunks.front().filter(|c| c.pulling.is_none()) else { break };
+                let available = &chunk.bytes[self.head..];
+                let n = available.len().min(recv.buf.len() - recv.filled);
+                recv.buf.write(recv.filled, &available[..n]);
+                recv.filled += n;
+                self.head += n;
+                if self.head == chunk.bytes.len() {
+                    let chunk = self.chunks.pop_front().expect("front exists");
+                    spent.push(chunk.bytes);
+                    self.head = 0;
+                }
+            }
+            if recv.filled == recv.buf.len() || (!recv.waitall && recv.filled > 0) {
+                let recv = self.posted.pop_front().expect("front exists");
+                done.push((recv.op, recv.filled));
+            } else {
+                return;
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// `ucp_stream_send_nbx`: appends `buf` to the endpoint's stream. A small send is done at
+    /// once ([`Payload::Inline`]); a large one when its bytes are sent (pushed) or read by the
+    /// peer (pulled).
+    pub fn stream_send(&mut self, ep_id: EndpointId, buf: SendBuffer) -> Result<Start, Status> {
+        let ep = self.usable(ep_id)?;
+        let caps = ep.caps;
+        let len = buf.len();
+        let behind_fragments = ep.bulk.iter().any(|op| {
+            self.ops.get(op).is_some_and(|op| matches!(op.kind, OpKind::Push { frag: Frag::Stream, .. }))
+        });
+        if len < caps.rndv_threshold && len <= caps.max_payload() && !behind_fragments {
+            self.send_eager(ep_id, Header::of(&Op::Stream), buf.at(0), len)?;
+            return Ok(Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() }));
+        }
+        if len >= caps.rndv_threshold
+            && caps.bulk == BulkMode::ReceiverPull
+            && caps.native_get
+            && !behind_fragments
+        {
+            if let Some(key) = buf.key().cloned() {
+                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len });
+                let rts = Op::StreamRtsPull { sender_req: op.raw(), total_len: len as u64, addr: buf.addr() };
+                self.send(ep_id, &rts, Payload::Owned(key.to_vec()), false);
+                return Ok(Start::Pending(op));
+            }
+        }
+        let op = self.new_op(Some(ep_id), OpKind::Push { buf, len, sent: 0, frag: Frag::Stream });
+        if let Some(ep) = self.eps.get_mut(&ep_id) {
+            ep.bulk.push_back(op);
+        }
+        self.bulk_active.insert(ep_id);
+        Ok(Start::Pending(op))
+    }
+
+    /// `ucp_stream_recv_nbx`: receives into `buf`; with `waitall` only a full buffer completes
+    /// it, otherwise any bytes do (the completion's length says how many).
+    pub fn stream_recv(
+        &mut self,
+        ep_id: EndpointId,
+        buf: RecvBuffer,
+        waitall: bool,
+    ) -> Result<Start, Status> {
+        self.usable(ep_id)?;
+        let op = OpId::from_raw(self.op_ids.next());
+        let mut done = Vec::new();
+        let mut spent = Vec::new();
+        let ep = self.eps.get_mut(&ep_id).expect("usable");
+        let queued_before = !ep.stream.posted.is_empty();
+        ep.stream.posted.push_back(StreamRecv { op, buf, filled: 0, waitall });
+        ep.stream.serve(&mut done, &mut spent);
+        for bytes in spent {
+            self.recycle(bytes);
+        }
+        if !queued_before && done.len() == 1 && done[0].0 == op {
+            return Ok(Start::Done(Status::Ok, OpInfo { length: done[0].1, ..OpInfo::default() }));
+        }
+        self.complete_stream_recvs(done);
+        self.ops.insert(
+            op,
+            crate::engine::Operation {
+                ep: Some(ep_id),
+                kind: OpKind::StreamRecv,
+                tokens: 0,
+                rma_issued: false,
+                implicit: false,
+                result: None,
+            },
+        );
+        Ok(Start::Pending(op))
+    }
+
+    fn complete_stream_recvs(&mut self, done: Vec<(OpId, usize)>) {
+        for (op, length) in done {
+            self.ops.remove(&op);
+            self.events.push_back(Event::Completion(Completion {
+                op,
+                status: Status::Ok,
+                info: OpInfo { length, ..OpInfo::default() },
+            }));
+        }
+    }
+
+    /// Bytes of a `Stream` frame arrived on `ep_id`.
+    pub(crate) fn on_stream(&mut self, ep_id: EndpointId, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        let mut done = Vec::new();
+        // Nothing buffered ahead of these bytes: waiting receives take them straight from the
+        // frame, and only what they leave is copied.
+        let rest = if ep.stream.chunks.is_empty() { ep.stream.serve_frame(data, &mut done) } else { data };
+        if !rest.is_empty() {
+            let copy = self.pooled_copy(rest);
+            if let Some(ep) = self.eps.get_mut(&ep_id) {
+                ep.stream.chunks.push_back(Chunk { bytes: copy, pulling: None });
+            }
+        }
+        self.complete_stream_recvs(done);
+    }
+
+    fn serve_stream(&mut self, ep_id: EndpointId) {
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        let mut done = Vec::new();
+        let mut spent = Vec::new();
+        ep.stream.serve(&mut done, &mut spent);
+        for bytes in spent {
+            self.recycle(bytes);
+        }
+        self.complete_stream_recvs(done);
+    }
+
+    /// A receiver-pull stream send: read its bytes into the stream at this point.
+    pub(crate) fn on_stream_pull(
+        &mut self,
+        ep_id: EndpointId,
+        sender_req: u64,
+        total_len: u64,
+        addr: u64,
+        key: &[u8],
+    ) {
+        let Some(ep) = self.eps.get(&ep_id) else { return };
+        let link = ep.link;
+        let total = match usize::try_from(total_len) {
+            Ok(total) if total <= self.config.max_stream_pull && ep.caps.native_get => total,
+            _ => {
+                tracing::warn!(%ep_id, total_len, "stream pull this endpoint cannot take; closing the link");
+                self.protocol_violation(link);
+                return;
+            }
+        };
+        let mut bytes = vec![0u8; total];
+        let local = bytes.as_mut_ptr();
+        let op = self.new_op(Some(ep_id), OpKind::StreamPull { bytes: Vec::new(), sender_req });
+        if let Some(record) = self.ops.get_mut(&op) {
+            record.kind = OpKind::StreamPull { bytes, sender_req };
+            record.tokens = 1;
+        }
+        if let Some(ep) = self.eps.get_mut(&ep_id) {
+            ep.stream.chunks.push_back(Chunk { bytes: Vec::new(), pulling: Some(op) });
+        }
+        self.rmas.push_back(RmaRequest {
+            link,
+            token: op,
+            kind: RmaKind::Get,
+            local,
+            len: total,
+            remote_addr: addr,
+            remote_key: key.into(),
+        });
+    }
+
+    /// The get of a stream pull finished: the bytes join the stream, the sender hears it is done.
+    pub(crate) fn stream_pull_done(&mut self, op_id: OpId, status: Status) {
+        let Some(op) = self.ops.get_mut(&op_id) else { return };
+        op.tokens = 0;
+        let ep_id = op.ep.expect("stream pulls have an endpoint");
+        let (bytes, sender_req) = match &mut op.kind {
+            OpKind::StreamPull { bytes, sender_req } => (std::mem::take(bytes), *sender_req),
+            _ => return,
+        };
+        self.ops.remove(&op_id);
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        if matches!(ep.phase, Phase::Dead(_)) {
+            self.forget_if_done(ep_id);
+            return;
+        }
+        let code = status.code().clamp(-100, 0) as i8;
+        self.send(ep_id, &Op::PullDone { sender_req, status: code }, Payload::None, false);
+        if status != Status::Ok {
+            // The stream lost bytes in its middle: nothing after them can be delivered in order.
+            self.fail_ep(ep_id, status, true);
+            return;
+        }
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        if let Some(chunk) = ep.stream.chunks.iter_mut().find(|c| c.pulling == Some(op_id)) {
+            chunk.pulling = None;
+            chunk.bytes = bytes;
+        }
+        self.serve_stream(ep_id);
+    }
+
+    /// Withdraws a waiting stream receive; true if it was waiting (it completes CANCELED).
+    pub(crate) fn cancel_stream_recv(&mut self, ep_id: EndpointId, op: OpId) -> bool {
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return false };
+        let Some(pos) = ep.stream.posted.iter().position(|r| r.op == op) else { return false };
+        let recv = ep.stream.posted.remove(pos).expect("position is valid");
+        self.ops.remove(&op);
+        self.events.push_back(Event::Completion(Completion {
+            op,
+            status: Status::Canceled,
+            info: OpInfo { length: recv.filled, ..OpInfo::default() },
+        }));
+        true
+    }
+}

@@ -1,0 +1,225 @@
+//! Tag messages (`ucp_tag_send_nbx`, `ucp_tag_send_sync_nbx`, `ucp_tag_recv_nbx`): eager or
+//! rendezvous by size and link, matched by `(tag, mask)` in the worker's tag matcher.
+
+use zcx_dataplane::proto::wire::Op;
+use zcx_dataplane::proto::{Message, Posted};
+use zcx_dataplane::LinkId;
+
+use crate::buffer::{RecvBuffer, SendBuffer};
+use crate::engine::{Engine, OpKind, Start, Unexpected};
+use crate::ids::{EndpointId, OpId};
+use crate::output::{Completion, Event, Header, OpInfo, Payload};
+use crate::rndv::{choose, Proto};
+use crate::Status;
+
+impl Engine {
+    /// `ucp_tag_send_nbx` (`sync`: `ucp_tag_send_sync_nbx`): sends `buf` with `tag`. An eager
+    /// send is done at once (its bytes are a [`Payload::Inline`] the caller sends before
+    /// returning); a synchronous one once the receiver matched it; a rendezvous once the
+    /// receiver has the bytes.
+    pub fn tag_send(
+        &mut self,
+        ep_id: EndpointId,
+        buf: SendBuffer,
+        tag: u64,
+        sync: bool,
+    ) -> Result<Start, Status> {
+        let caps = self.usable(ep_id)?.caps;
+        let len = buf.len();
+        match choose(&caps, len, &buf) {
+            Proto::Eager if !sync => {
+                self.send_eager(ep_id, Header::tag_eager(tag, false, 0), buf.at(0), len)?;
+                Ok(Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() }))
+            }
+            Proto::Eager => {
+                let op = self.new_op(Some(ep_id), OpKind::SyncEager { len });
+                let payload = Payload::Inline { ptr: buf.at(0), len };
+                self.send(ep_id, &Op::TagEager { tag, sync, sender_req: op.raw() }, payload, false);
+                Ok(Start::Pending(op))
+            }
+            Proto::Push => {
+                let op = self.new_op(Some(ep_id), OpKind::AwaitRtr { buf });
+                let rts = Op::TagRts { tag, sync, sender_req: op.raw(), total_len: len as u64 };
+                self.send(ep_id, &rts, Payload::None, false);
+                Ok(Start::Pending(op))
+            }
+            Proto::Pull => {
+                let key = buf.key().expect("pull needs a key").to_vec();
+                let addr = buf.addr();
+                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len });
+                let rts = Op::TagRtsPull { tag, sync, sender_req: op.raw(), total_len: len as u64, addr };
+                self.send(ep_id, &rts, Payload::Owned(key), false);
+                Ok(Start::Pending(op))
+            }
+        }
+    }
+
+    /// `ucp_tag_recv_nbx`: receives the oldest message whose tag matches `(tag, mask)` into `buf`.
+    pub fn tag_recv(&mut self, buf: RecvBuffer, tag: u64, mask: u64) -> Start {
+        let op = OpId::from_raw(self.op_ids.next());
+        match self.tags.post_recv(tag, mask, (op, buf)) {
+            Posted::Queued(recv_id) => {
+                self.posted_tags.insert(op, recv_id);
+                Start::Pending(op)
+            }
+            Posted::Matched { recv: (op, buf), message } => self.take_unexpected(op, buf, message),
+        }
+    }
+
+    /// `ucp_tag_probe_nb` without remove: the oldest matching unexpected message's sender, tag
+    /// and length.
+    pub fn tag_probe(&self, tag: u64, mask: u64) -> Option<(EndpointId, u64, usize)> {
+        let info = self.tags.probe(tag, mask)?;
+        Some((EndpointId::from_raw(info.sender), info.tag, info.length))
+    }
+
+    /// `ucp_tag_probe_nb` with remove: takes the oldest matching unexpected message out of the
+    /// matcher and returns an id to receive it under ([`Engine::tag_msg_recv`]) or drop it
+    /// ([`Engine::tag_msg_drop`]), with its sender, tag and length.
+    pub fn tag_probe_remove(&mut self, tag: u64, mask: u64) -> Option<(OpId, EndpointId, u64, usize)> {
+        let message = self.tags.probe_remove(tag, mask)?;
+        let op = OpId::from_raw(self.op_ids.next());
+        let answer = (op, EndpointId::from_raw(message.sender), message.tag, message.length);
+        self.probed.insert(op, message);
+        Some(answer)
+    }
+
+    /// `ucp_tag_msg_recv_nbx`: receives a message taken with [`Engine::tag_probe_remove`] into
+    /// `buf`, under the same id.
+    pub fn tag_msg_recv(&mut self, op: OpId, buf: RecvBuffer) -> Result<Start, Status> {
+        let message = self.probed.remove(&op).ok_or(Status::NoElem)?;
+        Ok(self.take_unexpected(op, buf, message))
+    }
+
+    /// Drops a message taken with [`Engine::tag_probe_remove`] that nobody will receive: a
+    /// rendezvous sender is told to complete without sending.
+    pub fn tag_msg_drop(&mut self, op: OpId) -> Result<(), Status> {
+        let message = self.probed.remove(&op).ok_or(Status::NoElem)?;
+        let sender = EndpointId::from_raw(message.sender);
+        match message.data {
+            Unexpected::Eager { data, .. } => self.recycle(data),
+            Unexpected::Rts { sender_req, pull, .. } => {
+                if self.usable(sender).is_ok() {
+                    let decline = match pull {
+                        Some(_) => Op::PullDone { sender_req, status: 0 },
+                        None => Op::Rtr { sender_req, recv_req: 0, accept_len: 0 },
+                    };
+                    self.send(sender, &decline, Payload::None, false);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Withdraws a waiting tag or stream receive (`ucp_request_cancel`); true if it was waiting,
+    /// and it then completes with CANCELED.
+    pub fn cancel(&mut self, op_id: OpId) -> bool {
+        if let Some(recv_id) = self.posted_tags.remove(&op_id) {
+            if self.tags.cancel(recv_id).is_none() {
+                return false;
+            }
+            let completion = Completion { op: op_id, status: Status::Canceled, info: OpInfo::default() };
+            self.events.push_back(Event::Completion(completion));
+            return true;
+        }
+        let Some(op) = self.ops.get(&op_id) else { return false };
+        match op.kind {
+            OpKind::StreamRecv => match op.ep {
+                Some(ep) => self.cancel_stream_recv(ep, op_id),
+                None => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// A receive took an unexpected message.
+    fn take_unexpected(&mut self, op: OpId, buf: RecvBuffer, message: Message<Unexpected>) -> Start {
+        let Message { sender, tag, length, data } = message;
+        let sender = EndpointId::from_raw(sender);
+        match data {
+            Unexpected::Eager { data, sync_req } => {
+                let n = data.len().min(buf.len());
+                buf.write(0, &data[..n]);
+                self.recycle(data);
+                if let Some(sender_req) = sync_req {
+                    if self.usable(sender).is_ok() {
+                        self.send(sender, &Op::SyncAck { sender_req }, Payload::None, false);
+                    }
+                }
+                let status = if length > n { Status::MessageTruncated } else { Status::Ok };
+                Start::Done(status, OpInfo { length: n, sender_tag: tag, value: 0 })
+            }
+            Unexpected::Rts { sender_req, total_len, pull } => match self.usable(sender) {
+                Ok(_) => self.start_rndv_recv(sender, op, sender_req, total_len, pull, buf, tag),
+                Err(status) => Start::Done(status, OpInfo { sender_tag: tag, ..OpInfo::default() }),
+            },
+        }
+    }
+
+    /// A `TagEager` frame arrived.
+    pub(crate) fn on_tag_eager(
+        &mut self,
+        link: LinkId,
+        ep_id: EndpointId,
+        tag: u64,
+        sync_req: Option<u64>,
+        payload: &[u8],
+    ) {
+        match self.tags.take_expected(tag) {
+            Some((_, (op, buf))) => {
+                let n = payload.len().min(buf.len());
+                buf.write(0, &payload[..n]);
+                let status = if payload.len() > n { Status::MessageTruncated } else { Status::Ok };
+                self.posted_tags.remove(&op);
+                let info = OpInfo { length: n, sender_tag: tag, value: 0 };
+                self.events.push_back(Event::Completion(Completion { op, status, info }));
+                if let Some(sender_req) = sync_req {
+                    self.reply(link, &Op::SyncAck { sender_req });
+                }
+            }
+            None => {
+                let data = self.pooled_copy(payload);
+                let length = data.len();
+                let message =
+                    Message { sender: ep_id.raw(), tag, length, data: Unexpected::Eager { data, sync_req } };
+                self.tags.queue_unexpected(message);
+            }
+        }
+    }
+
+    /// A tag rendezvous request (`TagRts`, or `TagRtsPull` with the sender's address and key).
+    pub(crate) fn on_tag_rts(
+        &mut self,
+        ep_id: EndpointId,
+        tag: u64,
+        sender_req: u64,
+        total_len: u64,
+        pull: Option<(u64, &[u8])>,
+    ) {
+        let pull = pull.map(|(addr, key)| (addr, std::sync::Arc::<[u8]>::from(key)));
+        match self.tags.take_expected(tag) {
+            Some((_, (op, buf))) => {
+                self.posted_tags.remove(&op);
+                if let crate::Start::Done(status, info) =
+                    self.start_rndv_recv(ep_id, op, sender_req, total_len, pull, buf, tag)
+                {
+                    self.events.push_back(crate::Event::Completion(crate::Completion { op, status, info }));
+                }
+            }
+            None => {
+                let length = usize::try_from(total_len).unwrap_or(usize::MAX);
+                let data = Unexpected::Rts { sender_req, total_len, pull };
+                self.tags.queue_unexpected(Message { sender: ep_id.raw(), tag, length, data });
+            }
+        }
+    }
+
+    /// The receiver matched our synchronous eager send.
+    pub(crate) fn on_sync_ack(&mut self, ep_id: EndpointId, sender_req: u64) {
+        let id = OpId::from_raw(sender_req);
+        let Some(op) = self.ops.get_mut(&id).filter(|op| op.ep == Some(ep_id)) else { return };
+        if let OpKind::SyncEager { len } = op.kind {
+            self.finish_op(id, Status::Ok, OpInfo { length: len, ..OpInfo::default() });
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Active messages: eager, both rendezvous kinds, declining, refusals.
+
+use zcx_dataplane::proto::wire::Op;
+
+use super::pair::{pattern, pending, recv_buf, send_buf, Net, Pair, RNDV};
+use crate::{Start, Status, MAX_AM_HEADER};
+
+#[test]
+fn eager_am_delivers_header_and_data_to_the_handler_id() {
+    let mut p = Pair::new(Net::emulated());
+    let data = pattern(60, 1);
+    let send = p.a.engine.am_send(p.a.ep, 12, b"hdr", send_buf(&data), true).unwrap();
+    let send = p.a.track(send);
+    let bare = p.a.engine.am_send(p.a.ep, 13, b"", send_buf(&data), false).unwrap();
+    let bare = p.a.track(bare);
+    p.drive();
+    assert_eq!((p.a.status(send), p.a.status(bare)), (Status::Ok, Status::Ok));
+    assert_eq!(p.b.ams.len(), 2);
+    let am = &p.b.ams[0];
+    assert_eq!((am.am_id, am.reply, am.ep), (12, true, p.b.ep));
+    assert_eq!(am.header(), b"hdr");
+    assert_eq!(am.data(), &data[..]);
+    assert!(am.rndv.is_none());
+    assert_eq!((p.b.ams[1].am_id, p.b.ams[1].header(), p.b.ams[1].data()), (13, &b""[..], &data[..]));
+    p.assert_no_leaks();
+}
+
+#[test]
+fn push_rendezvous_am_data_is_taken_into_the_handlers_buffer() {
+    let mut p = Pair::new(Net::emulated());
+    let data = pattern(3000, 2);
+    let send = p.a.engine.am_send(p.a.ep, 1, b"h", send_buf(&data), false).unwrap();
+    let send = p.a.track(send);
+    p.drive();
+    assert!(!p.a.done(send));
+    assert!(matches!(p.log[0].1, Op::AmRts { total_len: 3000, header_len: 1, .. }));
+    let am = p.b.ams.pop().expect("delivered");
+    assert_eq!(am.header(), b"h");
+    let (desc, len) = am.rndv.expect("a rendezvous");
+    assert_eq!(len, 3000);
+    let mut out = vec![0u8; 3000];
+    let recv = pending(p.b.engine.am_recv_data(desc, recv_buf(&mut out)).unwrap());
+    assert_eq!(recv, desc, "the data completes under the descriptor's id");
+    p.drive();
+    assert_eq!((p.a.status(send), p.b.status(recv)), (Status::Ok, Status::Ok));
+    assert_eq!(p.b.info(recv).length, 3000);
+    assert_eq!(out, data);
+    p.assert_no_leaks();
+}
+
+#[test]
+fn pull_rendezvous_am_data_is_read_by_the_receiver() {
+    let mut p = Pair::new(Net::native());
+    let data = pattern(4096, 3);
+    let buf = p.a.keyed(&data);
+    let send = p.a.engine.am_send(p.a.ep, 2, b"head", buf, false).unwrap();
+    let send = p.a.track(send);
+    p.drive();
+    assert!(matches!(p.log[0].1, Op::AmRtsPull { total_len: 4096, header_len: 4, .. }));
+    let am = p.b.ams.pop().expect("delivered");
+    assert_eq!(am.header(), b"head");
+    let (desc, _) = am.rndv.expect("a rendezvous");
+    let mut out = vec![0u8; 4096];
+    let recv = pending(p.b.engine.am_recv_data(desc, recv_buf(&mut out)).unwrap());
+    p.drive();
+    assert_eq!((p.a.status(send), p.b.status(recv)), (Status::Ok, Status::Ok));
+    assert_eq!(out, data);
+    assert!(p.log.iter().all(|(_, op)| !matches!(op, Op::RndvData { .. })));
+    p.assert_no_leaks();
+}
+
+#[test]
+fn declined_am_rendezvous_completes_the_sender_without_data() {
+    for net in [Net::emulated(), Net::native()] {
+        let mut p = Pair::new(net);
+        let data = pattern(2 * RNDV, 4);
+        let buf = p.a.keyed(&data);
+        let send = p.a.engine.am_send(p.a.ep, 3, b"", buf, false).unwrap();
+        let send = p.a.track(send);
+        p.drive();
+        let (desc, _) = p.b.ams.pop().expect("delivered").rndv.expect("a rendezvous");
+        p.b.engine.am_decline(desc).unwrap();
+        p.drive();
+        assert_eq!(p.a.status(send), Status::Ok, "{net:?}");
+        assert!(!p.b.done(desc), "a declined descriptor is no operation of the API's");
+        assert!(p.log.iter().all(|(_, op)| !matches!(op, Op::RndvData { .. })));
+        p.assert_no_leaks();
+    }
+}
+
+#[test]
+fn am_data_can_be_taken_or_declined_only_once() {
+    let mut p = Pair::new(Net::emulated());
+    let data = pattern(1000, 5);
+    p.a.engine.am_send(p.a.ep, 3, b"", send_buf(&data), false).unwrap();
+    p.drive();
+    let (desc, _) = p.b.ams.pop().unwrap().rndv.unwrap();
+    p.b.engine.am_decline(desc).unwrap();
+    let mut out = vec![0u8; 1000];
+    assert_eq!(p.b.engine.am_recv_data(desc, recv_buf(&mut out)), Err(Status::NoElem));
+    assert_eq!(p.b.engine.am_decline(desc), Err(Status::NoElem));
+    // An id that names another kind of operation is refused too.
+    let mut small = vec![0u8; 4];
+    let recv = pending(p.b.engine.tag_recv(recv_buf(&mut small), 1, 0));
+    assert_eq!(p.b.engine.am_recv_data(recv, recv_buf(&mut out)), Err(Status::InvalidParam));
+    p.b.engine.cancel(recv);
+    p.drive();
+    p.assert_no_leaks();
+}
+
+#[test]
+fn am_header_longer_than_the_limit_is_refused() {
+    let mut p = Pair::new(Net::emulated());
+    let header = vec![0u8; MAX_AM_HEADER + 1];
+    assert_eq!(p.a.engine.am_send(p.a.ep, 1, &header, send_buf(&[]), false), Err(Status::InvalidParam));
+    assert_eq!(p.a.engine.table_counts().ops, 0);
+    p.assert_no_leaks();
+}
+
+#[test]
+fn am_data_into_a_short_buffer_is_truncated() {
+    let mut p = Pair::new(Net::emulated());
+    let data = pattern(2000, 6);
+    let send = p.a.engine.am_send(p.a.ep, 1, b"", send_buf(&data), false).unwrap();
+    let send = p.a.track(send);
+    p.drive();
+    let (desc, _) = p.b.ams.pop().unwrap().rndv.unwrap();
+    let mut out = vec![0u8; 500];
+    let start = p.b.engine.am_recv_data(desc, recv_buf(&mut out)).unwrap();
+    assert!(matches!(start, Start::Pending(_)));
+    p.drive();
+    assert_eq!(p.a.status(send), Status::Ok);
+    assert_eq!(p.b.status(desc), Status::MessageTruncated);
+    assert_eq!(&out[..], &data[..500]);
+    p.assert_no_leaks();
+}

@@ -1,0 +1,121 @@
+//! Stream endpoints: order, waitall, pushed and pulled large sends.
+
+use zcx_dataplane::proto::wire::Op;
+
+use super::pair::{pattern, pending, recv_buf, send_buf, Net, Pair};
+use crate::{Start, Status};
+
+#[test]
+fn small_sends_fill_one_receive_in_order() {
+    let mut p = Pair::new(Net::emulated());
+    let (one, two) = (pattern(10, 1), pattern(10, 50));
+    let mut out = vec![0u8; 20];
+    let recv = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out), true).unwrap());
+    p.a.engine.stream_send(p.a.ep, send_buf(&one)).unwrap();
+    p.drive();
+    assert!(!p.b.done(recv), "a waitall receive completed with half its bytes");
+    p.a.engine.stream_send(p.a.ep, send_buf(&two)).unwrap();
+    p.drive();
+    assert_eq!(p.b.status(recv), Status::Ok);
+    assert_eq!(p.b.info(recv).length, 20);
+    assert_eq!(&out[..10], &one[..]);
+    assert_eq!(&out[10..], &two[..]);
+    p.assert_no_leaks();
+}
+
+#[test]
+fn receive_without_waitall_completes_with_what_arrived() {
+    let mut p = Pair::new(Net::emulated());
+    let mut out = vec![0u8; 100];
+    let recv = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out), false).unwrap());
+    let data = pattern(30, 2);
+    p.a.engine.stream_send(p.a.ep, send_buf(&data)).unwrap();
+    p.drive();
+    assert_eq!(p.b.info(recv).length, 30);
+    assert_eq!(&out[..30], &data[..]);
+    p.assert_no_leaks();
+}
+
+#[test]
+fn bytes_that_arrived_first_complete_a_receive_at_once_and_keep_the_rest() {
+    let mut p = Pair::new(Net::emulated());
+    let data = pattern(50, 3);
+    p.a.engine.stream_send(p.a.ep, send_buf(&data)).unwrap();
+    p.drive();
+    assert_eq!(p.b.engine.table_counts().stream_unread, 50);
+    let mut head = vec![0u8; 20];
+    let start = p.b.engine.stream_recv(p.b.ep, recv_buf(&mut head), true).unwrap();
+    assert!(matches!(start, Start::Done(Status::Ok, info) if info.length == 20));
+    assert_eq!(p.b.engine.table_counts().stream_unread, 30);
+    let mut tail = vec![0u8; 30];
+    let start = p.b.engine.stream_recv(p.b.ep, recv_buf(&mut tail), true).unwrap();
+    assert!(matches!(start, Start::Done(Status::Ok, _)));
+    assert_eq!([head, tail].concat(), data);
+    p.assert_no_leaks();
+}
+
+#[test]
+fn large_pushed_send_keeps_order_with_a_small_send_after_it() {
+    let mut p = Pair::new(Net { payloads_later: true, ..Net::emulated() });
+    let big = pattern(5000, 4);
+    let small = pattern(10, 5);
+    let s1 = p.a.engine.stream_send(p.a.ep, send_buf(&big)).unwrap();
+    let s1 = p.a.track(s1);
+    let s2 = p.a.engine.stream_send(p.a.ep, send_buf(&small)).unwrap();
+    let s2 = p.a.track(s2);
+    let mut out = vec![0u8; 5010];
+    let recv = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out), true).unwrap());
+    for _ in 0..100 {
+        p.drive();
+        p.return_payloads();
+    }
+    p.drive();
+    assert_eq!((p.a.status(s1), p.a.status(s2), p.b.status(recv)), (Status::Ok, Status::Ok, Status::Ok));
+    assert_eq!(&out[..5000], &big[..]);
+    assert_eq!(&out[5000..], &small[..]);
+    assert!(p.log.iter().filter(|(_, op)| matches!(op, Op::Stream)).count() >= 6);
+    p.assert_no_leaks();
+}
+
+#[test]
+fn pulled_send_holds_later_bytes_behind_it_until_read() {
+    let mut p = Pair::new(Net { rma_later: true, ..Net::native() });
+    let big = pattern(3000, 6);
+    let small = pattern(7, 7);
+    let buf = p.a.keyed(&big);
+    let s1 = p.a.engine.stream_send(p.a.ep, buf).unwrap();
+    let s1 = p.a.track(s1);
+    p.drive();
+    // The small send goes eagerly while the pull is still reading.
+    let s2 = p.a.engine.stream_send(p.a.ep, send_buf(&small)).unwrap();
+    let s2 = p.a.track(s2);
+    let mut out = vec![0u8; 3007];
+    let recv = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out), false).unwrap());
+    p.drive();
+    assert_eq!(p.held_rma(), 1);
+    assert!(!p.b.done(recv), "bytes sent after the pulled ones overtook them");
+    assert!(!p.a.done(s1));
+    p.finish_rma();
+    p.drive();
+    assert_eq!((p.a.status(s1), p.a.status(s2)), (Status::Ok, Status::Ok));
+    assert_eq!(p.b.info(recv).length, 3007);
+    assert_eq!(&out[..3000], &big[..]);
+    assert_eq!(&out[3000..], &small[..]);
+    assert!(matches!(p.log[0].1, Op::StreamRtsPull { total_len: 3000, .. }));
+    p.assert_no_leaks();
+}
+
+#[test]
+fn cancelled_stream_receive_completes_canceled_with_its_bytes() {
+    let mut p = Pair::new(Net::emulated());
+    let mut out = vec![0u8; 100];
+    let recv = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out), true).unwrap());
+    let data = pattern(40, 8);
+    p.a.engine.stream_send(p.a.ep, send_buf(&data)).unwrap();
+    p.drive();
+    assert!(p.b.engine.cancel(recv));
+    p.drive();
+    assert_eq!(p.b.status(recv), Status::Canceled);
+    assert_eq!(p.b.info(recv).length, 40);
+    p.assert_no_leaks();
+}
