@@ -10,9 +10,12 @@
 //!   feature, `dpdk` (raw Ethernet on a DPDK port, made reliable by `proto::reliable`).
 //! - The sans-IO protocol pieces ([`proto`]): frame headers, tag matching, RMA execution at the
 //!   target, datagram reliability.
-//! - What the api's memory and remote access use: the remote-access table that checks every
-//!   incoming access ([`access`]), the registration cache ([`rcache`]), message-sized copies
-//!   ([`copy`]), and the worker's wakeup eventfd ([`wakeup`]).
+//! - Pieces every transport shares: generational link ids ([`link_table`]) and placed receives
+//!   ([`placed_receive`]).
+//! - What the api's memory and remote access use: the memory domains a region registers with
+//!   ([`domain`]; the same-host one is `shm::domain`, DPDK's `dpdk::domain`), the remote-access
+//!   table that checks every incoming access ([`access`]), the registration cache ([`rcache`]),
+//!   message-sized copies ([`copy`]), and the worker's wakeup eventfd ([`wakeup`]).
 //!
 //! Nothing in this crate knows the public `zcx` types.
 
