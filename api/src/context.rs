@@ -50,20 +50,11 @@ impl ContextParams {
     }
 }
 
-/// This process as a same-host peer sees it: what goes into shared-memory locators.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LocalIdentity {
-    pub boot_id: Option<[u8; 16]>,
-    pub pid: u32,
-    pub pid_start_time: u64,
-}
-
 pub(crate) struct ContextInner {
     pub id: [u8; 16],
     pub name: String,
     pub features: Features,
     pub config: Config,
-    pub identity: LocalIdentity,
     pub rcache: RegistrationCache<Registration>,
     /// The memory domains every `mem_map` region registers with (see
     /// [`zcx_dataplane::domain`]).
@@ -122,19 +113,13 @@ impl Context {
             tracing::warn!("context created with no features requested");
         }
         let pid = std::process::id();
-        let identity = LocalIdentity {
-            boot_id: zcx_control::local_boot_id(),
-            pid,
-            pid_start_time: zcx_control::process_start_time(pid).unwrap_or(0),
-        };
         let inner = ContextInner {
             id: random_bytes()?,
             name: params.name.clone().unwrap_or_else(|| format!("zcx-{pid}")),
             features: params.features,
             config: config.clone(),
-            identity,
             rcache: RegistrationCache::new(config.rcache_enabled()),
-            domains: memory_domains(&identity),
+            domains: memory_domains(pid),
             remote_access: RemoteAccessTable::new(),
             allocations: Mutex::new(BTreeMap::new()),
             help_sources: Default::default(),
@@ -213,11 +198,12 @@ impl ContextInner {
 
 /// The memory domains of a context: same-host sharing always, DPDK external memory in a build
 /// with DPDK (a range registers with it only while this process runs EAL).
-fn memory_domains(identity: &LocalIdentity) -> Vec<Arc<dyn MemoryDomain>> {
+fn memory_domains(pid: u32) -> Vec<Arc<dyn MemoryDomain>> {
+    // This process as a same-host peer sees it: what goes into shared-memory locators.
     let same_host = zcx_dataplane::shm::domain::SameHostDomain::new(
-        identity.boot_id,
-        identity.pid,
-        identity.pid_start_time,
+        zcx_control::local_boot_id(),
+        pid,
+        zcx_control::process_start_time(pid).unwrap_or(0),
     );
     vec![
         Arc::new(same_host),

@@ -100,7 +100,7 @@ impl RemoteKey {
         if raddr < self.wire.base || offset >= self.wire.length {
             return Err(Status::InvalidAddr);
         }
-        let view = self.local_view.get_or_init(|| map_peer_memfd(&self.ctx.identity, locator));
+        let view = self.local_view.get_or_init(|| map_peer_memfd(locator));
         let mapping = view.as_ref().map_err(|status| *status)?;
         // The decoder refuses a region that does not fit in its memfd (map_offset + length <= map_len), so this stays inside the view.
         let index = usize::try_from(locator.map_offset + offset).map_err(|_| Status::InvalidAddr)?;

@@ -206,7 +206,7 @@ fn import(
     // The decoder guarantees map_offset + length <= map_len.
     let offset = usize::try_from(wire.shm.map_offset).map_err(|_| Status::InvalidParam)?;
     let length = usize::try_from(wire.length).map_err(|_| Status::InvalidParam)?;
-    let mapping = map_peer_memfd(&ctx.identity, &wire.shm)?;
+    let mapping = map_peer_memfd(&wire.shm)?;
     let allocation = Allocation::new(ctx, mapping);
     let address = allocation.start() + offset;
     let exported_prot = Prot::from_bits_truncate(wire.prot);

@@ -214,11 +214,6 @@ pub(crate) fn fstat_identity(fd: i32) -> Option<(u64, u64)> {
     fstat(fd).map(|st| (st.st_dev, st.st_ino))
 }
 
-/// The size in bytes of the file behind `fd`.
-pub(crate) fn fstat_size(fd: i32) -> Option<u64> {
-    fstat(fd).and_then(|st| u64::try_from(st.st_size).ok())
-}
-
 fn fstat(fd: i32) -> Option<libc::stat> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: `st` is a valid out-pointer for one `stat`; fstat only writes it.

@@ -6,6 +6,9 @@
 //! anonymous mappings have no memfd, so the domain does not apply to them.
 
 use std::any::Any;
+use std::ffi::CString;
+use std::fmt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
 use zcx_control::ShmLocator;
@@ -103,6 +106,84 @@ impl DomainRegistration for SameHostRegistration {
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// Why a same-host peer's memfd was not opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerMemfdError {
+    /// The locator is from another host (its boot id differs).
+    OtherHost,
+    /// The process that exported the region is gone (its start time differs).
+    ProcessGone,
+    /// The kernel refused to open `/proc/<pid>/fd/<fd>` (errno).
+    CannotOpen(i32),
+    /// The descriptor no longer names the exported file (device or inode differ).
+    NotTheRegion,
+    /// The file is not sealed against shrinking, so it could be truncated under a mapping.
+    NotSealed,
+    /// The file holds fewer bytes than the locator's mapping length.
+    TooSmall,
+}
+
+impl fmt::Display for PeerMemfdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PeerMemfdError::OtherHost => f.write_str("the region is on another host (boot id differs)"),
+            PeerMemfdError::ProcessGone => f.write_str("the exporting process is gone"),
+            PeerMemfdError::CannotOpen(errno) => {
+                write!(f, "cannot open it: {}", std::io::Error::from_raw_os_error(*errno))
+            }
+            PeerMemfdError::NotTheRegion => f.write_str("its descriptor is no longer the exported region"),
+            PeerMemfdError::NotSealed => f.write_str("it is not a sealed zcx memfd"),
+            PeerMemfdError::TooSmall => f.write_str("it is smaller than the exported region"),
+        }
+    }
+}
+
+impl std::error::Error for PeerMemfdError {}
+
+/// Opens the memfd a same-host peer's locator names, read-write, through `/proc/<pid>/fd/<fd>`,
+/// and proves it is the file the locator describes: same host (boot id), same process (start
+/// time, checked again after the open, so a recycled pid is caught), same file (device and
+/// inode), sealed against shrinking (so it cannot be truncated under a mapping) and at least
+/// `map_len` bytes long. The kernel allows the open only to the same user or root.
+pub fn open_peer_memfd(locator: &ShmLocator) -> Result<OwnedFd, PeerMemfdError> {
+    if zcx_control::local_boot_id() != Some(locator.boot_id) {
+        return Err(PeerMemfdError::OtherHost);
+    }
+    let alive = || zcx_control::process_start_time(locator.pid) == Some(locator.pid_start_time);
+    if !alive() {
+        return Err(PeerMemfdError::ProcessGone);
+    }
+    let path = CString::new(format!("/proc/{}/fd/{}", locator.pid, locator.fd))
+        .map_err(|_| PeerMemfdError::CannotOpen(libc::EINVAL))?;
+    // SAFETY: a NUL-terminated path; open has no other memory effect.
+    let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(PeerMemfdError::CannotOpen(crate::os_error::last_errno()));
+    }
+    // SAFETY: a descriptor open() just returned, owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is a valid out-pointer for one `stat` and `fd` is open; fstat only writes it.
+    if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(PeerMemfdError::NotTheRegion);
+    }
+    // SAFETY: fstat returned 0, so it initialised `st`.
+    let st = unsafe { st.assume_init() };
+    if (st.st_dev, st.st_ino) != (locator.dev, locator.inode) || !alive() {
+        return Err(PeerMemfdError::NotTheRegion);
+    }
+    // SAFETY: F_GET_SEALS on an open descriptor only returns flags.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        return Err(PeerMemfdError::NotSealed);
+    }
+    // Sealed, the file cannot shrink: its size, checked once, bounds every access for good.
+    if u64::try_from(st.st_size).map_or(true, |size| size < locator.map_len) {
+        return Err(PeerMemfdError::TooSmall);
+    }
+    Ok(fd)
 }
 
 #[cfg(test)]

@@ -7,14 +7,13 @@
 //! (vouched) key records and against the mapping before any byte is touched, then done with CPU
 //! copies or atomics on the shared pages.
 
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::os::fd::AsRawFd;
 
 use zcx_control::ShmLocator;
 
+use super::domain::{open_peer_memfd, PeerMemfdError};
 use crate::os_error::last_errno as errno;
-use crate::proto::AtomicOp;
+use crate::proto::rma_exec::apply_atomic;
 use crate::rma::{LocalMem, RemoteMem, RmaOp};
 use crate::transport::TlError;
 
@@ -47,42 +46,15 @@ impl PeerRegion {
             tracing::debug!(locator.pid, peer_pid, "shm rma: a key for another process's memory");
             return Err(TlError::InvalidParam);
         }
-        if zcx_control::local_boot_id() != Some(locator.boot_id) {
-            return Err(TlError::Unreachable);
-        }
-        let alive = || zcx_control::process_start_time(locator.pid) == Some(locator.pid_start_time);
-        if !alive() {
-            return Err(TlError::Unreachable);
-        }
-        let path = CString::new(format!("/proc/{}/fd/{}", locator.pid, locator.fd))
-            .map_err(|_| TlError::InvalidParam)?;
-        // SAFETY: a NUL-terminated path; open has no other memory effect.
-        let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        if raw < 0 {
-            tracing::debug!(errno = errno(), ?path, "shm rma: cannot open the peer's region");
-            return Err(TlError::Unreachable);
-        }
-        // SAFETY: a descriptor open() just returned, owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: an all-zero `stat` is a valid value for fstat to overwrite.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: `st` is a valid out-parameter and `fd` is open.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0
-            || (st.st_dev, st.st_ino) != (locator.dev, locator.inode)
-            || !alive()
-        {
-            return Err(TlError::Unreachable);
-        }
-        // Only a memfd sealed against shrinking is mapped: any other file could be truncated
-        // under the mapping and turn our accesses into SIGBUS.
-        // SAFETY: F_GET_SEALS on an open descriptor only returns flags.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
-            return Err(TlError::Unreachable);
-        }
-        // Sealed, the file cannot shrink: checked once, its size bounds every access for good.
+        let fd = open_peer_memfd(locator).map_err(|why| {
+            tracing::debug!(%why, "shm rma: cannot map the peer's region");
+            match why {
+                PeerMemfdError::TooSmall => TlError::InvalidParam,
+                _ => TlError::Unreachable,
+            }
+        })?;
         let len = usize::try_from(locator.map_len).map_err(|_| TlError::InvalidParam)?;
-        if u64::try_from(st.st_size).map_or(true, |size| size < locator.map_len) || len == 0 {
+        if len == 0 {
             return Err(TlError::InvalidParam);
         }
         // SAFETY: a fresh shared mapping of `len` bytes of an open file that holds at least as
@@ -140,17 +112,10 @@ impl PeerRegion {
                 if remote.len != 4 && remote.len != 8 || offset % remote.len != 0 {
                     return Err(TlError::InvalidParam);
                 }
-                let old = if remote.len == 4 {
-                    // SAFETY: 4 bytes inside the mapping, 4-aligned (the mapping is page aligned
-                    // and the offset a multiple of 4); shared memory both sides access only
-                    // atomically or with copies, never through references.
-                    let word = unsafe { AtomicU32::from_ptr(target.cast()) };
-                    u64::from(atomic32(word, op, value as u32, compare as u32))
-                } else {
-                    // SAFETY: as above, 8 bytes 8-aligned.
-                    let word = unsafe { AtomicU64::from_ptr(target.cast()) };
-                    atomic64(word, op, value, compare)
-                };
+                // SAFETY: `remote.len` bytes (4 or 8) inside the mapping, aligned to their size (the
+                // mapping is page aligned and the offset a multiple of the size); both sides
+                // access shared words only atomically or with copies, never through references.
+                let old = unsafe { apply_atomic(target, op, remote.len as u8, value, compare) };
                 Ok(if fetch { old } else { 0 })
             }
         }
@@ -170,31 +135,5 @@ impl PeerRegion {
             Some(end) if end <= self.len as u64 => Ok(offset as usize),
             _ => Err(TlError::InvalidParam),
         }
-    }
-}
-
-fn atomic32(word: &AtomicU32, op: AtomicOp, value: u32, compare: u32) -> u32 {
-    match op {
-        AtomicOp::Add => word.fetch_add(value, Ordering::SeqCst),
-        AtomicOp::Swap => word.swap(value, Ordering::SeqCst),
-        AtomicOp::Cswap => match word.compare_exchange(compare, value, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(old) | Err(old) => old,
-        },
-        AtomicOp::And => word.fetch_and(value, Ordering::SeqCst),
-        AtomicOp::Or => word.fetch_or(value, Ordering::SeqCst),
-        AtomicOp::Xor => word.fetch_xor(value, Ordering::SeqCst),
-    }
-}
-
-fn atomic64(word: &AtomicU64, op: AtomicOp, value: u64, compare: u64) -> u64 {
-    match op {
-        AtomicOp::Add => word.fetch_add(value, Ordering::SeqCst),
-        AtomicOp::Swap => word.swap(value, Ordering::SeqCst),
-        AtomicOp::Cswap => match word.compare_exchange(compare, value, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(old) | Err(old) => old,
-        },
-        AtomicOp::And => word.fetch_and(value, Ordering::SeqCst),
-        AtomicOp::Or => word.fetch_or(value, Ordering::SeqCst),
-        AtomicOp::Xor => word.fetch_xor(value, Ordering::SeqCst),
     }
 }
