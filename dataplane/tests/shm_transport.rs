@@ -193,6 +193,7 @@ fn frames_of_every_size_both_ways_in_order() {
     // SAFETY: `z` outlives the call, and `send` copies it before returning (it says Done).
     let zp = unsafe { ZcopyPayload::new(z.as_ptr(), z.len(), 77) };
     assert_eq!(a.t.send(la, b"Z", Payload::Zcopy(zp)), Ok(SendOutcome::Done));
+    // SAFETY: as above.
     let zp = unsafe { ZcopyPayload::new(z.as_ptr(), z.len(), 77) };
     assert_eq!(b.t.send(lb, b"Z", Payload::Zcopy(zp)), Ok(SendOutcome::Done));
     expect.push([&b"Z"[..], &z].concat());

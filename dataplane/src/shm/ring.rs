@@ -757,22 +757,25 @@ mod tests {
             // SAFETY: inside the area's data part, 64-aligned.
             unsafe { (base.add(RING_HEADER + off) as *mut u64).write(header_word(len, kind, 1)) }
         };
-        // SAFETY (every consumer below): the area outlives it.
         // A length beyond the frame limit.
+        // SAFETY: (every consumer below) the area outlives it.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         rec(0, 1500, KIND_FRAME);
         assert_eq!(c.next_record(), Err(RingError::BadLength));
         // A length running past the end of the data area.
+        // SAFETY: as above.
         let mut c = unsafe { Consumer::new(base, cap, usize::MAX) };
         rec(0, 0, KIND_FRAME);
         assert!(c.next_record().unwrap().is_some());
         rec(64, (cap - 64) as u32, KIND_FRAME);
         assert_eq!(c.next_record(), Err(RingError::BadLength));
         // An unknown kind.
+        // SAFETY: as above.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         rec(0, 1, 0xDEAD);
         assert_eq!(c.next_record(), Err(RingError::BadKind));
         // A record stamped with another lap is not there yet: no error, nothing read.
+        // SAFETY: as above.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         // SAFETY: as above.
         unsafe { (base.add(RING_HEADER) as *mut u64).write(header_word(8, KIND_FRAME, 7)) };
@@ -781,6 +784,7 @@ mod tests {
         // An unaligned tail (the shared tail is only read at start) is refused.
         // SAFETY: writes the tail word of the area.
         unsafe { (base.add(64) as *mut u64).write(13) };
+        // SAFETY: as above.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         assert_eq!(c.next_record(), Err(RingError::BadIndex));
     }
