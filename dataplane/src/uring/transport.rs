@@ -12,6 +12,7 @@ use super::buf_ring::BufRing;
 use super::framing::{self, FrameSink, PREFIX_LEN};
 use super::link::{Link, LinkState};
 use super::socket::{self, RawAddr};
+use super::sq_full::{self, SubmissionRoom};
 use crate::log_limit::LogLimit;
 use crate::transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
@@ -100,6 +101,10 @@ const SPIN_AFTER_POLLS: u64 = 256;
 /// Consecutive empty spin-mode receives after which a link goes back to the ring's receive: a
 /// link that went quiet costs no system call per poll for long.
 const SPIN_IDLE_RECVS: u32 = 4096;
+
+/// Enters a poll makes at most to move completions the kernel held back (an overflowed
+/// completion queue) into the queue.
+const CQ_FLUSHES_PER_POLL: u32 = 8;
 
 /// A cheap identity of the calling thread (never 0).
 fn thread_token() -> u64 {
@@ -205,6 +210,38 @@ impl FrameSink for LinkEvents<'_> {
     }
 }
 
+/// The ring as `sq_full` retries a request on it.
+struct RingRoom<'r> {
+    ring: &'r mut IoUring,
+    backlog: &'r mut Vec<cqueue::Entry>,
+    entry: &'r squeue::Entry,
+    sqpoll: bool,
+}
+
+impl SubmissionRoom for RingRoom<'_> {
+    fn try_push(&mut self) -> bool {
+        // SAFETY: as in `UringTransport::push_sqe`, whose entry this is.
+        unsafe { self.ring.submission().push(self.entry) }.is_ok()
+    }
+
+    fn submit(&mut self) -> std::io::Result<usize> {
+        // Carries GETEVENTS while the completion queue overflowed, which moves the kernel's
+        // held-back completions into the room `reap` made.
+        self.ring.submit()
+    }
+
+    fn reap(&mut self) {
+        self.backlog.extend(self.ring.completion());
+    }
+
+    fn wait_for_room(&mut self) {
+        if self.sqpoll {
+            // The kernel thread frees entries as it consumes them.
+            let _ = self.ring.submitter().squeue_wait();
+        }
+    }
+}
+
 /// A transport of length-prefixed frames over TCP, with every socket operation going through
 /// one io_uring: batched submission, multishot accept and receive into provided buffers, and
 /// `SENDMSG_ZC` for large zero-copy payloads while the kernel really avoids the copy.
@@ -227,6 +264,9 @@ pub struct UringTransport {
     listeners: Vec<Option<Listener>>,
     deferred: Vec<Deferred>,
     cqes: Vec<cqueue::Entry>,
+    /// Completions moved out of the kernel's queue to make room (see `sq_full`), older than any
+    /// still in it: the next poll handles them first.
+    backlog: Vec<cqueue::Entry>,
     /// The thread that armed the multishot receives and accepts (its token).
     owner: u64,
     /// Consecutive polls by a thread other than `owner`.
@@ -301,6 +341,7 @@ impl UringTransport {
             listeners: Vec::new(),
             deferred: Vec::new(),
             cqes: Vec::with_capacity(entries as usize * 2),
+            backlog: Vec::new(),
             owner: thread_token(),
             foreign_polls: 0,
             polls: 0,
@@ -353,20 +394,22 @@ impl UringTransport {
         Ok(index)
     }
 
-    fn push_sqe(&mut self, entry: squeue::Entry) {
-        loop {
-            // SAFETY: every entry built here points only at memory owned by a link, listener or
-            // the buffer ring, which stays alive until the request's completion is reaped.
-            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
-                return;
-            }
-            if let Err(err) = self.ring.submit() {
-                tracing::warn!(%err, "io_uring submit failed while the submission queue is full");
-                if err.raw_os_error() != Some(libc::EBUSY) && err.raw_os_error() != Some(libc::EAGAIN) {
-                    return;
-                }
-            }
+    /// Queues a request. `Err` when it could not be (see `sq_full`): the request is not in the
+    /// ring, and the caller fails what it was for.
+    #[must_use = "a request that was not queued must fail what it was for"]
+    fn push_sqe(&mut self, entry: squeue::Entry) -> Result<(), TlError> {
+        // SAFETY: every entry built here points only at memory owned by a link, listener or the
+        // buffer ring, which stays alive until the request's completion is reaped.
+        if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+            return Ok(());
         }
+        let sqpoll = self.ring.params().is_setup_sqpoll();
+        let mut room = RingRoom { ring: &mut self.ring, backlog: &mut self.backlog, entry: &entry, sqpoll };
+        let pushed = sq_full::push_when_full(&mut room);
+        if let Err(err) = pushed {
+            tracing::warn!(%err, "io_uring submission queue full and not draining; request refused");
+        }
+        pushed
     }
 
     fn arm_recv(&mut self, index: usize) {
@@ -416,7 +459,13 @@ impl UringTransport {
                 opcode::Recv::new(fd, ptr, len.min(u32::MAX as usize) as u32).build()
             }
         };
-        self.push_sqe(entry.user_data(user_data(KIND_RECV, id)));
+        if let Err(err) = self.push_sqe(entry.user_data(user_data(KIND_RECV, id))) {
+            if let Some(link) = self.links[index].as_mut() {
+                link.recv_armed = false;
+                link.recv_direct = false;
+            }
+            self.kill(index, Some(err));
+        }
     }
 
     fn mark_dirty(&mut self, index: usize) {
@@ -455,7 +504,14 @@ impl UringTransport {
                     } else {
                         opcode::SendMsg::new(fd, msg).flags(libc::MSG_NOSIGNAL as u32).build()
                     };
-                    self.push_sqe(entry.user_data(user_data(KIND_SEND, id.0)));
+                    if let Err(err) = self.push_sqe(entry.user_data(user_data(KIND_SEND, id.0))) {
+                        // Not in flight: the batch is handed back, and failing the link reports
+                        // every queued send with the error.
+                        if let Some(link) = self.links[index].as_mut() {
+                            link.tx.submitted = false;
+                        }
+                        self.kill(index, Some(err));
+                    }
                     return;
                 }
                 None if link.tx.inflight_finished() => continue,
@@ -482,11 +538,16 @@ impl UringTransport {
         if !link.quiescent() {
             link.cancel_inflight = true;
             let fd = link.raw_fd();
-            self.push_sqe(
-                opcode::AsyncCancel2::new(CancelBuilder::fd(Fd(fd)).all())
-                    .build()
-                    .user_data(user_data(KIND_CANCEL, id)),
-            );
+            let cancel = opcode::AsyncCancel2::new(CancelBuilder::fd(Fd(fd)).all())
+                .build()
+                .user_data(user_data(KIND_CANCEL, id));
+            if self.push_sqe(cancel).is_err() {
+                // The shutdown above ends the link's receives and sends anyway; the reap waits
+                // for their completions instead of the cancel's.
+                if let Some(link) = self.links[index].as_mut() {
+                    link.cancel_inflight = false;
+                }
+            }
         }
         self.try_reap(index);
     }
@@ -522,10 +583,12 @@ impl UringTransport {
         self.free.push(index as u32);
     }
 
-    fn arm_accept(&mut self, lid: usize) {
-        let Some(listener) = self.listeners[lid].as_mut() else { return };
+    /// Arms the accept of listener `lid`; `Err` when the request could not be queued (the
+    /// listener then accepts nothing until armed again).
+    fn arm_accept(&mut self, lid: usize) -> Result<(), TlError> {
+        let Some(listener) = self.listeners[lid].as_mut() else { return Ok(()) };
         if listener.accept_armed {
-            return;
+            return Ok(());
         }
         listener.accept_armed = true;
         let fd = Fd(listener.fd.as_raw_fd());
@@ -535,7 +598,13 @@ impl UringTransport {
         } else {
             opcode::Accept::new(fd, std::ptr::null_mut(), std::ptr::null_mut()).flags(flags).build()
         };
-        self.push_sqe(entry.user_data(user_data(KIND_ACCEPT, lid as u32)));
+        let armed = self.push_sqe(entry.user_data(user_data(KIND_ACCEPT, lid as u32)));
+        if armed.is_err() {
+            if let Some(listener) = self.listeners[lid].as_mut() {
+                listener.accept_armed = false;
+            }
+        }
+        armed
     }
 
     fn flush_dirty(&mut self) {
@@ -585,7 +654,16 @@ impl UringTransport {
         }
         // SAFETY: only the ring indices and flags are read; no entry is popped or pushed.
         let (cq, sq) = unsafe { (self.ring.completion_shared(), self.ring.submission_shared()) };
-        cq.is_empty() && sq.is_empty() && !(COOP_TASKRUN && sq.taskrun())
+        cq.is_empty() && sq.is_empty() && !(COOP_TASKRUN && sq.taskrun()) && !self.cq_held_back()
+    }
+
+    /// The completion queue overflowed: the kernel holds completions back until an enter with
+    /// GETEVENTS (which `IoUring::submit` makes while this holds) moves them in. Also true while
+    /// the backlog holds completions moved out to make room.
+    #[inline]
+    fn cq_held_back(&self) -> bool {
+        // SAFETY: only the flags word is read; no entry is pushed through this shared view.
+        !self.backlog.is_empty() || unsafe { self.ring.submission_shared() }.cq_overflow()
     }
 
     /// One non-blocking receive on every link in spin mode; links that left it drop off the list.
@@ -699,7 +777,7 @@ impl UringTransport {
 
     fn submit(&mut self) {
         let pending = !self.ring.submission().is_empty();
-        if pending || self.taskrun_pending() {
+        if pending || self.taskrun_pending() || self.cq_held_back() {
             if let Err(err) = self.ring.submit() {
                 if err.raw_os_error() != Some(libc::EBUSY) && err.raw_os_error() != Some(libc::EINTR) {
                     tracing::warn!(%err, "io_uring submit failed");
@@ -759,7 +837,9 @@ impl UringTransport {
                     listener.multishot = false;
                 }
                 if !matches!(-res, libc::EBADF | libc::ENOTSOCK) {
-                    self.arm_accept(lid);
+                    if let Err(err) = self.arm_accept(lid) {
+                        tracing::error!(%err, lid, "could not re-arm a listener's accept; it accepts no more");
+                    }
                 }
             }
         }
@@ -895,11 +975,14 @@ impl UringTransport {
                             };
                         if cancel && more {
                             let ud = user_data(KIND_RECV, id.0);
-                            self.push_sqe(
-                                opcode::AsyncCancel::new(ud)
-                                    .build()
-                                    .user_data(user_data(KIND_QUIET_CANCEL, 0)),
-                            );
+                            let quiet = user_data(KIND_QUIET_CANCEL, 0);
+                            if self.push_sqe(opcode::AsyncCancel::new(ud).build().user_data(quiet)).is_err() {
+                                // The multishot receive goes on; the switch is tried again on
+                                // its next completion.
+                                let link = self.links[index].as_mut().expect("index is live");
+                                link.want_bulk = false;
+                                link.want_spin = false;
+                            }
                         }
                         fed
                     }
@@ -974,11 +1057,16 @@ impl UringTransport {
         let addr_len = link.remote.len;
         let index = self.insert_link(link)?;
         let id = self.link_id(index);
-        self.push_sqe(
-            opcode::Connect::new(Fd(raw_fd), addr_ptr, addr_len)
-                .build()
-                .user_data(user_data(KIND_CONNECT, id.0)),
-        );
+        let connect = opcode::Connect::new(Fd(raw_fd), addr_ptr, addr_len)
+            .build()
+            .user_data(user_data(KIND_CONNECT, id.0));
+        if let Err(err) = self.push_sqe(connect) {
+            // Never reported: the caller gets the error instead of a link id.
+            self.links[index as usize] = None;
+            self.gens[index as usize] = (self.gens[index as usize] + 1) & GEN_MASK;
+            self.free.push(index);
+            return Err(err);
+        }
         Ok(id)
     }
 
@@ -996,17 +1084,20 @@ impl UringTransport {
             let Some(link) = self.links[index].as_ref() else { continue };
             if link.recv_armed && link.state == LinkState::Open {
                 let ud = user_data(KIND_RECV, self.link_id(index as u32).0);
-                self.push_sqe(
-                    opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_QUIET_CANCEL, 0)),
-                );
+                let cancel = opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_QUIET_CANCEL, 0));
+                if self.push_sqe(cancel).is_err() {
+                    // The receive stays with the thread that armed it: slower, still correct.
+                    return;
+                }
             }
         }
         for lid in 0..self.listeners.len() {
             if matches!(&self.listeners[lid], Some(l) if l.accept_armed) {
                 let ud = user_data(KIND_ACCEPT, lid as u32);
-                self.push_sqe(
-                    opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_QUIET_CANCEL, 0)),
-                );
+                let cancel = opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_QUIET_CANCEL, 0));
+                if self.push_sqe(cancel).is_err() {
+                    return;
+                }
             }
         }
     }
@@ -1169,7 +1260,10 @@ impl Transport for UringTransport {
         let bound = socket::local_addr(fd.as_raw_fd()).ok_or(TlError::InvalidParam)?;
         let lid = self.listeners.len();
         self.listeners.push(Some(Listener { fd, multishot: true, accept_armed: false }));
-        self.arm_accept(lid);
+        if let Err(err) = self.arm_accept(lid) {
+            self.listeners[lid] = None;
+            return Err(err);
+        }
         Ok((ListenerId(lid as u32), bound))
     }
 
@@ -1180,9 +1274,10 @@ impl Transport for UringTransport {
         socket::shutdown(l.fd.as_raw_fd(), libc::SHUT_RDWR);
         if l.accept_armed {
             let ud = user_data(KIND_ACCEPT, lid as u32);
-            self.push_sqe(
-                opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_LISTENER_CANCEL, lid as u32)),
-            );
+            let cancel =
+                opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_LISTENER_CANCEL, lid as u32));
+            // Without the cancel the shut-down socket ends the accept by itself.
+            let _ = self.push_sqe(cancel);
         }
         self.listeners[lid] = None;
     }
@@ -1278,10 +1373,30 @@ impl Transport for UringTransport {
         self.submit();
         count += self.flush_deferred(sink);
         let mut cqes = std::mem::take(&mut self.cqes);
+        // Enters that moved held-back completions in, this poll: a few per poll, the next poll
+        // takes the rest (the overflow flag keeps the transport from looking idle).
+        let mut flushes = 0;
         loop {
             cqes.clear();
-            cqes.extend(self.ring.completion().take(cqes.capacity().max(64)));
+            if self.backlog.is_empty() {
+                cqes.extend(self.ring.completion().take(cqes.capacity().max(64)));
+            } else {
+                // Moved out of the kernel's queue while it was full: older than what it holds.
+                std::mem::swap(&mut cqes, &mut self.backlog);
+            }
             if cqes.is_empty() {
+                // SAFETY: only the flags word is read.
+                if flushes < CQ_FLUSHES_PER_POLL && unsafe { self.ring.submission_shared() }.cq_overflow() {
+                    flushes += 1;
+                    // Completions held back by the kernel: this enter moves them into the queue
+                    // just emptied (it carries GETEVENTS while the overflow flag is set).
+                    match self.ring.submit() {
+                        Ok(_) => continue,
+                        Err(err) => {
+                            tracing::warn!(%err, "io_uring enter to flush overflowed completions failed")
+                        }
+                    }
+                }
                 break;
             }
             for cqe in &cqes {
@@ -1338,6 +1453,7 @@ impl Transport for UringTransport {
         cq_ready
             || sq_pending
             || self.taskrun_pending()
+            || self.cq_held_back()
             || !self.deferred.is_empty()
             || !self.dirty.is_empty()
     }
