@@ -102,10 +102,6 @@ const SPIN_AFTER_POLLS: u64 = 256;
 /// link that went quiet costs no system call per poll for long.
 const SPIN_IDLE_RECVS: u32 = 4096;
 
-/// Enters a poll makes at most to move completions the kernel held back (an overflowed
-/// completion queue) into the queue.
-const CQ_FLUSHES_PER_POLL: u32 = 8;
-
 /// A cheap identity of the calling thread (never 0).
 fn thread_token() -> u64 {
     use std::cell::Cell;
@@ -175,10 +171,28 @@ struct Listener {
 #[derive(Debug)]
 enum Deferred {
     Connected(LinkId),
-    Accepted { listener: ListenerId, link: LinkId, peer: SocketAddr },
-    SendDone { link: LinkId, token: u64, result: Result<(), TlError> },
-    PlaceDone { link: LinkId, token: u64, result: Result<(), TlError> },
-    LinkFailed { link: LinkId, error: TlError },
+    Accepted {
+        listener: ListenerId,
+        link: LinkId,
+        peer: SocketAddr,
+    },
+    SendDone {
+        link: LinkId,
+        token: u64,
+        result: Result<(), TlError>,
+    },
+    PlaceDone {
+        link: LinkId,
+        token: u64,
+        result: Result<(), TlError>,
+    },
+    LinkFailed {
+        link: LinkId,
+        error: TlError,
+    },
+    /// No event: completions wait in the backlog. It keeps the transport from looking idle
+    /// (`is_idle`), so the next poll handles them, at no cost to the idle check.
+    BacklogWaiting,
 }
 
 /// Turns what the frame parsers find on one link into transport events.
@@ -406,6 +420,9 @@ impl UringTransport {
         let sqpoll = self.ring.params().is_setup_sqpoll();
         let mut room = RingRoom { ring: &mut self.ring, backlog: &mut self.backlog, entry: &entry, sqpoll };
         let pushed = sq_full::push_when_full(&mut room);
+        if !self.backlog.is_empty() {
+            self.deferred.push(Deferred::BacklogWaiting);
+        }
         if let Err(err) = pushed {
             tracing::warn!(%err, "io_uring submission queue full and not draining; request refused");
         }
@@ -632,7 +649,7 @@ impl UringTransport {
 
     #[inline(never)]
     fn drain_deferred(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
-        let n = self.deferred.len();
+        let mut n = 0;
         for ev in self.deferred.drain(..) {
             sink(match ev {
                 Deferred::Connected(link) => TlEvent::Connected { link },
@@ -640,7 +657,9 @@ impl UringTransport {
                 Deferred::SendDone { link, token, result } => TlEvent::SendDone { link, token, result },
                 Deferred::PlaceDone { link, token, result } => TlEvent::PlaceDone { link, token, result },
                 Deferred::LinkFailed { link, error } => TlEvent::LinkFailed { link, error },
+                Deferred::BacklogWaiting => continue,
             });
+            n += 1;
         }
         n
     }
@@ -649,12 +668,16 @@ impl UringTransport {
     /// task work waiting in the kernel.
     #[inline]
     fn is_idle(&self) -> bool {
+        // A backlog of completions comes with a deferred marker (see `Deferred::BacklogWaiting`).
         if !self.dirty.is_empty() || !self.deferred.is_empty() || !self.spinning.is_empty() {
             return false;
         }
+        // No look at the overflow flag: the kernel holds completions back only while the queue
+        // is full, so it is not empty until a poll takes them, and the poll then flushes the
+        // held-back ones before it stops.
         // SAFETY: only the ring indices and flags are read; no entry is popped or pushed.
         let (cq, sq) = unsafe { (self.ring.completion_shared(), self.ring.submission_shared()) };
-        cq.is_empty() && sq.is_empty() && !(COOP_TASKRUN && sq.taskrun()) && !self.cq_held_back()
+        cq.is_empty() && sq.is_empty() && !(COOP_TASKRUN && sq.taskrun())
     }
 
     /// The completion queue overflowed: the kernel holds completions back until an enter with
@@ -1373,9 +1396,9 @@ impl Transport for UringTransport {
         self.submit();
         count += self.flush_deferred(sink);
         let mut cqes = std::mem::take(&mut self.cqes);
-        // Enters that moved held-back completions in, this poll: a few per poll, the next poll
-        // takes the rest (the overflow flag keeps the transport from looking idle).
-        let mut flushes = 0;
+        // The last round was an enter that moved held-back completions in: one that brings
+        // none ends the loop.
+        let mut flushed = false;
         loop {
             cqes.clear();
             if self.backlog.is_empty() {
@@ -1386,8 +1409,8 @@ impl Transport for UringTransport {
             }
             if cqes.is_empty() {
                 // SAFETY: only the flags word is read.
-                if flushes < CQ_FLUSHES_PER_POLL && unsafe { self.ring.submission_shared() }.cq_overflow() {
-                    flushes += 1;
+                if !flushed && unsafe { self.ring.submission_shared() }.cq_overflow() {
+                    flushed = true;
                     // Completions held back by the kernel: this enter moves them into the queue
                     // just emptied (it carries GETEVENTS while the overflow flag is set).
                     match self.ring.submit() {
@@ -1399,6 +1422,7 @@ impl Transport for UringTransport {
                 }
                 break;
             }
+            flushed = false;
             for cqe in &cqes {
                 self.handle(cqe, sink, &mut count);
             }
