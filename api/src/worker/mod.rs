@@ -621,7 +621,6 @@ impl WorkerShared {
 
     /// The message this call's poll lent to its handler (`slot` taken), marked in use: until the
     /// handler returns, no other call may end the loan. Call with the lock held.
-    #[cold]
     fn take_lent(&self, slot: &LendSlot, st: &State) -> Option<am_lent::LentAm> {
         self.lent_in_use.take(slot, &st.lent)
     }
@@ -639,7 +638,7 @@ impl WorkerShared {
     }
 
     /// Ends the loan of the worker's lent message (see [`am_lent`]) unless its handler may still
-    /// be reading it; true when ended.
+    /// be reading it; true when ended. Not cold: every lent active message ends its loan here.
     fn end_loan(&self, core: &mut Core) -> bool {
         let Ok(lent) = self.lent_in_use.take_back(&mut core.st.lent) else { return false };
         if let Some(lent) = lent {
