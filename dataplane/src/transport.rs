@@ -411,17 +411,22 @@ pub trait Transport: Send {
         self.poll(sink)
     }
 
-    /// Hands one frame waiting on a link of this transport to `take`, without the general poll:
-    /// for a worker whose doorbell rang while the transport was quiet (see [`crate::doorbell`]),
-    /// so a message on its own costs a read of its ring and its handling. The frame is offered
-    /// through `lend` as [`Transport::poll_lending`] offers it; untaken, it is gone from its link
-    /// (and its space given back) when `take` returns. True when a frame was handed over. False
-    /// when none waits, and whenever a link needs more than a read (a loan, a placement, a queue,
-    /// a failure or close to report) or the transport has events of its own: the caller then
-    /// polls as usual. Only the frame at the head of a link is handed over, so order holds.
-    /// Default: never hands one over.
-    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]), lend: &crate::LendSlot) -> bool {
-        let _ = (take, lend);
+    /// Hands the frame waiting on link `rung` to `take`, without the general poll: for a worker
+    /// whose doorbell for that link rang while the transport was quiet (see
+    /// [`crate::doorbell`]), so a message on its own costs a read of its ring and its handling.
+    /// The frame is offered through `lend` as [`Transport::poll_lending`] offers it; untaken, it
+    /// is gone from its link (and its space given back) when `take` returns. True when a frame
+    /// was handed over. False when none waits, when the link is gone or needs more than a read
+    /// (a loan, a placement, a queue, a failure or close to report), or when the transport has
+    /// events of its own: the caller then polls as usual. Only the frame at the head of the link
+    /// is handed over, so order holds. Default: never hands one over.
+    fn take_rung_frame(
+        &mut self,
+        rung: LinkId,
+        take: &mut dyn FnMut(LinkId, &[u8]),
+        lend: &crate::LendSlot,
+    ) -> bool {
+        let _ = (rung, take, lend);
         false
     }
 

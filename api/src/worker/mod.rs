@@ -441,7 +441,7 @@ impl WorkerShared {
     pub(crate) fn progress(self: &Arc<Self>) -> usize {
         match self.quiet.check() {
             quiet::Check::Skip => 0,
-            quiet::Check::Doorbell => self.rung_progress(),
+            quiet::Check::Doorbell(link) => self.rung_progress(link),
             check => self.full_progress(check),
         }
     }
@@ -490,7 +490,7 @@ impl WorkerShared {
                 let Core { tl, st } = core;
                 let mut sink = |event: zcx_dataplane::TlEvent<'_>| dispatch::on_event(st, event, lend);
                 match (check, lend) {
-                    (quiet::Check::Doorbell, _) => tl.poll_rung(&mut sink, lend),
+                    (quiet::Check::Doorbell(_), _) => tl.poll_rung(&mut sink, lend),
                     (_, Some(lend)) => tl.poll_lending(&mut sink, lend),
                     (_, None) => tl.poll(&mut sink),
                 };
@@ -516,7 +516,7 @@ impl WorkerShared {
                         core.tick(Instant::now());
                     }
                 }
-                quiet::Check::Doorbell | quiet::Check::Skip => {}
+                quiet::Check::Doorbell(_) | quiet::Check::Skip => {}
             }
             let events = core.st.events;
             // Its handler runs below, after the lock is released.

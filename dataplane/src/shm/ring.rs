@@ -503,7 +503,8 @@ impl Consumer {
     /// (for [`Consumer::consume_peeked`]). Reads without consuming: `None` for an empty ring and
     /// for anything [`Consumer::next_record`] must look at (padding, other kinds, a bad index or
     /// length), which then reports it as usual.
-    #[inline]
+    // Always inlined: it is most of a rung take, whose caller it would otherwise cost a call.
+    #[inline(always)]
     pub fn peek_frame(&self) -> Option<(&[u8], usize)> {
         let word = self.current(Ordering::Acquire).ok()??;
         let cap = self.mem.capacity;

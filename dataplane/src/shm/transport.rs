@@ -1128,42 +1128,51 @@ impl Transport for ShmTransport {
         self.poll_offering(sink, Some(lend))
     }
 
-    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]), lend: &LendSlot) -> bool {
+    fn take_rung_frame(
+        &mut self,
+        rung: LinkId,
+        take: &mut dyn FnMut(LinkId, &[u8]),
+        lend: &LendSlot,
+    ) -> bool {
         // Connections to report go first, and only the general poll reports them.
         if !self.deferred.is_empty() {
             return false;
         }
-        for index in 0..self.links.len() {
-            let id = self.link_id(index as u32);
-            let Some(link) = self.links[index].as_deref_mut() else { continue };
-            // A link with more to do than a read (a loan, a placement, a queue, a failure or
-            // close to report) is the general poll's.
-            if link.lent
-                || link.placing.is_some()
-                || !link.queue.is_empty()
-                || link.broken.is_some()
-                || link.peer_gone
-                || link.local_close.is_some()
-            {
-                return false;
-            }
-            link.rx.awake();
-            // Empty, or a record that is not a frame (padding, a placement's): the next link.
-            // What is left here is read by the general poll the caller's next call makes.
-            let Some((bytes, room)) = link.rx.peek_frame() else { continue };
-            let offered = lend.offer();
-            take(id, bytes);
-            link.rx.consume_peeked(room);
-            if offered && lend.settle() {
-                // Taken past the call, as `poll_rx` lends: unreleased until the loan ends.
-                link.lent = true;
-                link.rx_streak = true;
-            } else {
-                link.rx.release();
-            }
-            return true;
+        // A link gone since its doorbell was handed out is the general poll's to tell. (One
+        // lookup: this is the whole cost of finding the link.)
+        let index = (rung.0 & INDEX_MASK) as usize;
+        let (Some(Some(link)), Some(&gen)) = (self.links.get_mut(index), self.gens.get(index)) else {
+            return false;
+        };
+        if gen != rung.0 >> INDEX_BITS {
+            return false;
         }
-        false
+        // A link with more to do than a read (a loan, a placement, a queue, a failure or close
+        // to report) is the general poll's.
+        if link.lent
+            || link.placing.is_some()
+            || !link.queue.is_empty()
+            || link.broken.is_some()
+            || link.peer_gone
+            || link.local_close.is_some()
+        {
+            return false;
+        }
+        link.rx.awake();
+        // Empty (a false ring, or taken by another call since), or a record that is not a frame
+        // (padding, a placement's): the general poll the caller makes next reads it.
+        let Some((bytes, room)) = link.rx.peek_frame() else { return false };
+        let offered = lend.offer();
+        take(rung, bytes);
+        link.rx.consume_peeked(room);
+        if offered && lend.settle() {
+            // Taken past the call, as `poll_rx` lends: unreleased until the loan ends.
+            link.lent = true;
+            link.rx_streak = true;
+        } else {
+            link.rx.release();
+        }
+        true
     }
 
     fn end_lend(&mut self, link: LinkId) {
@@ -1197,11 +1206,13 @@ impl Transport for ShmTransport {
     }
 
     fn doorbells(&self, out: &mut Vec<Doorbell>) {
-        for link in self.links.iter().flatten() {
+        for (index, link) in self.links.iter().enumerate() {
+            let Some(link) = link else { continue };
+            let id = self.link_id(index as u32);
             let keep: Arc<dyn Send + Sync> = link.segment.clone();
             // SAFETY: our receive ring lies in the segment's mapping, which `keep` keeps mapped.
             out.push(unsafe {
-                Doorbell::new(link.segment.ring_base(link.rx_ring), link.segment.capacity(), keep)
+                Doorbell::new(link.segment.ring_base(link.rx_ring), link.segment.capacity(), id, keep)
             });
         }
     }
