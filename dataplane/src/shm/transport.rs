@@ -18,6 +18,7 @@ use super::ring::{
 use super::segment::Segment;
 use crate::doorbell::Doorbell;
 use crate::lend::LendSlot;
+use crate::proto::peer_bytes;
 use crate::transport::{
     Caps, ConnectTarget, LinkId, ListenerId, Payload, PlaceTarget, Placement, SendOutcome, TlError, TlEvent,
     Transport,
@@ -906,11 +907,11 @@ fn other_record(
 ) -> Result<(), TlError> {
     match kind {
         KIND_PLACED => {
-            if bytes.len() < PLACED_PREFIX || peer_gone {
-                return Err(TlError::ConnectionReset);
-            }
-            let remote = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
-            let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+            // The descriptor lies in the peer's ring: read once, checked and used from the copy.
+            let prefix = peer_bytes::head::<PLACED_PREFIX>(bytes).filter(|_| !peer_gone);
+            let Some(prefix) = prefix else { return Err(TlError::ConnectionReset) };
+            let remote = u64::from_le_bytes(*prefix[0..].first_chunk::<8>().expect("16 bytes"));
+            let len = u64::from_le_bytes(*prefix[8..].first_chunk::<8>().expect("16 bytes"));
             let len = usize::try_from(len).map_err(|_| TlError::ConnectionReset)?;
             if len > isize::MAX as usize || remote.checked_add(len as u64).is_none() {
                 return Err(TlError::ConnectionReset);
@@ -921,11 +922,10 @@ fn other_record(
             *placing = Some(Placing { remote, len, done: 0, cookie: remote, dest: dest.take() });
         }
         KIND_PLACE_DONE => {
-            if bytes.len() != DONE_LEN {
-                return Err(TlError::ConnectionReset);
-            }
-            let cookie = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
-            let status = i32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+            let done = peer_bytes::head::<DONE_LEN>(bytes).filter(|_| bytes.len() == DONE_LEN);
+            let Some(done) = done else { return Err(TlError::ConnectionReset) };
+            let cookie = u64::from_le_bytes(*done[0..].first_chunk::<8>().expect("12 bytes"));
+            let status = i32::from_le_bytes(*done[8..].first_chunk::<4>().expect("12 bytes"));
             // Placements complete in order: the release must name the oldest one.
             match inflight.front() {
                 Some(front) if front.range().0 == cookie => {}
