@@ -281,6 +281,8 @@ pub struct UringTransport {
     /// Completions moved out of the kernel's queue to make room (see `sq_full`), older than any
     /// still in it: the next poll handles them first.
     backlog: Vec<cqueue::Entry>,
+    /// Entries of the completion queue (as the kernel sized it).
+    cq_entries: usize,
     /// The thread that armed the multishot receives and accepts (its token).
     owner: u64,
     /// Consecutive polls by a thread other than `owner`.
@@ -297,6 +299,7 @@ impl UringTransport {
     pub fn new(cfg: &UringConfig) -> Result<UringTransport, TlError> {
         let entries = cfg.ring_entries.clamp(8, 32768);
         let ring = build_ring(entries, cfg.sqpoll)?;
+        let cq_entries = ring.params().cq_entries() as usize;
         let mut probe = Probe::new();
         let probed = ring.submitter().register_probe(&mut probe).is_ok();
         let zc_supported = probed && probe.is_supported(opcode::SendMsgZc::CODE);
@@ -356,6 +359,7 @@ impl UringTransport {
             deferred: Vec::new(),
             cqes: Vec::with_capacity(entries as usize * 2),
             backlog: Vec::new(),
+            cq_entries,
             owner: thread_token(),
             foreign_polls: 0,
             polls: 0,
@@ -673,8 +677,8 @@ impl UringTransport {
             return false;
         }
         // No look at the overflow flag: the kernel holds completions back only while the queue
-        // is full, so it is not empty until a poll takes them, and the poll then flushes the
-        // held-back ones before it stops.
+        // is full, so it is not empty until a poll takes them, in a batch large enough for the
+        // poll to flush the held-back ones too.
         // SAFETY: only the ring indices and flags are read; no entry is popped or pushed.
         let (cq, sq) = unsafe { (self.ring.completion_shared(), self.ring.submission_shared()) };
         cq.is_empty() && sq.is_empty() && !(COOP_TASKRUN && sq.taskrun())
@@ -683,10 +687,30 @@ impl UringTransport {
     /// The completion queue overflowed: the kernel holds completions back until an enter with
     /// GETEVENTS (which `IoUring::submit` makes while this holds) moves them in. Also true while
     /// the backlog holds completions moved out to make room.
-    #[inline]
     fn cq_held_back(&self) -> bool {
         // SAFETY: only the flags word is read; no entry is pushed through this shared view.
         !self.backlog.is_empty() || unsafe { self.ring.submission_shared() }.cq_overflow()
+    }
+
+    /// Completions held back from the poll's loop: those moved to the backlog to make room (older
+    /// than any in the queue, so handled first), then those the kernel held back when the queue
+    /// overflowed, which an enter moves into the queue for the loop to take.
+    #[cold]
+    #[inline(never)]
+    fn handle_held_back(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), count: &mut usize) {
+        while !self.backlog.is_empty() {
+            let batch = std::mem::take(&mut self.backlog);
+            for cqe in &batch {
+                self.handle(cqe, sink, count);
+            }
+        }
+        // SAFETY: only the flags word is read; no entry is pushed through this shared view.
+        if unsafe { self.ring.submission_shared() }.cq_overflow() {
+            // It carries GETEVENTS while the overflow flag is set.
+            if let Err(err) = self.ring.submit() {
+                tracing::warn!(%err, "io_uring enter to flush overflowed completions failed");
+            }
+        }
     }
 
     /// One non-blocking receive on every link in spin mode; links that left it drop off the list.
@@ -800,7 +824,7 @@ impl UringTransport {
 
     fn submit(&mut self) {
         let pending = !self.ring.submission().is_empty();
-        if pending || self.taskrun_pending() || self.cq_held_back() {
+        if pending || self.taskrun_pending() {
             if let Err(err) = self.ring.submit() {
                 if err.raw_os_error() != Some(libc::EBUSY) && err.raw_os_error() != Some(libc::EINTR) {
                     tracing::warn!(%err, "io_uring submit failed");
@@ -1396,35 +1420,23 @@ impl Transport for UringTransport {
         self.submit();
         count += self.flush_deferred(sink);
         let mut cqes = std::mem::take(&mut self.cqes);
-        // The last round was an enter that moved held-back completions in: one that brings
-        // none ends the loop.
-        let mut flushed = false;
+        if !self.backlog.is_empty() {
+            self.handle_held_back(sink, &mut count);
+        }
         loop {
             cqes.clear();
-            if self.backlog.is_empty() {
-                cqes.extend(self.ring.completion().take(cqes.capacity().max(64)));
-            } else {
-                // Moved out of the kernel's queue while it was full: older than what it holds.
-                std::mem::swap(&mut cqes, &mut self.backlog);
-            }
+            cqes.extend(self.ring.completion().take(cqes.capacity().max(self.cq_entries)));
             if cqes.is_empty() {
-                // SAFETY: only the flags word is read.
-                if !flushed && unsafe { self.ring.submission_shared() }.cq_overflow() {
-                    flushed = true;
-                    // Completions held back by the kernel: this enter moves them into the queue
-                    // just emptied (it carries GETEVENTS while the overflow flag is set).
-                    match self.ring.submit() {
-                        Ok(_) => continue,
-                        Err(err) => {
-                            tracing::warn!(%err, "io_uring enter to flush overflowed completions failed")
-                        }
-                    }
-                }
                 break;
             }
-            flushed = false;
             for cqe in &cqes {
                 self.handle(cqe, sink, &mut count);
+            }
+            // A batch of half the queue or more: the kernel may have found it full, and held
+            // completions back. (Overflowing a queue found less than half full would take half a
+            // queue of completions posted while one batch was being taken.)
+            if cqes.len() >= self.cq_entries / 2 || !self.backlog.is_empty() {
+                self.handle_held_back(sink, &mut count);
             }
         }
         self.cqes = cqes;
