@@ -108,7 +108,7 @@ run_miri() {
     # one lap and as plain payload on another, which its store buffers mishandle. The data-race
     # detector and the aliasing and bounds checks stay on.
     MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-disable-weak-memory-emulation" \
-        cargo +nightly miri test --locked -p zcx-dataplane --lib -- shm::ring lend::
+        cargo +nightly miri test --locked -p zcx-dataplane --lib -- shm::ring lend:: proto::peer_bytes
     # The request cell and the lent-message gate, with weak-memory emulation on (it runs there).
     # Only these: the rest of zcx's unit tests make workers, which need io_uring, memfd and
     # eventfd; the two request tests that do are ignored under Miri.

@@ -602,9 +602,12 @@ macro_rules! suite {
             );
             // Out of bounds: refused, at once (shared memory checks the key here) or by the target;
             // either way nothing is touched.
+            // SAFETY: `memh` maps `len` bytes at its address and is alive; nothing writes them
+            // during the copy (the put below is issued after it).
             let before = unsafe { std::slice::from_raw_parts(memh.address(), len) }.to_vec();
             let r = pair.client_ep.put(vec![1u8; 16], base + len as u64 - 8, &rkey, RequestParams::default());
             assert_eq!(r.and_then(|r| wait(&pair.both(), r)).unwrap_err(), Status::InvalidAddr);
+            // SAFETY: as above; the refused put has completed, so nothing writes the region.
             assert!(unsafe { std::slice::from_raw_parts(memh.address(), len) } == before.as_slice());
             wait(&pair.both(), pair.client_ep.flush().unwrap()).unwrap();
             wait(&pair.both(), pair.client.flush().unwrap()).unwrap();

@@ -17,7 +17,7 @@ use std::ptr::{read_unaligned, write_unaligned};
 /// `len` bytes, and the two ranges do not overlap. No alignment is required.
 #[inline(always)]
 pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY (every branch): each access lies inside `[0, len)` of its range, which the caller
+    // SAFETY: (every branch) each access lies inside `[0, len)` of its range, which the caller
     // vouches for; the unaligned forms need no alignment. Two accesses of one width may overlap
     // each other within a range, which is harmless because the ranges do not overlap each other.
     unsafe {

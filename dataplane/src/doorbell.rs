@@ -15,11 +15,15 @@
 use std::sync::Arc;
 
 use crate::shm::ring;
+use crate::transport::LinkId;
 
-/// One watched ring: rings when a record is waiting at its consumer's position.
+/// One watched ring: rings when a record is waiting at its consumer's position. It names the
+/// link whose ring it watches, so that a rung doorbell leads to that link alone
+/// ([`crate::Transport::take_rung_frame`]).
 pub struct Doorbell {
     base: *const u8,
     capacity: usize,
+    link: LinkId,
     _keep: Arc<dyn Send + Sync>,
 }
 
@@ -30,13 +34,30 @@ unsafe impl Send for Doorbell {}
 unsafe impl Sync for Doorbell {}
 
 impl Doorbell {
-    /// A doorbell on the ring at `base` of `capacity` data bytes.
+    /// A doorbell on the ring at `base` of `capacity` data bytes, the receive ring of `link`.
     ///
     /// # Safety
     /// `base..base + ring::ring_bytes(capacity)` must be a mapped, 64-byte aligned ring that
     /// stays mapped as long as `keep` lives, and `capacity` must be a valid ring capacity.
-    pub unsafe fn new(base: *const u8, capacity: usize, keep: Arc<dyn Send + Sync>) -> Doorbell {
-        Doorbell { base, capacity, _keep: keep }
+    pub unsafe fn new(
+        base: *const u8,
+        capacity: usize,
+        link: LinkId,
+        keep: Arc<dyn Send + Sync>,
+    ) -> Doorbell {
+        Doorbell { base, capacity, link, _keep: keep }
+    }
+
+    /// The link whose ring this doorbell watches, as the transport that gave it names it.
+    #[inline]
+    pub fn link(&self) -> LinkId {
+        self.link
+    }
+
+    /// Names the link as a transport that contains the giving one does (see
+    /// [`crate::TransportSet`]).
+    pub(crate) fn rename_link(&mut self, link: LinkId) {
+        self.link = link;
     }
 
     /// True when a record may be waiting (a false positive is possible, never a fault).
@@ -49,6 +70,6 @@ impl Doorbell {
 
 impl std::fmt::Debug for Doorbell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Doorbell").field("capacity", &self.capacity).finish()
+        f.debug_struct("Doorbell").field("capacity", &self.capacity).field("link", &self.link).finish()
     }
 }

@@ -15,6 +15,10 @@
 //!    link. Everything else on the transport (other links, sends on this one) goes on.
 //!
 //! One slot lends at most one frame per poll; the worker has at most one loan out at a time.
+//!
+//! A lent frame is the peer's memory for all that time: the peer can still write it. Its length
+//! stays what the transport checked, but its bytes are read under the rule of
+//! [`crate::TlEvent::Frame`]: control values copied once, the rest only copied out.
 
 use std::cell::Cell;
 

@@ -27,16 +27,17 @@ pub trait SameHostFastPath: Transport {
     /// its event (see [`crate::lend`]).
     fn poll_lending(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: &LendSlot) -> usize;
 
-    /// Hands one frame waiting on a link of this transport to `take`, without the general poll:
-    /// for a worker whose doorbell rang while the transport was quiet (see [`crate::doorbell`]),
-    /// so a message on its own costs a read of its ring and its handling. The frame is offered
-    /// through `lend` as [`SameHostFastPath::poll_lending`] offers it; untaken, it is gone from
-    /// its link (and its space given back) when `take` returns. True when a frame was handed
-    /// over. False when none waits, and whenever a link needs more than a read (a loan, a
-    /// placement, a queue, a failure or close to report) or the transport has events of its own:
-    /// the caller then polls as usual. Only the frame at the head of a link is handed over, so
-    /// order holds.
-    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]), lend: &LendSlot) -> bool;
+    /// Hands the frame waiting on link `rung` to `take`, without the general poll: for a worker
+    /// whose doorbell for that link rang while the transport was quiet (see
+    /// [`crate::doorbell`]), so a message on its own costs a read of its ring and its handling.
+    /// The frame is offered through `lend` as [`SameHostFastPath::poll_lending`] offers it;
+    /// untaken, it is gone from its link (and its space given back) when `take` returns. True
+    /// when a frame was handed over. False when none waits, when the link is gone or needs more
+    /// than a read (a loan, a placement, a queue, a failure or close to report), or when the
+    /// transport has events of its own: the caller then polls as usual. Only the frame at the
+    /// head of the link is handed over, so order holds.
+    fn take_rung_frame(&mut self, rung: LinkId, take: &mut dyn FnMut(LinkId, &[u8]), lend: &LendSlot)
+        -> bool;
 
     /// Ends the loan of the frame taken on `link` (see [`crate::lend`]): its bytes may be reused
     /// and the link is read again. Harmless for a link with no loan, or one that has since

@@ -319,6 +319,12 @@ pub enum TlEvent<'a> {
         peer: SocketAddr,
     },
     /// One whole frame arrived. The bytes are lent for this call only.
+    ///
+    /// They may lie in memory the peer can still write (a shared-memory ring): their length is
+    /// the transport's, read once and checked, but their content can change while it is read.
+    /// So a reader copies every value that decides what it does (an op code, a length, an id,
+    /// an offset) out of them once, and checks and uses only that copy
+    /// ([`crate::proto::peer_bytes`]); the rest it may only copy to where it belongs.
     Frame {
         /// The link it arrived on.
         link: LinkId,

@@ -384,26 +384,29 @@ impl SameHostFastPath for TransportSet {
         self.poll_members(u32::MAX, sink, Some(lend))
     }
 
-    /// The members' [`SameHostFastPath::take_rung_frame`], of those [`TransportSet::poll_rung`]
-    /// would poll, in order, until one hands a frame over.
-    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]), lend: &LendSlot) -> bool {
-        let belled = self.belled.get();
-        for (index, member) in self.members.iter_mut().enumerate() {
-            if belled & (1 << index) == 0 {
-                continue;
-            }
-            // Only a member with the fast paths gives doorbells, so only such a member is belled.
-            let SetMember::SameHost(tl) = member else { continue };
-            let taken = match index {
-                // Member 0's ids are the set's (see `poll_members`).
-                0 => tl.take_rung_frame(take, lend),
-                _ => tl.take_rung_frame(&mut |link, bytes| take(LinkId(global(index, link.0)), bytes), lend),
-            };
-            if taken {
-                return true;
-            }
+    /// [`SameHostFastPath::take_rung_frame`] of the member that carries `rung` (a link whose
+    /// doorbell rang, named as the set names it), if that member gave doorbells.
+    fn take_rung_frame(
+        &mut self,
+        rung: LinkId,
+        take: &mut dyn FnMut(LinkId, &[u8]),
+        lend: &LendSlot,
+    ) -> bool {
+        let (index, local) = split(rung.0);
+        if self.belled.get() & (1 << index) == 0 {
+            return false;
         }
-        false
+        // Only a member with the fast paths gives doorbells, so only such a member is belled.
+        let Some(SetMember::SameHost(tl)) = self.members.get_mut(index) else { return false };
+        match index {
+            // Member 0's ids are the set's (see `poll_members`).
+            0 => tl.take_rung_frame(rung, take, lend),
+            _ => tl.take_rung_frame(
+                LinkId(local),
+                &mut |link, bytes| take(LinkId(global(index, link.0)), bytes),
+                lend,
+            ),
+        }
     }
 
     fn end_lend(&mut self, link: LinkId) {
@@ -420,6 +423,9 @@ impl SameHostFastPath for TransportSet {
             member.doorbells(out);
             if out.len() > before {
                 belled |= 1 << index;
+            }
+            for bell in &mut out[before..] {
+                bell.rename_link(LinkId(global(index, bell.link().0)));
             }
         }
         self.belled.set(belled);
@@ -529,5 +535,41 @@ mod tests {
     #[test]
     fn an_empty_set_is_refused() {
         assert_eq!(TransportSet::new(Vec::new()).err(), Some(TlError::InvalidParam));
+    }
+
+    /// A doorbell of a member past the first names its link as the set does, and a rung take
+    /// with that id reaches the member and hands the frame over under the set's id.
+    #[test]
+    fn a_members_doorbells_and_rung_takes_use_the_sets_link_ids() {
+        use crate::{ShmConfig, ShmTransport};
+        let cfg = ShmConfig { ring_capacity: 1 << 20, ..ShmConfig::default() };
+        let shm = || SetMember::SameHost(Box::new(ShmTransport::new(&cfg).expect("shm transport")));
+        let mut peer = ShmTransport::new(&cfg).expect("shm transport");
+        let mut set = TransportSet::new(vec![shm(), shm()]).expect("set");
+        let address = peer.address().expect("address");
+        let link = set.connect_with(1, ConnectTarget::Address(&address)).expect("connect");
+        assert_eq!(member_of(link), 1);
+        let (mut accepted, mut connected) = (None, false);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while accepted.is_none() || !connected {
+            assert!(std::time::Instant::now() < deadline, "no connection");
+            peer.poll(&mut |ev| {
+                if let TlEvent::Accepted { link, .. } = ev {
+                    accepted = Some(link);
+                }
+            });
+            set.poll(&mut |ev| connected |= matches!(ev, TlEvent::Connected { link: l } if l == link));
+        }
+        peer.send(accepted.unwrap(), b"rung", Payload::None).expect("send");
+        let mut bells = Vec::new();
+        set.doorbells(&mut bells);
+        assert_eq!(bells.iter().map(|bell| bell.link()).collect::<Vec<_>>(), vec![link]);
+        assert!(bells[0].rang());
+        let mut taken = Vec::new();
+        let lend = LendSlot::new();
+        assert!(set.take_rung_frame(link, &mut |l, bytes| taken.push((l, bytes.to_vec())), &lend));
+        assert_eq!(taken, vec![(link, b"rung".to_vec())]);
+        // The same local id on member 0 is another link: nothing there.
+        assert!(!set.take_rung_frame(LinkId(split(link.0).1), &mut |_, _| panic!("member 0"), &lend));
     }
 }

@@ -260,6 +260,7 @@ fn frames_of_every_size_both_ways_in_order() {
     // SAFETY: `z` outlives the call, and `send` copies it before returning (it says Done).
     let zp = unsafe { ZcopyPayload::new(z.as_ptr(), z.len(), 77) };
     assert_eq!(a.t.send(la, b"Z", Payload::Zcopy(zp)), Ok(SendOutcome::Done));
+    // SAFETY: as above.
     let zp = unsafe { ZcopyPayload::new(z.as_ptr(), z.len(), 77) };
     assert_eq!(b.t.send(lb, b"Z", Payload::Zcopy(zp)), Ok(SendOutcome::Done));
     expect.push([&b"Z"[..], &z].concat());
@@ -298,6 +299,42 @@ fn a_poll_after_an_empty_one_takes_one_record_and_the_next_drains_the_rest() {
     assert_eq!(b.frames(lb), vec![b"x".to_vec()]);
 }
 
+/// Each doorbell names the link whose ring it watches, and `take_rung_frame` reads that link
+/// alone: a frame waiting on another link stays for its own doorbell (or the general poll), and
+/// a link gone since its doorbell was handed out hands nothing over.
+#[test]
+fn a_rung_take_reads_only_the_link_whose_doorbell_rang() {
+    let (mut a, mut b, mut c) = (Side::new(), Side::new(), Side::new());
+    let (la, lb_a) = pair(&mut a, &mut b);
+    let (lc, lb_c) = pair(&mut c, &mut b);
+    let mut bells = Vec::new();
+    b.t.doorbells(&mut bells);
+    let mut named: Vec<LinkId> = bells.iter().map(|bell| bell.link()).collect();
+    named.sort_by_key(|link| link.0);
+    let mut links = vec![lb_a, lb_c];
+    links.sort_by_key(|link| link.0);
+    assert_eq!(named, links, "one doorbell per link, naming it");
+    assert!(bells.iter().all(|bell| !bell.rang()));
+    a.t.send(la, b"from a", Payload::None).unwrap();
+    c.t.send(lc, b"from c", Payload::None).unwrap();
+    assert!(bells.iter().all(|bell| bell.rang()), "both rings hold a record");
+    let mut taken = Vec::new();
+    let take = |t: &mut ShmTransport, rung: LinkId, taken: &mut Vec<(LinkId, Vec<u8>)>| {
+        t.take_rung_frame(rung, &mut |link, bytes| taken.push((link, bytes.to_vec())), &LendSlot::new())
+    };
+    assert!(take(&mut b.t, lb_c, &mut taken));
+    assert_eq!(taken, vec![(lb_c, b"from c".to_vec())], "the rung link's frame, not the first link's");
+    assert!(!take(&mut b.t, lb_c, &mut taken), "nothing more on that link");
+    assert!(take(&mut b.t, lb_a, &mut taken));
+    assert_eq!(taken[1], (lb_a, b"from a".to_vec()));
+    // A link closed since: its old doorbell may still ring, but its id leads nowhere.
+    c.t.send(lc, b"late", Payload::None).unwrap();
+    b.t.close(lb_c, true);
+    b.poll();
+    assert!(!take(&mut b.t, lb_c, &mut taken), "a closed link handed a frame over");
+    assert_eq!(taken.len(), 2);
+}
+
 /// `take_rung_frame` hands over the frame at the head of a link and nothing past it; a frame
 /// taken through the lend slot stays unreleased, and the link closed to further takes, until its
 /// loan ends; a placement at the head is the general poll's, and so is the frame behind one in
@@ -309,6 +346,7 @@ fn a_rung_take_hands_over_the_head_frame_and_leaves_the_rest_to_the_poll() {
     let mut taken: Vec<Vec<u8>> = Vec::new();
     let take_all = |t: &mut ShmTransport, taken: &mut Vec<Vec<u8>>| {
         t.take_rung_frame(
+            lb,
             &mut |link, bytes| {
                 assert_eq!(link, lb);
                 taken.push(bytes.to_vec());
@@ -327,6 +365,7 @@ fn a_rung_take_hands_over_the_head_frame_and_leaves_the_rest_to_the_poll() {
     let lend = LendSlot::new();
     let mut lent = None;
     assert!(b.t.take_rung_frame(
+        lb,
         &mut |_, bytes| {
             assert!(lend.take(), "offered for lending");
             lent = Some((bytes.as_ptr(), bytes.to_vec()));

@@ -86,7 +86,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bindgen's output for the DPDK 22.11 headers and the zcx shim; see the crate documentation.
+// Generated code is not edited by hand (regen.sh would overwrite it), so its unsafe blocks (bindgen's
+// bitfield accessors) cannot carry SAFETY comments; `clippy::all` does not cover this restriction lint.
 #[allow(
+    clippy::undocumented_unsafe_blocks,
     non_upper_case_globals,
     non_camel_case_types,
     non_snake_case,

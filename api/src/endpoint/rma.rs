@@ -264,12 +264,14 @@ impl Endpoint {
         let (ptr, len) = (bytes.as_ptr(), bytes.len());
         match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE) {
             Some(Ok(dst)) => {
-                // SAFETY (both copies): `dst..dst + len` lies in the peer's region mapped here,
-                // which the key keeps mapped; `ptr..ptr + len` is the caller's buffer, which
-                // `SendBuf` keeps in place. The two never overlap (ours is not the peer's view).
+                // `dst..dst + len` lies in the peer's region mapped here, which the key keeps
+                // mapped; `ptr..ptr + len` is the caller's buffer, which `SendBuf` keeps in place.
+                // The two never overlap (ours is not the peer's view).
                 if len >= rkey.help_min() {
+                    // SAFETY: the two ranges above are valid and disjoint for `len` bytes.
                     unsafe { self.put_helped(ptr, dst, len, remote_addr, rkey)? };
                 } else if len > 0 {
+                    // SAFETY: as above.
                     unsafe { zcx_dataplane::copy::copy_bytes(ptr, dst, len) };
                 }
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
@@ -312,12 +314,14 @@ impl Endpoint {
         let len = bytes.len();
         match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE) {
             Some(Ok(dst)) => {
-                // SAFETY (both copies): as in `put`: `dst..dst + len` lies in the peer's region
-                // mapped here and kept mapped by the key; `bytes` is borrowed for the whole copy.
+                // As in `put`: `dst..dst + len` lies in the peer's region mapped here and kept
+                // mapped by the key; `bytes` is borrowed for the whole copy.
                 if len >= rkey.help_min() {
+                    // SAFETY: the two ranges above are valid and disjoint for `len` bytes.
                     return unsafe { self.put_helped(bytes.as_ptr(), dst, len, remote_addr, rkey) };
                 }
                 if len > 0 {
+                    // SAFETY: as above.
                     unsafe { zcx_dataplane::copy::copy_bytes(bytes.as_ptr(), dst, len) };
                 }
                 Ok(())

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use zcx_dataplane::doorbell::Doorbell;
+use zcx_dataplane::LinkId;
 
 /// Generations and set ids, unique in the process. Generation 0 is every set's first, empty
 /// content.
@@ -69,21 +70,22 @@ impl BellSet {
         }
     }
 
-    /// Whether any doorbell rang; `None` when the set could not be read without waiting (a
-    /// writer is replacing it, so a full poll is running: the caller makes one too).
+    /// The link of the first doorbell that rang (`Some(None)`: none rang); `None` when the set
+    /// could not be read without waiting (a writer is replacing it, so a full poll is running:
+    /// the caller makes one too).
     #[inline(always)]
-    pub fn any_rang(&self) -> Option<bool> {
+    pub fn rung_link(&self) -> Option<Option<LinkId>> {
         let generation = self.generation.load(Ordering::Acquire);
         if generation == 0 {
             // The first, empty set: nothing to read.
-            return Some(false);
+            return Some(None);
         }
         CACHE
             .try_with(|cache| {
                 let mut cache = cache.try_borrow_mut().ok()?;
                 // Generations past 0 are unique in the process: a match is this set as it is now.
                 match cache.entries.iter().flatten().find(|e| e.generation == generation) {
-                    Some(entry) => Some(entry.bells.iter().any(Doorbell::rang)),
+                    Some(entry) => Some(first_rung(&entry.bells)),
                     None => self.refetch(&mut cache),
                 }
             })
@@ -95,13 +97,13 @@ impl BellSet {
     /// in this set's old entry if it has one.
     #[cold]
     #[inline(never)]
-    fn refetch(&self, cache: &mut Cache) -> Option<bool> {
+    fn refetch(&self, cache: &mut Cache) -> Option<Option<LinkId>> {
         let current = self.current.try_read().ok()?;
         // Read under the lock: the writer changes both under it.
         let generation = self.generation.load(Ordering::Relaxed);
         let bells = Arc::clone(&current);
         drop(current);
-        let rang = bells.iter().any(Doorbell::rang);
+        let rang = first_rung(&bells);
         let stale = cache.entries.iter().position(|e| e.as_ref().is_some_and(|e| e.owner == self.id));
         let index = stale.unwrap_or_else(|| {
             let index = cache.next;
@@ -139,6 +141,12 @@ impl BellSet {
     }
 }
 
+/// The link of the first doorbell of `bells` that rang.
+#[inline(always)]
+fn first_rung(bells: &[Doorbell]) -> Option<LinkId> {
+    bells.iter().find(|bell| bell.rang()).map(Doorbell::link)
+}
+
 impl Drop for BellSet {
     fn drop(&mut self) {
         self.forget_here();
@@ -152,6 +160,7 @@ pub(crate) mod test_bells {
 
     use zcx_dataplane::doorbell::Doorbell;
     use zcx_dataplane::shm::ring::{ring_bytes, Producer};
+    use zcx_dataplane::LinkId;
 
     #[repr(C, align(64))]
     struct Line([u8; 64]);
@@ -159,6 +168,11 @@ pub(crate) mod test_bells {
     /// A doorbell on a fresh ring, holding one record nobody consumes when `rung` (it then rings
     /// at every look), and a weak reference to the ring's memory: gone once no doorbell keeps it.
     pub fn ring_doorbell(rung: bool) -> (Doorbell, Weak<dyn Send + Sync>) {
+        ring_doorbell_of(LinkId(0), rung)
+    }
+
+    /// [`ring_doorbell`] naming `link`.
+    pub fn ring_doorbell_of(link: LinkId, rung: bool) -> (Doorbell, Weak<dyn Send + Sync>) {
         let capacity = 4096;
         let mut lines: Vec<Line> = (0..ring_bytes(capacity) / 64).map(|_| Line([0; 64])).collect();
         let base = lines.as_mut_ptr().cast::<u8>();
@@ -171,7 +185,7 @@ pub(crate) mod test_bells {
         let keep: Arc<dyn Send + Sync> = Arc::new(lines);
         let weak = Arc::downgrade(&keep);
         // SAFETY: as above; `keep` owns the ring for the doorbell's life.
-        (unsafe { Doorbell::new(base, capacity, keep) }, weak)
+        (unsafe { Doorbell::new(base, capacity, link, keep) }, weak)
     }
 }
 
@@ -186,18 +200,18 @@ mod tests {
     #[test]
     fn a_replaced_set_lives_while_a_thread_may_read_it_and_no_longer() {
         let set = BellSet::new();
-        assert_eq!(set.any_rang(), Some(false));
+        assert_eq!(set.rung_link(), Some(None));
         let (silent, silent_ring) = ring_doorbell(false);
         set.replace(vec![silent]);
-        assert_eq!(set.any_rang(), Some(false));
+        assert_eq!(set.rung_link(), Some(None));
         let (read, replaced) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
         std::thread::scope(|s| {
             s.spawn(|| {
-                assert_eq!(set.any_rang(), Some(false));
+                assert_eq!(set.rung_link(), Some(None));
                 read.wait();
                 replaced.wait();
                 // Its cached set is stale now: it reads the new one (which rings).
-                assert_eq!(set.any_rang(), Some(true));
+                assert_eq!(set.rung_link(), Some(Some(LinkId(0))));
             });
             read.wait();
             let (rung, _) = ring_doorbell(true);
@@ -206,10 +220,10 @@ mod tests {
             replaced.wait();
         });
         assert!(silent_ring.upgrade().is_none(), "kept after every thread let go");
-        assert_eq!(set.any_rang(), Some(true));
+        assert_eq!(set.rung_link(), Some(Some(LinkId(0))));
         let (rung, rung_ring) = ring_doorbell(true);
         set.replace(vec![rung]);
-        assert_eq!(set.any_rang(), Some(true));
+        assert_eq!(set.rung_link(), Some(Some(LinkId(0))));
         drop(set);
         assert!(rung_ring.upgrade().is_none(), "a dropped set is let go by the dropping thread");
     }
@@ -226,8 +240,27 @@ mod tests {
             .collect();
         for _ in 0..3 {
             for (set, rung) in &sets {
-                assert_eq!(set.any_rang(), Some(*rung));
+                assert_eq!(set.rung_link(), Some(rung.then_some(LinkId(0))));
             }
         }
+    }
+
+    /// A rung doorbell names its link, so the rung poll goes to that link alone: the first rung
+    /// one in the set's order, past silent ones.
+    #[test]
+    fn the_rung_doorbell_names_its_link() {
+        use super::test_bells::ring_doorbell_of;
+        let set = BellSet::new();
+        let bells = vec![
+            ring_doorbell_of(LinkId(7), false).0,
+            ring_doorbell_of(LinkId(8), true).0,
+            ring_doorbell_of(LinkId(9), true).0,
+        ];
+        set.replace(bells);
+        assert_eq!(set.rung_link(), Some(Some(LinkId(8))));
+        set.replace(vec![ring_doorbell_of(LinkId(7), false).0, ring_doorbell_of(LinkId(9), true).0]);
+        assert_eq!(set.rung_link(), Some(Some(LinkId(9))));
+        set.replace(vec![ring_doorbell_of(LinkId(7), false).0]);
+        assert_eq!(set.rung_link(), Some(None));
     }
 }

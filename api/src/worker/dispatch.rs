@@ -312,7 +312,11 @@ fn protocol_violation(st: &mut State, link: LinkId) {
 }
 
 fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
-    let hello = match HandshakeWire::decode(payload) {
+    // A lent frame's bytes may still change under us (see `TlEvent::Frame`), and the handshake
+    // is decoded field by field, lengths first: decoded from a copy of ours, taken once. One
+    // handshake a connection: the allocation does not matter.
+    let payload = payload.to_vec();
+    let hello = match HandshakeWire::decode(&payload) {
         Ok(hello) => hello,
         Err(err) => {
             tracing::warn!(?link, %err, "malformed handshake; closing the link");

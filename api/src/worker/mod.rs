@@ -452,7 +452,7 @@ impl WorkerShared {
     pub(crate) fn progress(self: &Arc<Self>) -> usize {
         match self.quiet.check() {
             quiet::Check::Skip => 0,
-            quiet::Check::Doorbell => self.rung_progress(),
+            quiet::Check::Doorbell(link) => self.rung_progress(link),
             check => self.full_progress(check),
         }
     }
@@ -501,7 +501,7 @@ impl WorkerShared {
                 let Core { tl, st } = core;
                 let mut sink = |event: zcx_dataplane::TlEvent<'_>| dispatch::on_event(st, event, lend);
                 match (check, lend) {
-                    (quiet::Check::Doorbell, _) => tl.poll_rung(&mut sink, lend),
+                    (quiet::Check::Doorbell(_), _) => tl.poll_rung(&mut sink, lend),
                     (_, Some(lend)) => tl.poll_lending(&mut sink, lend),
                     (_, None) => tl.poll(&mut sink),
                 };
@@ -527,7 +527,7 @@ impl WorkerShared {
                         core.tick(Instant::now());
                     }
                 }
-                quiet::Check::Doorbell | quiet::Check::Skip => {}
+                quiet::Check::Doorbell(_) | quiet::Check::Skip => {}
             }
             let events = core.st.events;
             // Its handler runs below, after the lock is released.
@@ -633,7 +633,6 @@ impl WorkerShared {
 
     /// The message this call's poll lent to its handler (`slot` taken), marked in use: until the
     /// handler returns, no other call may end the loan. Call with the lock held.
-    #[cold]
     fn take_lent(&self, slot: &LendSlot, st: &State) -> Option<am_lent::LentAm> {
         self.lent_in_use.take(slot, &st.lent)
     }
@@ -651,7 +650,7 @@ impl WorkerShared {
     }
 
     /// Ends the loan of the worker's lent message (see [`am_lent`]) unless its handler may still
-    /// be reading it; true when ended.
+    /// be reading it; true when ended. Not cold: every lent active message ends its loan here.
     fn end_loan(&self, core: &mut Core) -> bool {
         let Ok(lent) = self.lent_in_use.take_back(&mut core.st.lent) else { return false };
         if let Some(lent) = lent {

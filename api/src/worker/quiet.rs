@@ -16,6 +16,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 
 use zcx_dataplane::doorbell::Doorbell;
+use zcx_dataplane::LinkId;
 
 use super::bell_set::BellSet;
 use super::spin_wait::SpinWait;
@@ -80,10 +81,11 @@ pub(crate) enum Check {
     Periodic,
     /// Not armed: a full poll that looks at the clock itself to decide on the timers.
     Poll,
-    /// Armed and a doorbell rang: a full poll that leaves the timers to the periodic poll. It
-    /// counts as a skipped call toward the next look at the clock, so a worker whose doorbells
-    /// ring at every call (a latency ping-pong) still gets a periodic poll every few calls.
-    Doorbell,
+    /// Armed and the doorbell of this link rang: a poll that leaves the timers to the periodic
+    /// poll, and looks first at that link. It counts as a skipped call toward the next look at
+    /// the clock, so a worker whose doorbells ring at every call (a latency ping-pong) still
+    /// gets a periodic poll every few calls.
+    Doorbell(LinkId),
 }
 
 pub(crate) struct QuietWatch {
@@ -140,12 +142,11 @@ impl QuietWatch {
             self.spin_wait.run();
         }
         // A writer replacing the doorbells means a full poll is running: do one too.
-        let Some(rang) = self.bells.any_rang() else { return Check::Poll };
+        let Some(rung) = self.bells.rung_link() else { return Check::Poll };
         self.skipped.store(skipped + 1, Ordering::Relaxed);
-        if rang {
-            Check::Doorbell
-        } else {
-            Check::Skip
+        match rung {
+            Some(link) => Check::Doorbell(link),
+            None => Check::Skip,
         }
     }
 
@@ -207,7 +208,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
             match watch.check() {
                 Check::Periodic => periodic += 1,
-                Check::Doorbell => {}
+                Check::Doorbell(_) => {}
                 other => panic!("call {call}: {other:?} with a doorbell rung"),
             }
             // The full poll left the worker quiet (and the record for the next call).

@@ -5,7 +5,8 @@
 //! ping-pong, the next request of a server loop. The general poll runs every transport that gave
 //! doorbells, each link's bookkeeping (socket checks, queues, placements, closes), the event sink
 //! and the worker's own queues and loans. Here the transport instead offers the frame at the head
-//! of a rung link's ring as it lies there (`SameHostFastPath::take_rung_frame`); the worker hands it to
+//! of the rung link's ring as it lies there (`SameHostFastPath::take_rung_frame`, given the link
+//! the doorbell names, so no other link is looked at); the worker hands it to
 //! the same dispatch the general poll uses, and the transport releases its room once it is
 //! handled.
 //!
@@ -29,7 +30,7 @@
 
 use std::sync::Arc;
 
-use zcx_dataplane::{LendSlot, SameHostFastPath as _};
+use zcx_dataplane::{LendSlot, LinkId, SameHostFastPath as _};
 
 use super::state::Core;
 use super::{dispatch, quiet, WorkerShared};
@@ -38,7 +39,7 @@ impl WorkerShared {
     /// `progress` after the quiet watch saw a doorbell ring: the rung frame handled on its own
     /// when it can be, with the general poll's tail only when it left something to run.
     #[inline(never)]
-    pub(super) fn rung_progress(self: &Arc<Self>) -> usize {
+    pub(super) fn rung_progress(self: &Arc<Self>, rung: LinkId) -> usize {
         let slot = LendSlot::new();
         let mut guard = self.lock();
         let Core { tl, st } = &mut *guard;
@@ -49,7 +50,7 @@ impl WorkerShared {
                 st.events += 1;
                 dispatch::on_frame(st, link, bytes, Some(&slot))
             };
-            if tl.take_rung_frame(&mut take, &slot) {
+            if tl.take_rung_frame(rung, &mut take, &slot) {
                 #[cfg(test)]
                 {
                     st.rung_takes += 1;
@@ -65,10 +66,10 @@ impl WorkerShared {
                     unsafe { lent.deliver(self, &self.lent_in_use) };
                     return 1;
                 }
-                return self.full_progress_locked(guard, quiet::Check::Doorbell, &slot, false);
+                return self.full_progress_locked(guard, quiet::Check::Doorbell(rung), &slot, false);
             }
         }
-        self.full_progress_locked(guard, quiet::Check::Doorbell, &slot, true)
+        self.full_progress_locked(guard, quiet::Check::Doorbell(rung), &slot, true)
     }
 }
 

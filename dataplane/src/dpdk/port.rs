@@ -154,8 +154,8 @@ mod with_dpdk {
             let name = CString::new(config.name.as_str())
                 .map_err(|_| PortError::Config(format!("port name {:?} contains a NUL", config.name)))?;
             let mut id = 0u16;
-            // SAFETY: name is a valid C string and id a valid out-pointer.
             check(
+                // SAFETY: name is a valid C string and id a valid out-pointer.
                 unsafe { sys::rte_eth_dev_get_port_by_name(name.as_ptr(), &mut id) },
                 "rte_eth_dev_get_port_by_name",
             )?;
@@ -228,23 +228,23 @@ mod with_dpdk {
             // SAFETY: valid port id; conf outlives the call.
             check(unsafe { sys::rte_eth_dev_configure(id, 1, 1, &conf) }, "rte_eth_dev_configure")?;
             let (mut nb_rx, mut nb_tx) = (desc, desc);
-            // SAFETY: valid port; the counts are read and written in place.
             check(
+                // SAFETY: valid port; the counts are read and written in place.
                 unsafe { sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut nb_rx, &mut nb_tx) },
                 "rte_eth_dev_adjust_nb_rx_tx_desc",
             )?;
             // SAFETY: valid port; SOCKET_ID_ANY (-1) cast to unsigned is DPDK's "any socket".
             let socket = unsafe { sys::rte_eth_dev_socket_id(id) } as u32;
-            // SAFETY: configured port, queue 0 exists, NULL conf means the driver's defaults; the
-            // pool outlives the port (Drop closes the port before freeing it).
             check(
+                // SAFETY: configured port, queue 0 exists, NULL conf means the driver's defaults;
+                // the pool outlives the port (Drop closes the port before freeing it).
                 unsafe {
                     sys::rte_eth_rx_queue_setup(id, 0, nb_rx, socket, std::ptr::null(), self.pool.as_ptr())
                 },
                 "rte_eth_rx_queue_setup",
             )?;
-            // SAFETY: as above, for tx queue 0.
             check(
+                // SAFETY: as above, for tx queue 0.
                 unsafe { sys::rte_eth_tx_queue_setup(id, 0, nb_tx, socket, std::ptr::null()) },
                 "rte_eth_tx_queue_setup",
             )?;

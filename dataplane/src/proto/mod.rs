@@ -5,8 +5,10 @@
 //! [`wire`] encodes and decodes the frame headers workers exchange; [`rma_exec`] is the one
 //! module that touches memory: it executes a peer's emulated put/get/atomic on registered regions
 //! after the remote-access table accepted it. [`reliable`] makes datagram links (DPDK) deliver
-//! exactly once and in order.
+//! exactly once and in order. [`peer_bytes`] is how the decoders read bytes the peer may still be
+//! writing.
 
+pub mod peer_bytes;
 pub mod reliable;
 pub mod rma_exec;
 pub mod tag_match;

@@ -16,6 +16,8 @@ use std::fmt;
 
 use zcx_control::Reader;
 
+use super::peer_bytes;
+
 /// Length of the longest encoded header ([`Op::Atomic`]); a header buffer of this size fits every
 /// op.
 pub const MAX_HEADER_LEN: usize = 60;
@@ -580,24 +582,28 @@ impl Op {
     /// Returns what [`Op::decode`] returns for such a frame when it is valid, and `None` for any
     /// other frame, valid or not (the caller then decodes it with [`Op::decode`], which reports
     /// the error): it accepts exactly the frames of these three kinds that [`Op::decode`] accepts.
+    ///
+    /// Each header field is read once (see [`peer_bytes`]); the payload is returned as a part of
+    /// `frame`.
     #[inline]
     pub fn decode_eager(frame: &[u8]) -> Option<(Op, &[u8])> {
-        match *frame.first()? {
+        use peer_bytes::{u16_at, u64_at, u8_at};
+        match u8_at(frame, 0)? {
             code::TAG_EAGER => {
-                let (head, payload) = frame.split_first_chunk::<18>()?;
-                let sync = flag_of(head[1])?;
-                let tag = u64::from_le_bytes(*head[2..].first_chunk::<8>()?);
-                let sender_req = u64::from_le_bytes(*head[10..].first_chunk::<8>()?);
+                let payload = frame.get(TAG_EAGER_HEADER_LEN..)?;
+                let sync = flag_of(u8_at(frame, 1)?)?;
+                let tag = u64_at(frame, 2)?;
+                let sender_req = u64_at(frame, 10)?;
                 if !sync && sender_req != 0 {
                     return None;
                 }
                 Some((Op::TagEager { tag, sync, sender_req }, payload))
             }
             code::AM_EAGER => {
-                let (head, payload) = frame.split_first_chunk::<6>()?;
-                let reply = flag_of(head[1])?;
-                let am_id = u16::from_le_bytes([head[2], head[3]]);
-                let header_len = u16::from_le_bytes([head[4], head[5]]);
+                let payload = frame.get(AM_EAGER_HEADER_LEN..)?;
+                let reply = flag_of(u8_at(frame, 1)?)?;
+                let am_id = u16_at(frame, 2)?;
+                let header_len = u16_at(frame, 4)?;
                 if payload.len() < usize::from(header_len) {
                     return None;
                 }
@@ -634,8 +640,13 @@ impl Op {
 
     /// Parses the header at the start of `frame` and returns it with the payload (the rest of
     /// the frame; empty for ops without payload, which refuse trailing bytes).
+    ///
+    /// The header is decoded from a copy of the frame's first [`MAX_HEADER_LEN`] bytes, taken
+    /// once (see [`peer_bytes`]); the payload is returned as a part of `frame`.
     pub fn decode(frame: &[u8]) -> Result<(Op, &[u8]), ProtoError> {
-        let mut r = HeaderReader(Reader::new(frame));
+        let copy = peer_bytes::HeaderCopy::of(frame);
+        let mut r =
+            HeaderReader { r: Reader::new(copy.bytes()), copied: copy.bytes().len(), frame_len: frame.len() };
         let op = match r.u8()? {
             code::HELLO => Op::Hello,
             code::TAG_EAGER => {
@@ -723,7 +734,7 @@ impl Op {
             code::DISCONNECT => Op::Disconnect { force: r.flag()? },
             code::KEY_CHECK => Op::KeyCheck { req: r.u64()? },
             code::PUT_HELP => {
-                let seq = r.0.u32().map_err(|_| ProtoError::Truncated)?;
+                let seq = r.r.u32().map_err(|_| ProtoError::Truncated)?;
                 let chunk_shift = r.u8()?;
                 if !crate::shm::put_help::CHUNK_SHIFTS.contains(&chunk_shift) {
                     return Err(ProtoError::BadValue("chunk_shift"));
@@ -774,7 +785,7 @@ impl Op {
             }
             unknown => return Err(ProtoError::UnknownOp(unknown)),
         };
-        let payload = r.rest();
+        let payload = &frame[r.consumed()..];
         // AmRts checked its exact payload length above.
         if !op.has_payload() && !payload.is_empty() {
             return Err(ProtoError::TrailingBytes);
@@ -824,24 +835,31 @@ impl HeaderWriter<'_> {
     }
 }
 
-/// zcx-control's checked [`Reader`] with this module's error type.
-struct HeaderReader<'a>(Reader<'a>);
+/// zcx-control's checked [`Reader`] over a header's copy, with this module's error type, and the
+/// length of the frame the copy was taken from.
+struct HeaderReader<'a> {
+    r: Reader<'a>,
+    /// Bytes in the copy.
+    copied: usize,
+    /// Bytes in the whole frame.
+    frame_len: usize,
+}
 
-impl<'a> HeaderReader<'a> {
+impl HeaderReader<'_> {
     fn u8(&mut self) -> Result<u8, ProtoError> {
-        self.0.u8().map_err(|_| ProtoError::Truncated)
+        self.r.u8().map_err(|_| ProtoError::Truncated)
     }
 
     fn u16(&mut self) -> Result<u16, ProtoError> {
-        self.0.u16().map_err(|_| ProtoError::Truncated)
+        self.r.u16().map_err(|_| ProtoError::Truncated)
     }
 
     fn u64(&mut self) -> Result<u64, ProtoError> {
-        self.0.u64().map_err(|_| ProtoError::Truncated)
+        self.r.u64().map_err(|_| ProtoError::Truncated)
     }
 
     fn key(&mut self) -> Result<[u8; 16], ProtoError> {
-        self.0.array().map_err(|_| ProtoError::Truncated)
+        self.r.array().map_err(|_| ProtoError::Truncated)
     }
 
     fn flag(&mut self) -> Result<bool, ProtoError> {
@@ -852,14 +870,14 @@ impl<'a> HeaderReader<'a> {
         }
     }
 
-    fn remaining(&self) -> usize {
-        self.0.remaining()
+    /// Bytes of the header read so far.
+    fn consumed(&self) -> usize {
+        self.copied - self.r.remaining()
     }
 
-    /// Everything not read yet.
-    fn rest(mut self) -> &'a [u8] {
-        let n = self.0.remaining();
-        self.0.bytes(n).unwrap_or_default()
+    /// Bytes of the frame after those read so far.
+    fn remaining(&self) -> usize {
+        self.frame_len - self.consumed()
     }
 }
 
@@ -868,6 +886,28 @@ mod tests {
     use super::*;
 
     const KEY: [u8; 16] = [0xA5; 16];
+
+    /// Headers are decoded from a copy; the payload returned is the frame's own bytes, right
+    /// after the header, as long as the frame says (a lent frame stays lent).
+    #[test]
+    fn payloads_are_parts_of_the_frame_not_of_the_header_copy() {
+        let payload: Vec<u8> = (0..100u8).collect();
+        let tag = Op::TagEager { tag: 9, sync: false, sender_req: 0 };
+        let am = Op::AmEager { am_id: 3, reply: false, header_len: 4 };
+        let put = Op::Put { req: 1, region: 2, key: KEY, addr: 3, len: 1000, offset: 0, ack: false };
+        for op in [tag, am, Op::Stream, put] {
+            let mut header = [0u8; MAX_HEADER_LEN];
+            let len = op.encode(&mut header);
+            let frame = [&header[..len], &payload[..]].concat();
+            let (decoded, rest) = Op::decode(&frame).expect("valid");
+            assert_eq!(decoded, op);
+            assert_eq!((rest.as_ptr(), rest.len()), (frame[len..].as_ptr(), payload.len()), "{op:?}");
+            if let Some((eager, rest)) = Op::decode_eager(&frame) {
+                assert_eq!(eager, op);
+                assert_eq!((rest.as_ptr(), rest.len()), (frame[len..].as_ptr(), payload.len()), "{op:?}");
+            }
+        }
+    }
 
     /// One op of every kind, with distinct non-zero fields and every boolean set.
     fn every_op() -> [Op; 24] {

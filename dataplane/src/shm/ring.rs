@@ -469,7 +469,11 @@ impl Consumer {
     /// lent until [`Consumer::release`]; the record counts as consumed at once.
     ///
     /// The bytes live in memory the peer can write; a well-behaved peer never writes a published
-    /// record, and a hostile one can only change what we read, not where.
+    /// record, and a hostile one can only change what we read, not where. The header word is
+    /// loaded once: the kind, the length checked against the ring and the slice's length all
+    /// come from that one load, and nothing here reads it again, so rewriting it afterwards
+    /// moves neither the slice's end nor our tail. The bytes themselves may still change: see
+    /// [`crate::TlEvent::Frame`] for how a reader treats them.
     pub fn next_record(&mut self) -> Result<Option<(u32, &[u8])>, RingError> {
         loop {
             let Some(word) = self.current(Ordering::Acquire)? else { return Ok(None) };
@@ -502,8 +506,10 @@ impl Consumer {
     /// The record at our tail when it is a well-formed frame: its bytes and the room it takes
     /// (for [`Consumer::consume_peeked`]). Reads without consuming: `None` for an empty ring and
     /// for anything [`Consumer::next_record`] must look at (padding, other kinds, a bad index or
-    /// length), which then reports it as usual.
-    #[inline]
+    /// length), which then reports it as usual. As there, the header is loaded once: the length
+    /// and room returned are the ones checked, whatever the peer writes there later.
+    // Always inlined: it is most of a rung take, whose caller it would otherwise cost a call.
+    #[inline(always)]
     pub fn peek_frame(&self) -> Option<(&[u8], usize)> {
         let word = self.current(Ordering::Acquire).ok()??;
         let cap = self.mem.capacity;
@@ -757,22 +763,25 @@ mod tests {
             // SAFETY: inside the area's data part, 64-aligned.
             unsafe { (base.add(RING_HEADER + off) as *mut u64).write(header_word(len, kind, 1)) }
         };
-        // SAFETY (every consumer below): the area outlives it.
         // A length beyond the frame limit.
+        // SAFETY: (every consumer below) the area outlives it.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         rec(0, 1500, KIND_FRAME);
         assert_eq!(c.next_record(), Err(RingError::BadLength));
         // A length running past the end of the data area.
+        // SAFETY: as above.
         let mut c = unsafe { Consumer::new(base, cap, usize::MAX) };
         rec(0, 0, KIND_FRAME);
         assert!(c.next_record().unwrap().is_some());
         rec(64, (cap - 64) as u32, KIND_FRAME);
         assert_eq!(c.next_record(), Err(RingError::BadLength));
         // An unknown kind.
+        // SAFETY: as above.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         rec(0, 1, 0xDEAD);
         assert_eq!(c.next_record(), Err(RingError::BadKind));
         // A record stamped with another lap is not there yet: no error, nothing read.
+        // SAFETY: as above.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         // SAFETY: as above.
         unsafe { (base.add(RING_HEADER) as *mut u64).write(header_word(8, KIND_FRAME, 7)) };
@@ -781,8 +790,42 @@ mod tests {
         // An unaligned tail (the shared tail is only read at start) is refused.
         // SAFETY: writes the tail word of the area.
         unsafe { (base.add(64) as *mut u64).write(13) };
+        // SAFETY: as above.
         let mut c = unsafe { Consumer::new(base, cap, 1024) };
         assert_eq!(c.next_record(), Err(RingError::BadIndex));
+    }
+
+    /// A hostile peer rewrites a record's header after the consumer read it, claiming a length
+    /// that runs far past the record: the bytes handed out keep the length that was checked
+    /// (under Miri, reading them all proves no access past the record), and the consumer's next
+    /// record is the one after the real record. Both for a peeked frame and a read record.
+    #[test]
+    fn a_length_rewritten_after_the_read_moves_neither_the_slice_nor_the_tail() {
+        let cap = 4096;
+        let mut area = Area::new(cap);
+        let base = area.base();
+        let (mut p, mut c) = pair(&mut area, cap);
+        for part in [&b"first record"[..], b"second", b"third record", b"fourth"] {
+            assert!(p.push(KIND_FRAME, &[part]).unwrap());
+        }
+        // Rewrites the header of the record at data offset `at` (first lap) as the peer could.
+        let rewrite = |at: usize| {
+            let header = base.wrapping_add(RING_HEADER + at).cast::<u64>();
+            // SAFETY: the header word of a record inside the area's data part, 64-aligned; no
+            // reference to it is alive (the bytes handed out start after it).
+            unsafe { header.write_volatile(header_word((cap - 64) as u32, KIND_FRAME, 1)) };
+        };
+        let (bytes, room) = c.peek_frame().expect("a frame waits");
+        rewrite(0);
+        assert_eq!(bytes, b"first record", "the slice kept the checked length");
+        c.consume_peeked(room);
+        let (kind, bytes) = c.next_record().unwrap().expect("the second record");
+        assert_eq!((kind, bytes), (KIND_FRAME, &b"second"[..]), "the tail moved by the checked room");
+        let (_, bytes) = c.next_record().unwrap().expect("the third record");
+        rewrite(128);
+        assert_eq!(bytes, b"third record");
+        assert_eq!(c.next_record().unwrap(), Some((KIND_FRAME, &b"fourth"[..])));
+        assert_eq!(c.next_record().unwrap(), None);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::doorbell::Doorbell;
 use crate::lend::LendSlot;
 use crate::link_table::LinkTable;
 use crate::placed_receive::PlaceTracker;
+use crate::proto::peer_bytes;
 use crate::same_host::SameHostFastPath;
 use crate::transport::{
     AtomicOps, Caps, ConnectTarget, LargePayload, LinkId, ListenerId, LocalMem, Payload, Placement,
@@ -872,11 +873,11 @@ fn other_record(
 ) -> Result<(), TlError> {
     match kind {
         KIND_PLACED => {
-            if bytes.len() < PLACED_PREFIX || peer_gone {
-                return Err(TlError::ConnectionReset);
-            }
-            let remote = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
-            let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+            // The descriptor lies in the peer's ring: read once, checked and used from the copy.
+            let prefix = peer_bytes::head::<PLACED_PREFIX>(bytes).filter(|_| !peer_gone);
+            let Some(prefix) = prefix else { return Err(TlError::ConnectionReset) };
+            let remote = u64::from_le_bytes(*prefix[0..].first_chunk::<8>().expect("16 bytes"));
+            let len = u64::from_le_bytes(*prefix[8..].first_chunk::<8>().expect("16 bytes"));
             let len = usize::try_from(len).map_err(|_| TlError::ConnectionReset)?;
             if len > isize::MAX as usize || remote.checked_add(len as u64).is_none() {
                 return Err(TlError::ConnectionReset);
@@ -891,11 +892,10 @@ fn other_record(
             *placing_from = remote;
         }
         KIND_PLACE_DONE => {
-            if bytes.len() != DONE_LEN {
-                return Err(TlError::ConnectionReset);
-            }
-            let cookie = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
-            let status = i32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+            let done = peer_bytes::head::<DONE_LEN>(bytes).filter(|_| bytes.len() == DONE_LEN);
+            let Some(done) = done else { return Err(TlError::ConnectionReset) };
+            let cookie = u64::from_le_bytes(*done[0..].first_chunk::<8>().expect("12 bytes"));
+            let status = i32::from_le_bytes(*done[8..].first_chunk::<4>().expect("12 bytes"));
             // Placements complete in order: the release must name the oldest one.
             match inflight.front() {
                 Some(front) if front.range().0 == cookie => {}
@@ -1187,42 +1187,45 @@ impl SameHostFastPath for ShmTransport {
         self.poll_offering(sink, Some(lend))
     }
 
-    fn take_rung_frame(&mut self, take: &mut dyn FnMut(LinkId, &[u8]), lend: &LendSlot) -> bool {
+    fn take_rung_frame(
+        &mut self,
+        rung: LinkId,
+        take: &mut dyn FnMut(LinkId, &[u8]),
+        lend: &LendSlot,
+    ) -> bool {
         // Connections to report go first, and only the general poll reports them.
         if !self.deferred.is_empty() {
             return false;
         }
-        for index in 0..self.links.slot_count() {
-            let id = self.link_id(index);
-            let Some(link) = self.links.at_mut(index).map(|l| &mut **l) else { continue };
-            // A link with more to do than a read (a loan, a placement, a queue, a failure or
-            // close to report) is the general poll's.
-            if link.lent
-                || link.placing.is_placing()
-                || !link.queue.is_empty()
-                || link.broken.is_some()
-                || link.peer_gone
-                || link.local_close.is_some()
-            {
-                return false;
-            }
-            link.rx.awake();
-            // Empty, or a record that is not a frame (padding, a placement's): the next link.
-            // What is left here is read by the general poll the caller's next call makes.
-            let Some((bytes, room)) = link.rx.peek_frame() else { continue };
-            let offered = lend.offer();
-            take(id, bytes);
-            link.rx.consume_peeked(room);
-            if offered && lend.settle() {
-                // Taken past the call, as `poll_rx` lends: unreleased until the loan ends.
-                link.lent = true;
-                link.rx_streak = true;
-            } else {
-                link.rx.release();
-            }
-            return true;
+        // A link gone since its doorbell was handed out is the general poll's to tell: the
+        // table's lookup (an index and a generation compare) is the whole cost of finding it.
+        let Some(link) = self.links.get_mut(rung).map(|l| &mut **l) else { return false };
+        // A link with more to do than a read (a loan, a placement, a queue, a failure or close
+        // to report) is the general poll's.
+        if link.lent
+            || link.placing.is_placing()
+            || !link.queue.is_empty()
+            || link.broken.is_some()
+            || link.peer_gone
+            || link.local_close.is_some()
+        {
+            return false;
         }
-        false
+        link.rx.awake();
+        // Empty (a false ring, or taken by another call since), or a record that is not a frame
+        // (padding, a placement's): the general poll the caller makes next reads it.
+        let Some((bytes, room)) = link.rx.peek_frame() else { return false };
+        let offered = lend.offer();
+        take(rung, bytes);
+        link.rx.consume_peeked(room);
+        if offered && lend.settle() {
+            // Taken past the call, as `poll_rx` lends: unreleased until the loan ends.
+            link.lent = true;
+            link.rx_streak = true;
+        } else {
+            link.rx.release();
+        }
+        true
     }
 
     fn end_lend(&mut self, link: LinkId) {
@@ -1237,11 +1240,11 @@ impl SameHostFastPath for ShmTransport {
     }
 
     fn doorbells(&self, out: &mut Vec<Doorbell>) {
-        for link in self.links.values() {
+        for (id, link) in self.links.iter() {
             let keep: Arc<dyn Send + Sync> = link.segment.clone();
             // SAFETY: our receive ring lies in the segment's mapping, which `keep` keeps mapped.
             out.push(unsafe {
-                Doorbell::new(link.segment.ring_base(link.rx_ring), link.segment.capacity(), keep)
+                Doorbell::new(link.segment.ring_base(link.rx_ring), link.segment.capacity(), id, keep)
             });
         }
     }

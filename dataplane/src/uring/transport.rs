@@ -12,6 +12,7 @@ use super::buf_ring::BufRing;
 use super::framing::{self, FrameSink, PREFIX_LEN};
 use super::link::{Link, LinkState};
 use super::socket::{self, RawAddr};
+use super::sq_full::{self, SubmissionRoom};
 use crate::link_table::LinkTable;
 use crate::log_limit::LogLimit;
 use crate::placed_receive::PlaceDone;
@@ -166,10 +167,28 @@ struct Listener {
 #[derive(Debug)]
 enum Deferred {
     Connected(LinkId),
-    Accepted { listener: ListenerId, link: LinkId, peer: SocketAddr },
-    SendDone { link: LinkId, token: u64, result: Result<(), TlError> },
-    PlaceDone { link: LinkId, token: u64, result: Result<(), TlError> },
-    LinkFailed { link: LinkId, error: TlError },
+    Accepted {
+        listener: ListenerId,
+        link: LinkId,
+        peer: SocketAddr,
+    },
+    SendDone {
+        link: LinkId,
+        token: u64,
+        result: Result<(), TlError>,
+    },
+    PlaceDone {
+        link: LinkId,
+        token: u64,
+        result: Result<(), TlError>,
+    },
+    LinkFailed {
+        link: LinkId,
+        error: TlError,
+    },
+    /// No event: completions wait in the backlog. It keeps the transport from looking idle
+    /// (`is_idle`), so the next poll handles them, at no cost to the idle check.
+    BacklogWaiting,
 }
 
 /// Turns what the frame parsers find on one link into transport events.
@@ -201,6 +220,38 @@ impl FrameSink for LinkEvents<'_> {
     }
 }
 
+/// The ring as `sq_full` retries a request on it.
+struct RingRoom<'r> {
+    ring: &'r mut IoUring,
+    backlog: &'r mut Vec<cqueue::Entry>,
+    entry: &'r squeue::Entry,
+    sqpoll: bool,
+}
+
+impl SubmissionRoom for RingRoom<'_> {
+    fn try_push(&mut self) -> bool {
+        // SAFETY: as in `UringTransport::push_sqe`, whose entry this is.
+        unsafe { self.ring.submission().push(self.entry) }.is_ok()
+    }
+
+    fn submit(&mut self) -> std::io::Result<usize> {
+        // Carries GETEVENTS while the completion queue overflowed, which moves the kernel's
+        // held-back completions into the room `reap` made.
+        self.ring.submit()
+    }
+
+    fn reap(&mut self) {
+        self.backlog.extend(self.ring.completion());
+    }
+
+    fn wait_for_room(&mut self) {
+        if self.sqpoll {
+            // The kernel thread frees entries as it consumes them.
+            let _ = self.ring.submitter().squeue_wait();
+        }
+    }
+}
+
 /// A transport of length-prefixed frames over TCP, with every socket operation going through
 /// one io_uring: batched submission, multishot accept and receive into provided buffers, and
 /// `SENDMSG_ZC` for large zero-copy payloads while the kernel really avoids the copy.
@@ -221,6 +272,11 @@ pub struct UringTransport {
     listeners: Vec<Option<Listener>>,
     deferred: Vec<Deferred>,
     cqes: Vec<cqueue::Entry>,
+    /// Completions moved out of the kernel's queue to make room (see `sq_full`), older than any
+    /// still in it: the next poll handles them first.
+    backlog: Vec<cqueue::Entry>,
+    /// Entries of the completion queue (as the kernel sized it).
+    cq_entries: usize,
     /// The thread that armed the multishot receives and accepts (its token).
     owner: u64,
     /// Consecutive polls by a thread other than `owner`.
@@ -237,6 +293,7 @@ impl UringTransport {
     pub fn new(cfg: &UringConfig) -> Result<UringTransport, TlError> {
         let entries = cfg.ring_entries.clamp(8, 32768);
         let ring = build_ring(entries, cfg.sqpoll)?;
+        let cq_entries = ring.params().cq_entries() as usize;
         let mut probe = Probe::new();
         let probed = ring.submitter().register_probe(&mut probe).is_ok();
         let zc_supported = probed && probe.is_supported(opcode::SendMsgZc::CODE);
@@ -293,6 +350,8 @@ impl UringTransport {
             listeners: Vec::new(),
             deferred: Vec::new(),
             cqes: Vec::with_capacity(entries as usize * 2),
+            backlog: Vec::new(),
+            cq_entries,
             owner: thread_token(),
             foreign_polls: 0,
             polls: 0,
@@ -329,20 +388,25 @@ impl UringTransport {
         Ok((id, self.index(id).expect("just inserted")))
     }
 
-    fn push_sqe(&mut self, entry: squeue::Entry) {
-        loop {
-            // SAFETY: every entry built here points only at memory owned by a link, listener or
-            // the buffer ring, which stays alive until the request's completion is reaped.
-            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
-                return;
-            }
-            if let Err(err) = self.ring.submit() {
-                tracing::warn!(%err, "io_uring submit failed while the submission queue is full");
-                if err.raw_os_error() != Some(libc::EBUSY) && err.raw_os_error() != Some(libc::EAGAIN) {
-                    return;
-                }
-            }
+    /// Queues a request. `Err` when it could not be (see `sq_full`): the request is not in the
+    /// ring, and the caller fails what it was for.
+    #[must_use = "a request that was not queued must fail what it was for"]
+    fn push_sqe(&mut self, entry: squeue::Entry) -> Result<(), TlError> {
+        // SAFETY: every entry built here points only at memory owned by a link, listener or the
+        // buffer ring, which stays alive until the request's completion is reaped.
+        if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+            return Ok(());
         }
+        let sqpoll = self.ring.params().is_setup_sqpoll();
+        let mut room = RingRoom { ring: &mut self.ring, backlog: &mut self.backlog, entry: &entry, sqpoll };
+        let pushed = sq_full::push_when_full(&mut room);
+        if !self.backlog.is_empty() {
+            self.deferred.push(Deferred::BacklogWaiting);
+        }
+        if let Err(err) = pushed {
+            tracing::warn!(%err, "io_uring submission queue full and not draining; request refused");
+        }
+        pushed
     }
 
     fn arm_recv(&mut self, index: usize) {
@@ -393,7 +457,13 @@ impl UringTransport {
                 opcode::Recv::new(fd, ptr, len.min(u32::MAX as usize) as u32).build()
             }
         };
-        self.push_sqe(entry.user_data(user_data(KIND_RECV, id)));
+        if let Err(err) = self.push_sqe(entry.user_data(user_data(KIND_RECV, id))) {
+            if let Some(link) = self.links.at_mut(index) {
+                link.recv_armed = false;
+                link.recv_direct = false;
+            }
+            self.kill(index, Some(err));
+        }
     }
 
     fn mark_dirty(&mut self, index: usize) {
@@ -432,7 +502,14 @@ impl UringTransport {
                     } else {
                         opcode::SendMsg::new(fd, msg).flags(libc::MSG_NOSIGNAL as u32).build()
                     };
-                    self.push_sqe(entry.user_data(user_data(KIND_SEND, id.0)));
+                    if let Err(err) = self.push_sqe(entry.user_data(user_data(KIND_SEND, id.0))) {
+                        // Not in flight: the batch is handed back, and failing the link reports
+                        // every queued send with the error.
+                        if let Some(link) = self.links.at_mut(index) {
+                            link.tx.submitted = false;
+                        }
+                        self.kill(index, Some(err));
+                    }
                     return;
                 }
                 None if link.tx.inflight_finished() => continue,
@@ -459,11 +536,16 @@ impl UringTransport {
         if !link.quiescent() {
             link.cancel_inflight = true;
             let fd = link.raw_fd();
-            self.push_sqe(
-                opcode::AsyncCancel2::new(CancelBuilder::fd(Fd(fd)).all())
-                    .build()
-                    .user_data(user_data(KIND_CANCEL, id)),
-            );
+            let cancel = opcode::AsyncCancel2::new(CancelBuilder::fd(Fd(fd)).all())
+                .build()
+                .user_data(user_data(KIND_CANCEL, id));
+            if self.push_sqe(cancel).is_err() {
+                // The shutdown above ends the link's receives and sends anyway; the reap waits
+                // for their completions instead of the cancel's.
+                if let Some(link) = self.links.at_mut(index) {
+                    link.cancel_inflight = false;
+                }
+            }
         }
         self.try_reap(index);
     }
@@ -497,10 +579,12 @@ impl UringTransport {
         drop(link);
     }
 
-    fn arm_accept(&mut self, lid: usize) {
-        let Some(listener) = self.listeners[lid].as_mut() else { return };
+    /// Arms the accept of listener `lid`; `Err` when the request could not be queued (the
+    /// listener then accepts nothing until armed again).
+    fn arm_accept(&mut self, lid: usize) -> Result<(), TlError> {
+        let Some(listener) = self.listeners[lid].as_mut() else { return Ok(()) };
         if listener.accept_armed {
-            return;
+            return Ok(());
         }
         listener.accept_armed = true;
         let fd = Fd(listener.fd.as_raw_fd());
@@ -510,7 +594,13 @@ impl UringTransport {
         } else {
             opcode::Accept::new(fd, std::ptr::null_mut(), std::ptr::null_mut()).flags(flags).build()
         };
-        self.push_sqe(entry.user_data(user_data(KIND_ACCEPT, lid as u32)));
+        let armed = self.push_sqe(entry.user_data(user_data(KIND_ACCEPT, lid as u32)));
+        if armed.is_err() {
+            if let Some(listener) = self.listeners[lid].as_mut() {
+                listener.accept_armed = false;
+            }
+        }
+        armed
     }
 
     fn flush_dirty(&mut self) {
@@ -538,7 +628,7 @@ impl UringTransport {
 
     #[inline(never)]
     fn drain_deferred(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
-        let n = self.deferred.len();
+        let mut n = 0;
         for ev in self.deferred.drain(..) {
             sink(match ev {
                 Deferred::Connected(link) => TlEvent::Connected { link },
@@ -546,7 +636,9 @@ impl UringTransport {
                 Deferred::SendDone { link, token, result } => TlEvent::SendDone { link, token, result },
                 Deferred::PlaceDone { link, token, result } => TlEvent::PlaceDone { link, token, result },
                 Deferred::LinkFailed { link, error } => TlEvent::LinkFailed { link, error },
+                Deferred::BacklogWaiting => continue,
             });
+            n += 1;
         }
         n
     }
@@ -555,12 +647,45 @@ impl UringTransport {
     /// task work waiting in the kernel.
     #[inline]
     fn is_idle(&self) -> bool {
+        // A backlog of completions comes with a deferred marker (see `Deferred::BacklogWaiting`).
         if !self.dirty.is_empty() || !self.deferred.is_empty() || !self.spinning.is_empty() {
             return false;
         }
+        // No look at the overflow flag: the kernel holds completions back only while the queue
+        // is full, so it is not empty until a poll takes them, in a batch large enough for the
+        // poll to flush the held-back ones too.
         // SAFETY: only the ring indices and flags are read; no entry is popped or pushed.
         let (cq, sq) = unsafe { (self.ring.completion_shared(), self.ring.submission_shared()) };
         cq.is_empty() && sq.is_empty() && !(COOP_TASKRUN && sq.taskrun())
+    }
+
+    /// The completion queue overflowed: the kernel holds completions back until an enter with
+    /// GETEVENTS (which `IoUring::submit` makes while this holds) moves them in. Also true while
+    /// the backlog holds completions moved out to make room.
+    fn cq_held_back(&self) -> bool {
+        // SAFETY: only the flags word is read; no entry is pushed through this shared view.
+        !self.backlog.is_empty() || unsafe { self.ring.submission_shared() }.cq_overflow()
+    }
+
+    /// Completions held back from the poll's loop: those moved to the backlog to make room (older
+    /// than any in the queue, so handled first), then those the kernel held back when the queue
+    /// overflowed, which an enter moves into the queue for the loop to take.
+    #[cold]
+    #[inline(never)]
+    fn handle_held_back(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), count: &mut usize) {
+        while !self.backlog.is_empty() {
+            let batch = std::mem::take(&mut self.backlog);
+            for cqe in &batch {
+                self.handle(cqe, sink, count);
+            }
+        }
+        // SAFETY: only the flags word is read; no entry is pushed through this shared view.
+        if unsafe { self.ring.submission_shared() }.cq_overflow() {
+            // It carries GETEVENTS while the overflow flag is set.
+            if let Err(err) = self.ring.submit() {
+                tracing::warn!(%err, "io_uring enter to flush overflowed completions failed");
+            }
+        }
     }
 
     /// One non-blocking receive on every link in spin mode; links that left it drop off the list.
@@ -734,7 +859,9 @@ impl UringTransport {
                     listener.multishot = false;
                 }
                 if !matches!(-res, libc::EBADF | libc::ENOTSOCK) {
-                    self.arm_accept(lid);
+                    if let Err(err) = self.arm_accept(lid) {
+                        tracing::error!(%err, lid, "could not re-arm a listener's accept; it accepts no more");
+                    }
                 }
             }
         }
@@ -868,11 +995,14 @@ impl UringTransport {
                             };
                         if cancel && more {
                             let ud = user_data(KIND_RECV, id.0);
-                            self.push_sqe(
-                                opcode::AsyncCancel::new(ud)
-                                    .build()
-                                    .user_data(user_data(KIND_QUIET_CANCEL, 0)),
-                            );
+                            let quiet = user_data(KIND_QUIET_CANCEL, 0);
+                            if self.push_sqe(opcode::AsyncCancel::new(ud).build().user_data(quiet)).is_err() {
+                                // The multishot receive goes on; the switch is tried again on
+                                // its next completion.
+                                let link = self.links.at_mut(index).expect("index is live");
+                                link.want_bulk = false;
+                                link.want_spin = false;
+                            }
                         }
                         fed
                     }
@@ -946,11 +1076,14 @@ impl UringTransport {
         let addr_ptr = link.remote.as_ptr();
         let addr_len = link.remote.len;
         let (id, _) = self.insert_link(link)?;
-        self.push_sqe(
-            opcode::Connect::new(Fd(raw_fd), addr_ptr, addr_len)
-                .build()
-                .user_data(user_data(KIND_CONNECT, id.0)),
-        );
+        let connect = opcode::Connect::new(Fd(raw_fd), addr_ptr, addr_len)
+            .build()
+            .user_data(user_data(KIND_CONNECT, id.0));
+        if let Err(err) = self.push_sqe(connect) {
+            // Never reported: the caller gets the error instead of a link id.
+            self.links.remove(id);
+            return Err(err);
+        }
         Ok(id)
     }
 
@@ -968,17 +1101,20 @@ impl UringTransport {
             let Some(link) = self.links.at(index) else { continue };
             if link.recv_armed && link.state == LinkState::Open {
                 let ud = user_data(KIND_RECV, self.link_id(index).0);
-                self.push_sqe(
-                    opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_QUIET_CANCEL, 0)),
-                );
+                let cancel = opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_QUIET_CANCEL, 0));
+                if self.push_sqe(cancel).is_err() {
+                    // The receive stays with the thread that armed it: slower, still correct.
+                    return;
+                }
             }
         }
         for lid in 0..self.listeners.len() {
             if matches!(&self.listeners[lid], Some(l) if l.accept_armed) {
                 let ud = user_data(KIND_ACCEPT, lid as u32);
-                self.push_sqe(
-                    opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_QUIET_CANCEL, 0)),
-                );
+                let cancel = opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_QUIET_CANCEL, 0));
+                if self.push_sqe(cancel).is_err() {
+                    return;
+                }
             }
         }
     }
@@ -1141,7 +1277,10 @@ impl Transport for UringTransport {
         let bound = socket::local_addr(fd.as_raw_fd()).ok_or(TlError::InvalidParam)?;
         let lid = self.listeners.len();
         self.listeners.push(Some(Listener { fd, multishot: true, accept_armed: false }));
-        self.arm_accept(lid);
+        if let Err(err) = self.arm_accept(lid) {
+            self.listeners[lid] = None;
+            return Err(err);
+        }
         Ok((ListenerId(lid as u32), bound))
     }
 
@@ -1152,9 +1291,10 @@ impl Transport for UringTransport {
         socket::shutdown(l.fd.as_raw_fd(), libc::SHUT_RDWR);
         if l.accept_armed {
             let ud = user_data(KIND_ACCEPT, lid as u32);
-            self.push_sqe(
-                opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_LISTENER_CANCEL, lid as u32)),
-            );
+            let cancel =
+                opcode::AsyncCancel::new(ud).build().user_data(user_data(KIND_LISTENER_CANCEL, lid as u32));
+            // Without the cancel the shut-down socket ends the accept by itself.
+            let _ = self.push_sqe(cancel);
         }
         self.listeners[lid] = None;
     }
@@ -1250,14 +1390,23 @@ impl Transport for UringTransport {
         self.submit();
         count += self.flush_deferred(sink);
         let mut cqes = std::mem::take(&mut self.cqes);
+        if !self.backlog.is_empty() {
+            self.handle_held_back(sink, &mut count);
+        }
         loop {
             cqes.clear();
-            cqes.extend(self.ring.completion().take(cqes.capacity().max(64)));
+            cqes.extend(self.ring.completion().take(cqes.capacity().max(self.cq_entries)));
             if cqes.is_empty() {
                 break;
             }
             for cqe in &cqes {
                 self.handle(cqe, sink, &mut count);
+            }
+            // A batch of half the queue or more: the kernel may have found it full, and held
+            // completions back. (Overflowing a queue found less than half full would take half a
+            // queue of completions posted while one batch was being taken.)
+            if cqes.len() >= self.cq_entries / 2 || !self.backlog.is_empty() {
+                self.handle_held_back(sink, &mut count);
             }
         }
         self.cqes = cqes;
@@ -1310,6 +1459,7 @@ impl Transport for UringTransport {
         cq_ready
             || sq_pending
             || self.taskrun_pending()
+            || self.cq_held_back()
             || !self.deferred.is_empty()
             || !self.dirty.is_empty()
     }
