@@ -248,7 +248,7 @@ pub struct Engine {
     /// Tag messages taken out of the matcher by a probe, waiting to be received or dropped.
     pub(crate) probed: FastMap<OpId, zcx_dataplane::proto::Message<Unexpected>>,
     /// The engine's copies of the bytes of large implicit puts, until they are acknowledged.
-    pub(crate) implicit_copies: FastMap<OpId, Box<[u8]>>,
+    pub(crate) implicit_copies: FastMap<OpId, Vec<u8>>,
     /// How each RMA operation a fence holds will leave once released.
     pub(crate) fenced_issues: FastMap<OpId, crate::rma::Issue>,
 }

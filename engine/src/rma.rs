@@ -117,7 +117,9 @@ impl Engine {
             let header = crate::output::Header::of(&frame);
             return self.send_eager(ep_id, header, bytes.as_ptr(), len);
         }
-        let copy: Box<[u8]> = bytes.into();
+        // A `Vec`, not a `Box`: moving a box into the table would assert it unique again and so
+        // invalidate the pointer the send buffer holds; moving a vector leaves its heap alone.
+        let copy: Vec<u8> = bytes.to_vec();
         // SAFETY: the copy is the engine's, kept in `implicit_copies` until the operation ends.
         let buf = unsafe { SendBuffer::new(copy.as_ptr(), len) };
         let op = self.put(ep_id, buf, remote_addr, key)?;
