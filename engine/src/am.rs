@@ -97,10 +97,11 @@ impl Engine {
         &mut self,
         op: OpId,
     ) -> Result<(EndpointId, u64, u64, Option<(u64, std::sync::Arc<[u8]>)>), Status> {
-        if self.posted_tags.contains_key(&op) {
-            return Err(Status::InvalidParam);
-        }
-        let Some(record) = self.ops.get(&op) else { return Err(Status::NoElem) };
+        let Some(record) = self.ops.get(&op) else {
+            // A waiting tag receive is no active message's data either, but a known operation.
+            let posted_tag = self.tags.find_expected(|(posted, _)| *posted == op).is_some();
+            return Err(if posted_tag { Status::InvalidParam } else { Status::NoElem });
+        };
         let OpKind::AmRndv { .. } = record.kind else { return Err(Status::InvalidParam) };
         let ep = record.ep.expect("AM descriptors have an endpoint");
         self.usable(ep)?;

@@ -239,9 +239,6 @@ pub struct Engine {
     pub(crate) bulk_active: FastSet<EndpointId>,
     /// Byte vectors for unexpected messages and stream bytes, reused.
     pub(crate) pool: Vec<Vec<u8>>,
-    /// Tag receives waiting in the matcher, for cancelling them by id. (They are not in `ops`:
-    /// a receive matched by an eager message completes without a record to remove.)
-    pub(crate) posted_tags: FastMap<OpId, zcx_dataplane::proto::RecvId>,
     /// The endpoint the last frame came for, on which link: most frames come on the link the
     /// previous one came on.
     pub(crate) rx_hint: Option<(LinkId, EndpointId)>,
@@ -273,7 +270,6 @@ impl Engine {
             pool: Vec::new(),
             fenced_issues: FastMap::default(),
             implicit_copies: FastMap::default(),
-            posted_tags: FastMap::default(),
             probed: FastMap::default(),
             rx_hint: None,
         }
@@ -385,7 +381,7 @@ impl Engine {
         TableCounts {
             endpoints: self.eps.len(),
             links: self.link_eps.len(),
-            ops: self.ops.len() + self.posted_tags.len(),
+            ops: self.ops.len() + self.tags.expected_len(),
             tag_expected: self.tags.expected_len(),
             tag_unexpected: self.tags.unexpected_len() + self.probed.len(),
             stream_recvs: self.eps.values().map(|ep| ep.stream.posted.len()).sum(),

@@ -56,12 +56,11 @@ impl Engine {
 
     /// `ucp_tag_recv_nbx`: receives the oldest message whose tag matches `(tag, mask)` into `buf`.
     pub fn tag_recv(&mut self, buf: RecvBuffer, tag: u64, mask: u64) -> Start {
+        // A waiting receive has no record besides its place in the matcher (found there again
+        // only to cancel it), so a receive matched by an eager message leaves nothing to remove.
         let op = OpId::from_raw(self.op_ids.next());
         match self.tags.post_recv(tag, mask, (op, buf)) {
-            Posted::Queued(recv_id) => {
-                self.posted_tags.insert(op, recv_id);
-                Start::Pending(op)
-            }
+            Posted::Queued(_) => Start::Pending(op),
             Posted::Matched { recv: (op, buf), message } => self.take_unexpected(op, buf, message),
         }
     }
@@ -114,22 +113,21 @@ impl Engine {
     /// Withdraws a waiting tag or stream receive (`ucp_request_cancel`); true if it was waiting,
     /// and it then completes with CANCELED.
     pub fn cancel(&mut self, op_id: OpId) -> bool {
-        if let Some(recv_id) = self.posted_tags.remove(&op_id) {
-            if self.tags.cancel(recv_id).is_none() {
-                return false;
-            }
-            let completion = Completion { op: op_id, status: Status::Canceled, info: OpInfo::default() };
-            self.events.push_back(Event::Completion(completion));
-            return true;
+        if let Some(op) = self.ops.get(&op_id) {
+            return match (&op.kind, op.ep) {
+                (OpKind::StreamRecv, Some(ep)) => self.cancel_stream_recv(ep, op_id),
+                _ => false,
+            };
         }
-        let Some(op) = self.ops.get(&op_id) else { return false };
-        match op.kind {
-            OpKind::StreamRecv => match op.ep {
-                Some(ep) => self.cancel_stream_recv(ep, op_id),
-                None => false,
-            },
-            _ => false,
+        // A waiting tag receive, found by a walk of the matcher: cancelling is rare, and the
+        // message path keeps no index of receives by id for it.
+        let Some(recv_id) = self.tags.find_expected(|(op, _)| *op == op_id) else { return false };
+        if self.tags.cancel(recv_id).is_none() {
+            return false;
         }
+        let completion = Completion { op: op_id, status: Status::Canceled, info: OpInfo::default() };
+        self.events.push_back(Event::Completion(completion));
+        true
     }
 
     /// A receive took an unexpected message.
@@ -170,7 +168,6 @@ impl Engine {
                 let n = payload.len().min(buf.len());
                 buf.write(0, &payload[..n]);
                 let status = if payload.len() > n { Status::MessageTruncated } else { Status::Ok };
-                self.posted_tags.remove(&op);
                 let info = OpInfo { length: n, sender_tag: tag, value: 0 };
                 self.events.push_back(Event::Completion(Completion { op, status, info }));
                 if let Some(sender_req) = sync_req {
@@ -199,7 +196,6 @@ impl Engine {
         let pull = pull.map(|(addr, key)| (addr, std::sync::Arc::<[u8]>::from(key)));
         match self.tags.take_expected(tag) {
             Some((_, (op, buf))) => {
-                self.posted_tags.remove(&op);
                 if let crate::Start::Done(status, info) =
                     self.start_rndv_recv(ep_id, op, sender_req, total_len, pull, buf, tag)
                 {
