@@ -2,9 +2,9 @@
 //! frame carried between them by hand, as the worker will drive them.
 //!
 //! Run: `cargo bench -p zcx-benches --bench engine`. Each figure is one 8-byte tag message
-//! through both engines: posting the receive, sending, draining the transmit, handling the frame
-//! and draining both sides' events; `expected` posts the receive first, `unexpected` after the
-//! message arrived.
+//! through both engines: posting the receive, sending (`tag_send_now`, whose frame comes back at
+//! once on an idle endpoint), handling the frame and draining both sides' events; `expected`
+//! posts the receive first, `unexpected` after the message arrived.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use zcx_engine::{
-    BulkMode, EndpointId, Engine, EngineConfig, LinkCaps, LinkId, RecvBuffer, SendBuffer, Start,
+    BulkMode, EndpointId, Engine, EngineConfig, LinkCaps, LinkId, RecvBuffer, SendBuffer, Sent, Start,
 };
 
 const LINK: LinkId = LinkId(1);
@@ -38,9 +38,9 @@ fn pair() -> (Engine, EndpointId, Engine) {
 fn carry(a: &mut Engine, ep: EndpointId, b: &mut Engine, data: &[u8], frame: &mut Vec<u8>) {
     // SAFETY: `data` outlives the call, which completes the eager send before returning.
     let send = unsafe { SendBuffer::new(data.as_ptr(), data.len()) };
-    let sent = a.tag_send(ep, send, 1, false).expect("a ready endpoint");
-    assert!(matches!(sent, Start::Done(..)));
-    let transmit = a.poll_transmit().expect("the eager frame");
+    let Sent::Now(transmit) = a.tag_send_now(ep, send, 1).expect("a ready endpoint") else {
+        panic!("an eager message on an idle endpoint went through the outbox");
+    };
     frame.clear();
     frame.extend_from_slice(transmit.header.as_bytes());
     // SAFETY: an inline payload, read before the send returns to its user.

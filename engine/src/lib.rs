@@ -11,7 +11,8 @@
 //!
 //! # Inputs
 //!
-//! - API commands: [`Engine::tag_send`] (also synchronous), [`Engine::tag_recv`],
+//! - API commands: [`Engine::tag_send`] (also synchronous) or [`Engine::tag_send_now`] (an
+//!   eager message's frame handed straight back, [`Sent::Now`]), [`Engine::tag_recv`],
 //!   [`Engine::tag_probe`], [`Engine::tag_probe_remove`] with [`Engine::tag_msg_recv`] /
 //!   [`Engine::tag_msg_drop`], [`Engine::stream_send`], [`Engine::stream_recv`],
 //!   [`Engine::am_send`] with [`Engine::am_recv_data`] / [`Engine::am_decline`], [`Engine::put`],
@@ -136,7 +137,7 @@ mod tests;
 pub use am::MAX_AM_HEADER;
 pub use buffer::{RecvBuffer, SendBuffer};
 pub use caps::{BulkMode, LinkCaps};
-pub use engine::{CloseMode, Engine, EngineConfig, Phase, Start, TableCounts};
+pub use engine::{CloseMode, Engine, EngineConfig, Phase, Sent, Start, TableCounts};
 pub use ids::{EndpointId, OpId};
 pub use output::{
     AmDelivery, Completion, Event, Header, OpInfo, Payload, Placement, RmaKind, RmaRequest, Transmit,

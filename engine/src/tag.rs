@@ -6,9 +6,9 @@ use zcx_dataplane::proto::{Message, Posted};
 use zcx_dataplane::LinkId;
 
 use crate::buffer::{RecvBuffer, SendBuffer};
-use crate::engine::{Engine, OpKind, Start, Unexpected};
+use crate::engine::{Engine, OpKind, Phase, Sent, Start, Unexpected};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{Completion, Event, Header, OpInfo, Payload};
+use crate::output::{Completion, Event, Header, OpInfo, Payload, Transmit};
 use crate::rndv::{choose, Proto};
 use crate::Status;
 
@@ -52,6 +52,30 @@ impl Engine {
                 Ok(Start::Pending(op))
             }
         }
+    }
+
+    /// `ucp_tag_send_nbx` for a caller that sends at once: a message that goes eagerly on a
+    /// ready endpoint while the outbox is empty comes back as its frame ([`Sent::Now`]), with no
+    /// trip through the outbox and one endpoint lookup; anything else goes as
+    /// [`Engine::tag_send`] sends it ([`Sent::Queued`]). The outbox must be empty for the frame
+    /// to skip it, so it never overtakes a frame queued before.
+    #[inline]
+    pub fn tag_send_now(&mut self, ep_id: EndpointId, buf: SendBuffer, tag: u64) -> Result<Sent, Status> {
+        if self.transmits.is_empty() {
+            if let Some(ep) = self.eps.get_mut(&ep_id) {
+                let len = buf.len();
+                if ep.phase == Phase::Ready
+                    && ep.answered
+                    && matches!(choose(&ep.caps, len, &buf), Proto::Eager)
+                {
+                    ep.tx_seen = true;
+                    let header = Header::tag_eager(tag, false, 0);
+                    let payload = Payload::Inline { ptr: buf.at(0), len };
+                    return Ok(Sent::Now(Transmit { link: ep.link, header, payload, placed: false }));
+                }
+            }
+        }
+        self.tag_send(ep_id, buf, tag, false).map(Sent::Queued)
     }
 
     /// `ucp_tag_recv_nbx`: receives the oldest message whose tag matches `(tag, mask)` into `buf`.
