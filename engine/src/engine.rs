@@ -11,7 +11,7 @@ use zcx_dataplane::{FastMap, FastSet, LinkId, RemoteAccessTable};
 
 use crate::buffer::{RecvBuffer, SendBuffer};
 use crate::caps::LinkCaps;
-use crate::ids::{EndpointId, IdSource, OpId};
+use crate::ids::{Cookie, EndpointId, IdSource, OpId};
 use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaRequest, Transmit};
 use crate::stream::StreamRx;
 use crate::Status;
@@ -225,6 +225,8 @@ pub(crate) struct Operation {
     pub implicit: bool,
     /// The final status, once known, while tokens are out.
     pub result: Option<(Status, OpInfo)>,
+    /// The API's name for the operation, handed back in its completion.
+    pub cookie: Option<Cookie>,
 }
 
 /// A tag message that arrived before its receive.
@@ -405,10 +407,11 @@ impl Engine {
 
     // ---- shared machinery ----
 
-    pub(crate) fn new_op(&mut self, ep: Option<EndpointId>, kind: OpKind) -> OpId {
+    pub(crate) fn new_op(&mut self, ep: Option<EndpointId>, kind: OpKind, cookie: Option<Cookie>) -> OpId {
         let id = OpId::from_raw(self.op_ids.next());
-        self.ops
-            .insert(id, Operation { ep, kind, tokens: 0, rma_issued: false, implicit: false, result: None });
+        let record =
+            Operation { ep, kind, tokens: 0, rma_issued: false, implicit: false, result: None, cookie };
+        self.ops.insert(id, record);
         id
     }
 
@@ -541,7 +544,7 @@ impl Engine {
                 }
             }
         } else if !op.kind.is_internal() {
-            self.events.push_back(Event::Completion(Completion { op: id, status, info }));
+            self.events.push_back(Event::Completion(Completion { op: id, status, info, cookie: op.cookie }));
         }
         if let OpKind::Flush { parent: Some(parent), .. } = op.kind {
             self.child_flush_done(parent, status);

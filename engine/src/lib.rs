@@ -28,7 +28,9 @@
 //!
 //! User memory comes in as [`SendBuffer`] and [`RecvBuffer`], raw `(ptr, len)` pairs whose
 //! `unsafe` constructors carry the contract: valid and untouched by others until the operation
-//! completes.
+//! completes. A buffer may carry the API's [`Cookie`] for its operation (the address of the
+//! request's record), which the operation's completion hands back, so the API finds the request
+//! without a lookup by [`OpId`].
 //!
 //! # Outputs
 //!
@@ -42,7 +44,7 @@
 //!   [`Engine::send_done`]; the operation completes only after that).
 //! - [`Engine::poll_rma`]: native RMA requests `(link, token, local, remote address, packed
 //!   key)` for links whose caps say native, answered exactly once with [`Engine::rma_done`].
-//! - [`Engine::poll_event`]: completions `(OpId, Status, OpInfo)`, endpoint errors, active
+//! - [`Engine::poll_event`]: completions `(OpId, Status, OpInfo, cookie)`, endpoint errors, active
 //!   message deliveries, handshake frames, links to close.
 //!
 //! A command that finishes at once says so ([`Start::Done`]: an eager send, a receive that
@@ -138,7 +140,7 @@ pub use am::MAX_AM_HEADER;
 pub use buffer::{RecvBuffer, SendBuffer};
 pub use caps::{BulkMode, LinkCaps};
 pub use engine::{CloseMode, Engine, EngineConfig, Phase, Sent, Start, TableCounts};
-pub use ids::{EndpointId, OpId};
+pub use ids::{Cookie, EndpointId, OpId};
 pub use output::{
     AmDelivery, Completion, Event, Header, OpInfo, Payload, Placement, RmaKind, RmaRequest, Transmit,
 };

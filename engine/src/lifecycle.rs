@@ -34,7 +34,7 @@ impl Engine {
             return Ok(None);
         }
         ep.phase = Phase::Closing;
-        let op = self.new_op(Some(ep_id), OpKind::Close);
+        let op = self.new_op(Some(ep_id), OpKind::Close, None);
         self.try_finish_close(ep_id);
         Ok(Some(op))
     }
@@ -166,6 +166,7 @@ impl Engine {
                 op: recv.op,
                 status,
                 info: OpInfo { length: recv.filled, ..OpInfo::default() },
+                cookie: recv.buf.cookie(),
             }));
         }
         self.drop_unexpected_rts_of(ep_id);

@@ -191,6 +191,8 @@ pub struct Completion {
     pub status: Status,
     /// Lengths, tag, fetched value.
     pub info: OpInfo,
+    /// The API's name for the operation, from the buffer it was started with.
+    pub cookie: Option<crate::Cookie>,
 }
 
 /// An active message for its handler.

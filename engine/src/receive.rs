@@ -267,7 +267,7 @@ impl Engine {
         }
         // The answer goes out in fragments as the caller drains the outbox, like any bulk
         // transfer: a large get does not copy the whole range at once.
-        let reply = self.new_op(Some(ep), OpKind::GetReply { req, region, key, addr, len, offset: 0 });
+        let reply = self.new_op(Some(ep), OpKind::GetReply { req, region, key, addr, len, offset: 0 }, None);
         if let Some(state) = self.eps.get_mut(&ep) {
             state.bulk.push_back(reply);
         }

@@ -120,13 +120,14 @@ impl Engine {
             && !behind_fragments
         {
             if let Some(key) = buf.key().cloned() {
-                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len });
+                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len }, buf.cookie());
                 let rts = Op::StreamRtsPull { sender_req: op.raw(), total_len: len as u64, addr: buf.addr() };
                 self.send(ep_id, &rts, Payload::Owned(key.to_vec()), false);
                 return Ok(Start::Pending(op));
             }
         }
-        let op = self.new_op(Some(ep_id), OpKind::Push { buf, len, sent: 0, frag: Frag::Stream });
+        let cookie = buf.cookie();
+        let op = self.new_op(Some(ep_id), OpKind::Push { buf, len, sent: 0, frag: Frag::Stream }, cookie);
         if let Some(ep) = self.eps.get_mut(&ep_id) {
             ep.bulk.push_back(op);
         }
@@ -148,6 +149,7 @@ impl Engine {
         let mut spent = Vec::new();
         let ep = self.eps.get_mut(&ep_id).expect("usable");
         let queued_before = !ep.stream.posted.is_empty();
+        let cookie = buf.cookie();
         ep.stream.posted.push_back(StreamRecv { op, buf, filled: 0, waitall });
         ep.stream.serve(&mut done, &mut spent);
         for bytes in spent {
@@ -166,6 +168,7 @@ impl Engine {
                 rma_issued: false,
                 implicit: false,
                 result: None,
+                cookie,
             },
         );
         Ok(Start::Pending(op))
@@ -173,11 +176,12 @@ impl Engine {
 
     fn complete_stream_recvs(&mut self, done: Vec<(OpId, usize)>) {
         for (op, length) in done {
-            self.ops.remove(&op);
+            let cookie = self.ops.remove(&op).and_then(|record| record.cookie);
             self.events.push_back(Event::Completion(Completion {
                 op,
                 status: Status::Ok,
                 info: OpInfo { length, ..OpInfo::default() },
+                cookie,
             }));
         }
     }
@@ -233,7 +237,7 @@ impl Engine {
         };
         let mut bytes = vec![0u8; total];
         let local = bytes.as_mut_ptr();
-        let op = self.new_op(Some(ep_id), OpKind::StreamPull { bytes: Vec::new(), sender_req });
+        let op = self.new_op(Some(ep_id), OpKind::StreamPull { bytes: Vec::new(), sender_req }, None);
         if let Some(record) = self.ops.get_mut(&op) {
             record.kind = OpKind::StreamPull { bytes, sender_req };
             record.tokens = 1;
@@ -292,6 +296,7 @@ impl Engine {
             op,
             status: Status::Canceled,
             info: OpInfo { length: recv.filled, ..OpInfo::default() },
+            cookie: recv.buf.cookie(),
         }));
         true
     }

@@ -32,13 +32,14 @@ impl Engine {
                 Ok(Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() }))
             }
             Proto::Eager => {
-                let op = self.new_op(Some(ep_id), OpKind::SyncEager { len });
+                let op = self.new_op(Some(ep_id), OpKind::SyncEager { len }, buf.cookie());
                 let payload = Payload::Inline { ptr: buf.at(0), len };
                 self.send(ep_id, &Op::TagEager { tag, sync, sender_req: op.raw() }, payload, false);
                 Ok(Start::Pending(op))
             }
             Proto::Push => {
-                let op = self.new_op(Some(ep_id), OpKind::AwaitRtr { buf });
+                let cookie = buf.cookie();
+                let op = self.new_op(Some(ep_id), OpKind::AwaitRtr { buf }, cookie);
                 let rts = Op::TagRts { tag, sync, sender_req: op.raw(), total_len: len as u64 };
                 self.send(ep_id, &rts, Payload::None, false);
                 Ok(Start::Pending(op))
@@ -46,7 +47,7 @@ impl Engine {
             Proto::Pull => {
                 let key = buf.key().expect("pull needs a key").to_vec();
                 let addr = buf.addr();
-                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len });
+                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len }, buf.cookie());
                 let rts = Op::TagRtsPull { tag, sync, sender_req: op.raw(), total_len: len as u64, addr };
                 self.send(ep_id, &rts, Payload::Owned(key), false);
                 Ok(Start::Pending(op))
@@ -146,10 +147,9 @@ impl Engine {
         // A waiting tag receive, found by a walk of the matcher: cancelling is rare, and the
         // message path keeps no index of receives by id for it.
         let Some(recv_id) = self.tags.find_expected(|(op, _)| *op == op_id) else { return false };
-        if self.tags.cancel(recv_id).is_none() {
-            return false;
-        }
-        let completion = Completion { op: op_id, status: Status::Canceled, info: OpInfo::default() };
+        let Some((_, buf)) = self.tags.cancel(recv_id) else { return false };
+        let completion =
+            Completion { op: op_id, status: Status::Canceled, info: OpInfo::default(), cookie: buf.cookie() };
         self.events.push_back(Event::Completion(completion));
         true
     }
@@ -193,7 +193,8 @@ impl Engine {
                 buf.write(0, &payload[..n]);
                 let status = if payload.len() > n { Status::MessageTruncated } else { Status::Ok };
                 let info = OpInfo { length: n, sender_tag: tag, value: 0 };
-                self.events.push_back(Event::Completion(Completion { op, status, info }));
+                let cookie = buf.cookie();
+                self.events.push_back(Event::Completion(Completion { op, status, info, cookie }));
                 if let Some(sender_req) = sync_req {
                     self.reply(link, &Op::SyncAck { sender_req });
                 }
@@ -220,10 +221,12 @@ impl Engine {
         let pull = pull.map(|(addr, key)| (addr, std::sync::Arc::<[u8]>::from(key)));
         match self.tags.take_expected(tag) {
             Some((_, (op, buf))) => {
+                let cookie = buf.cookie();
                 if let crate::Start::Done(status, info) =
                     self.start_rndv_recv(ep_id, op, sender_req, total_len, pull, buf, tag)
                 {
-                    self.events.push_back(crate::Event::Completion(crate::Completion { op, status, info }));
+                    let completion = crate::Completion { op, status, info, cookie };
+                    self.events.push_back(crate::Event::Completion(completion));
                 }
             }
             None => {

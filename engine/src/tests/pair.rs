@@ -231,7 +231,7 @@ impl Side {
             Start::Done(status, info) => {
                 self.done_at_once += 1;
                 let op = OpId::from_raw(u64::MAX - self.done_at_once);
-                self.completions.insert(op, Completion { op, status, info });
+                self.completions.insert(op, Completion { op, status, info, cookie: None });
                 self.order.push(op);
                 op
             }
