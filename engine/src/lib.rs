@@ -112,9 +112,9 @@
 //! - Stay beside the engine, behind the shared-memory transport extension: the direct lane of
 //!   eager sends (it writes the same `TagEager`/`AmEager`/`Stream` frames, and must only be
 //!   offered while the engine holds nothing queued for the endpoint), the rung path of receives
-//!   (which hands its frames to [`Engine::handle_frame`]), reading eager AMs in place (the
-//!   engine copies them; a lent variant of [`Engine::handle_frame`] that hands the frame's
-//!   bytes to the caller is the next step), `PutHelp` (an [`Event::Extension`]), and the
+//!   (which hands its frames to [`Engine::handle_frame`]), reading eager AMs in place
+//!   ([`Engine::handle_frame_lending`] hands them back as [`LentAm`]s borrowing the frame, for
+//!   the worker's loan of the ring record), `PutHelp` (an [`Event::Extension`]), and the
 //!   same-host direct RMA with its `KeyCheck` (the engine answers `KeyCheck`s; asking them is
 //!   the API's).
 
@@ -142,7 +142,7 @@ pub use caps::{BulkMode, LinkCaps};
 pub use engine::{CloseMode, Engine, EngineConfig, Phase, Sent, Start, TableCounts};
 pub use ids::{Cookie, EndpointId, OpId};
 pub use output::{
-    AmDelivery, Completion, Event, Header, OpInfo, Payload, Placement, RmaKind, RmaRequest, Transmit,
+    AmDelivery, Completion, Event, Header, LentAm, OpInfo, Payload, Placement, RmaKind, RmaRequest, Transmit,
 };
 pub use rma::RemoteKey;
 pub use status::Status;

@@ -195,6 +195,22 @@ pub struct Completion {
     pub cookie: Option<crate::Cookie>,
 }
 
+/// An eager active message read in place ([`crate::Engine::handle_frame_lending`]): header and
+/// data are the frame's bytes, lent for as long as the frame is.
+#[derive(Debug)]
+pub struct LentAm<'a> {
+    /// The endpoint it came from (the reply endpoint when `reply`).
+    pub ep: EndpointId,
+    /// The handler id.
+    pub am_id: u16,
+    /// The sender asked for a reply endpoint.
+    pub reply: bool,
+    /// The AM header.
+    pub header: &'a [u8],
+    /// The data.
+    pub data: &'a [u8],
+}
+
 /// An active message for its handler.
 #[derive(Debug)]
 pub struct AmDelivery {

@@ -91,3 +91,27 @@ fn stream_and_rma_completions_carry_their_cookies() {
         p.assert_no_leaks();
     }
 }
+
+/// An active message's rendezvous send, and the receive the handler took its data into, carry
+/// their cookies.
+#[test]
+fn am_rendezvous_completions_carry_their_cookies() {
+    for net in [Net::emulated(), Net::native()] {
+        let mut p = Pair::new(net);
+        let data = pattern(RNDV * 2, 4);
+        let keyed = p.a.keyed(&data).with_cookie(cookie(12));
+        let send = pending(p.a.engine.am_send(p.a.ep, 3, b"h", keyed, false).unwrap());
+        p.drive();
+        let (desc, _) = p.b.ams.pop().expect("delivered").rndv.expect("a rendezvous");
+        let mut out = vec![0u8; RNDV * 2];
+        let recv = p.b.engine.am_recv_data(desc, recv_buf(&mut out).with_cookie(cookie(13))).unwrap();
+        let recv = pending(recv);
+        p.drive();
+        for (side, op, expected) in [(&p.a, send, 12), (&p.b, recv, 13)] {
+            let done = side.completion(op).expect("completed");
+            assert_eq!((done.status, done.cookie), (Status::Ok, Some(cookie(expected))), "{net:?}");
+        }
+        assert_eq!(out, data);
+        p.assert_no_leaks();
+    }
+}
