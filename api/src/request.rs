@@ -160,6 +160,9 @@ pub(crate) struct ReqCell<B> {
     cancel: UnsafeCell<CancelTarget>,
     /// Written only while the cell is unique (created, or taken from the pool); read by the owner.
     worker: UnsafeCell<Weak<dyn Completer>>,
+    /// The address of `worker`'s worker, beside it: what a pooled cell is compared with to keep
+    /// its weak reference, a thin pointer (the fat one's address needs its vtable to compute).
+    worker_at: UnsafeCell<*const ()>,
 }
 
 // SAFETY: the cell moves a `B` (Send) and a callback and waker (Send) between threads; every
@@ -227,9 +230,9 @@ impl<B: Send + 'static> ReqCell<B> {
                 *cell.callback.get() = callback;
                 *cell.waker.get() = None;
                 *cell.cancel.get() = CancelTarget::None;
-                let held = &mut *cell.worker.get();
-                if !std::ptr::addr_eq(held.as_ptr(), worker) {
-                    *held = downgrade();
+                if *cell.worker_at.get() != worker {
+                    *cell.worker.get() = downgrade();
+                    *cell.worker_at.get() = worker;
                 }
             }
             cell.done.store(false, Ordering::Relaxed);
@@ -243,6 +246,7 @@ impl<B: Send + 'static> ReqCell<B> {
             waker: UnsafeCell::new(None),
             cancel: UnsafeCell::new(CancelTarget::None),
             worker: UnsafeCell::new(downgrade()),
+            worker_at: UnsafeCell::new(worker),
         })
     }
 
@@ -405,7 +409,7 @@ impl<B: Send + 'static> Request<B> {
     // Inline with only the look at `done` for a pending request: an immediate completion is then
     // taken apart where it was made (no pass through memory), and a caller spinning on a pending
     // one makes no call per look; taking a completed cell is out of line.
-    #[inline]
+    #[inline(always)]
     pub fn try_take(self) -> std::result::Result<Result<Completion<B>>, Request<B>> {
         match self.inner {
             Inner::Ready(completion) => Ok(Ok(completion)),
