@@ -1,10 +1,11 @@
 //! The protocol engine's per-message cost, with no transport: two `zcx_engine::Engine`s, the
 //! frame carried between them by hand, as the worker will drive them.
 //!
-//! Run: `cargo bench -p zcx-benches --bench engine`. Each figure is one 8-byte tag message
-//! through both engines: posting the receive, sending (`tag_send_now`, whose frame comes back at
-//! once on an idle endpoint), handling the frame and draining both sides' events; `expected`
-//! posts the receive first, `unexpected` after the message arrived.
+//! Run: `cargo bench -p zcx-benches --bench engine`. Each `eager_tag` figure is one 8-byte tag
+//! message through both engines: posting the receive, sending (`tag_send_now`, whose frame comes
+//! back at once on an idle endpoint), handling the frame and draining both sides' events;
+//! `expected` posts the receive first, `unexpected` after the message arrived. `eager_stream` is
+//! the same for one 8-byte stream message, its receive posted first.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -17,7 +18,8 @@ use zcx_engine::{
 
 const LINK: LinkId = LinkId(1);
 
-fn pair() -> (Engine, EndpointId, Engine) {
+/// Two engines with an endpoint each on one link: `(a, a's endpoint, b, b's endpoint)`.
+fn pair() -> (Engine, EndpointId, Engine, EndpointId) {
     let caps = LinkCaps {
         max_frame: 65536,
         rndv_threshold: 8192,
@@ -30,8 +32,8 @@ fn pair() -> (Engine, EndpointId, Engine) {
     let mut a = Engine::new(EngineConfig::default(), Arc::new(Default::default()));
     let mut b = Engine::new(EngineConfig::default(), Arc::new(Default::default()));
     let ep = a.add_endpoint(LINK, caps, false, false);
-    b.add_endpoint(LINK, caps, false, false);
-    (a, ep, b)
+    let b_ep = b.add_endpoint(LINK, caps, false, false);
+    (a, ep, b, b_ep)
 }
 
 /// Sends one message from `a` and hands its frame to `b`, as a transport would.
@@ -52,7 +54,7 @@ fn eager_tag(c: &mut Criterion) {
     let mut group = c.benchmark_group("engine/eager_tag");
     let data = [7u8; 8];
     group.bench_function("expected", |bench| {
-        let (mut a, ep, mut b) = pair();
+        let (mut a, ep, mut b, _) = pair();
         let mut out = [0u8; 8];
         let mut frame = Vec::with_capacity(64);
         bench.iter(|| {
@@ -66,7 +68,7 @@ fn eager_tag(c: &mut Criterion) {
         })
     });
     group.bench_function("unexpected", |bench| {
-        let (mut a, ep, mut b) = pair();
+        let (mut a, ep, mut b, _) = pair();
         let mut out = [0u8; 8];
         let mut frame = Vec::with_capacity(64);
         bench.iter(|| {
@@ -80,9 +82,37 @@ fn eager_tag(c: &mut Criterion) {
     group.finish();
 }
 
+/// One 8-byte stream message through both engines, the receive posted first: posting the
+/// receive, sending, carrying the frame from the outbox, handling it and draining the events.
+fn eager_stream(c: &mut Criterion) {
+    c.bench_function("engine/eager_stream/expected", |bench| {
+        let (mut a, ep, mut b, b_ep) = pair();
+        let data = [7u8; 8];
+        let mut out = [0u8; 8];
+        let mut frame = Vec::with_capacity(64);
+        bench.iter(|| {
+            // SAFETY: `out` outlives the receive, which completes inside this iteration.
+            let recv = b.stream_recv(b_ep, unsafe { RecvBuffer::new(out.as_mut_ptr(), out.len()) }, true);
+            // SAFETY: `data` outlives the call, which completes the eager send before returning.
+            let send = unsafe { SendBuffer::new(black_box(&data).as_ptr(), data.len()) };
+            assert!(matches!(a.stream_send(ep, send), Ok(Start::Done(..))));
+            let transmit = a.poll_transmit().expect("the eager frame");
+            frame.clear();
+            frame.extend_from_slice(transmit.header.as_bytes());
+            // SAFETY: an inline payload, read before the send returns to its user.
+            frame.extend_from_slice(unsafe { transmit.payload.bytes() });
+            b.handle_frame(LINK, &frame);
+            while let Some(event) = b.poll_event() {
+                black_box(event);
+            }
+            black_box(recv)
+        })
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
-    targets = eager_tag
+    targets = eager_tag, eager_stream
 }
 criterion_main!(benches);

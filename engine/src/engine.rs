@@ -162,8 +162,6 @@ pub(crate) enum OpKind {
     PushRecv { buf: RecvBuffer, accept: usize, total: usize, received: usize, sender_tag: u64 },
     /// A receiver-pull receive whose RMA get is out.
     PullRecv { accept: usize, total: usize, sender_req: u64, sender_tag: u64 },
-    /// A stream receive waiting on its endpoint.
-    StreamRecv,
     /// A rendezvous active message the API has not taken or declined yet.
     AmRndv { sender_req: u64, total: u64, pull: Option<(u64, Arc<[u8]>)> },
     /// The target's answer to a peer's emulated get, going out in fragments.
@@ -199,7 +197,6 @@ impl OpKind {
             self,
             OpKind::PushRecv { .. }
                 | OpKind::PullRecv { .. }
-                | OpKind::StreamRecv
                 | OpKind::AmRndv { .. }
                 | OpKind::StreamPull { .. }
                 | OpKind::GetReply { .. }
@@ -394,7 +391,9 @@ impl Engine {
         TableCounts {
             endpoints: self.eps.len(),
             links: self.link_eps.len(),
-            ops: self.ops.len() + self.tags.expected_len(),
+            ops: self.ops.len()
+                + self.tags.expected_len()
+                + self.eps.values().map(|ep| ep.stream.posted.len()).sum::<usize>(),
             tag_expected: self.tags.expected_len(),
             tag_unexpected: self.tags.unexpected_len() + self.probed.len(),
             stream_recvs: self.eps.values().map(|ep| ep.stream.posted.len()).sum(),

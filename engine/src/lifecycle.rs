@@ -13,7 +13,7 @@ use zcx_dataplane::proto::wire::Op;
 
 use crate::engine::{CloseMode, Engine, OpKind, Phase, Unexpected};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{Completion, Event, OpInfo, Payload, Transmit};
+use crate::output::{Event, OpInfo, Payload, Transmit};
 use crate::Status;
 
 impl Engine {
@@ -161,13 +161,7 @@ impl Engine {
             }
         }
         for recv in posted {
-            self.ops.remove(&recv.op);
-            self.events.push_back(Event::Completion(Completion {
-                op: recv.op,
-                status,
-                info: OpInfo { length: recv.filled, ..OpInfo::default() },
-                cookie: recv.buf.cookie(),
-            }));
+            self.events.push_back(recv.completion(status));
         }
         self.drop_unexpected_rts_of(ep_id);
         let mut ops: Vec<OpId> =

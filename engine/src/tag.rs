@@ -138,14 +138,17 @@ impl Engine {
     /// Withdraws a waiting tag or stream receive (`ucp_request_cancel`); true if it was waiting,
     /// and it then completes with CANCELED.
     pub fn cancel(&mut self, op_id: OpId) -> bool {
-        if let Some(op) = self.ops.get(&op_id) {
-            return match (&op.kind, op.ep) {
-                (OpKind::StreamRecv, Some(ep)) => self.cancel_stream_recv(ep, op_id),
-                _ => false,
-            };
+        if self.ops.contains_key(&op_id) {
+            return false;
         }
-        // A waiting tag receive, found by a walk of the matcher: cancelling is rare, and the
-        // message path keeps no index of receives by id for it.
+        // A waiting receive, found by a walk of the matcher or of the endpoints' stream queues:
+        // cancelling is rare, and the message path keeps no index of receives by id for it.
+        let stream_ep = |(id, ep): (&EndpointId, &crate::engine::Endpoint)| {
+            ep.stream.posted.iter().any(|recv| recv.op == op_id).then_some(*id)
+        };
+        if let Some(ep) = self.eps.iter().find_map(stream_ep) {
+            return self.cancel_stream_recv(ep, op_id);
+        }
         let Some(recv_id) = self.tags.find_expected(|(op, _)| *op == op_id) else { return false };
         let Some((_, buf)) = self.tags.cancel(recv_id) else { return false };
         let completion =
