@@ -83,7 +83,7 @@ fn eager_tag(c: &mut Criterion) {
 }
 
 /// One 8-byte stream message through both engines, the receive posted first: posting the
-/// receive, sending, carrying the frame from the outbox, handling it and draining the events.
+/// receive, sending (`stream_send_now`), handling the frame and draining the events.
 fn eager_stream(c: &mut Criterion) {
     c.bench_function("engine/eager_stream/expected", |bench| {
         let (mut a, ep, mut b, b_ep) = pair();
@@ -95,8 +95,9 @@ fn eager_stream(c: &mut Criterion) {
             let recv = b.stream_recv(b_ep, unsafe { RecvBuffer::new(out.as_mut_ptr(), out.len()) }, true);
             // SAFETY: `data` outlives the call, which completes the eager send before returning.
             let send = unsafe { SendBuffer::new(black_box(&data).as_ptr(), data.len()) };
-            assert!(matches!(a.stream_send(ep, send), Ok(Start::Done(..))));
-            let transmit = a.poll_transmit().expect("the eager frame");
+            let Ok(Sent::Now(transmit)) = a.stream_send_now(ep, send) else {
+                panic!("a small stream send on an idle endpoint went through the outbox");
+            };
             frame.clear();
             frame.extend_from_slice(transmit.header.as_bytes());
             // SAFETY: an inline payload, read before the send returns to its user.

@@ -14,7 +14,8 @@
 //! - API commands: [`Engine::tag_send`] (also synchronous) or [`Engine::tag_send_now`] (an
 //!   eager message's frame handed straight back, [`Sent::Now`]), [`Engine::tag_recv`],
 //!   [`Engine::tag_probe`], [`Engine::tag_probe_remove`] with [`Engine::tag_msg_recv`] /
-//!   [`Engine::tag_msg_drop`], [`Engine::stream_send`], [`Engine::stream_recv`],
+//!   [`Engine::tag_msg_drop`], [`Engine::stream_send`] (or [`Engine::stream_send_now`]),
+//!   [`Engine::stream_recv`],
 //!   [`Engine::am_send`] with [`Engine::am_recv_data`] / [`Engine::am_decline`], [`Engine::put`],
 //!   [`Engine::put_nbi`], [`Engine::get`], [`Engine::atomic`], [`Engine::flush`],
 //!   [`Engine::flush_worker`], [`Engine::fence`], [`Engine::close`], [`Engine::cancel`];

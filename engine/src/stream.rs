@@ -13,9 +13,9 @@ use zcx_dataplane::proto::wire::Op;
 
 use crate::buffer::{RecvBuffer, SendBuffer};
 use crate::caps::BulkMode;
-use crate::engine::{Engine, Frag, OpKind, Phase, Start};
+use crate::engine::{Engine, Frag, OpKind, Phase, Sent, Start};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaKind, RmaRequest};
+use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaKind, RmaRequest, Transmit};
 use crate::Status;
 
 /// A stream receive waiting for bytes.
@@ -118,6 +118,28 @@ impl StreamRecv {
 }
 
 impl Engine {
+    /// `ucp_stream_send_nbx` for a caller that sends at once, as [`Engine::tag_send_now`] is
+    /// for tag messages: a small send on a ready endpoint with an empty outbox and no stream
+    /// fragments of its own still to send comes back as its frame ([`Sent::Now`]); anything else
+    /// goes as [`Engine::stream_send`] sends it.
+    #[inline]
+    pub fn stream_send_now(&mut self, ep_id: EndpointId, buf: SendBuffer) -> Result<Sent, Status> {
+        if self.transmits.is_empty() {
+            if let Some(ep) = self.eps.get_mut(&ep_id) {
+                let len = buf.len();
+                let eager = len < ep.caps.rndv_threshold && len <= ep.caps.max_payload();
+                // Fragments of any kind queued on the endpoint: `stream_send` sorts out which.
+                if ep.phase == Phase::Ready && ep.answered && eager && ep.bulk.is_empty() {
+                    ep.tx_seen = true;
+                    let payload = Payload::Inline { ptr: buf.at(0), len };
+                    let header = Header::of(&Op::Stream);
+                    return Ok(Sent::Now(Transmit { link: ep.link, header, payload, placed: false }));
+                }
+            }
+        }
+        self.stream_send(ep_id, buf).map(Sent::Queued)
+    }
+
     /// `ucp_stream_send_nbx`: appends `buf` to the endpoint's stream. A small send is done at
     /// once ([`Payload::Inline`]); a large one when its bytes are sent (pushed) or read by the
     /// peer (pulled).
