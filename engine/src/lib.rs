@@ -15,10 +15,10 @@
 //!   eager message's frame handed straight back, [`Sent::Now`]), [`Engine::tag_recv`],
 //!   [`Engine::tag_probe`], [`Engine::tag_probe_remove`] with [`Engine::tag_msg_recv`] /
 //!   [`Engine::tag_msg_drop`], [`Engine::stream_send`] (or [`Engine::stream_send_now`]),
-//!   [`Engine::stream_recv`],
-//!   [`Engine::am_send`] with [`Engine::am_recv_data`] / [`Engine::am_decline`], [`Engine::put`],
-//!   [`Engine::put_nbi`], [`Engine::get`], [`Engine::atomic`], [`Engine::flush`],
-//!   [`Engine::flush_worker`], [`Engine::fence`], [`Engine::close`], [`Engine::cancel`];
+//!   [`Engine::stream_recv`], [`Engine::am_send`] with [`Engine::am_recv_data`] /
+//!   [`Engine::am_decline`], [`Engine::put`], [`Engine::put_nbi`], [`Engine::get`],
+//!   [`Engine::atomic`], [`Engine::flush`], [`Engine::flush_worker`], [`Engine::fence`],
+//!   [`Engine::close`], [`Engine::cancel`];
 //!   endpoints come and go with [`Engine::add_endpoint`], [`Engine::endpoint_ready`] and
 //!   [`Engine::release_endpoint`].
 //! - Transport events: [`Engine::handle_frame`], [`Engine::handle_placed`] then
