@@ -65,7 +65,7 @@ pub(crate) struct ContextInner {
     pub allocations: Mutex<BTreeMap<usize, Weak<Allocation>>>,
     /// Regions a large shared-memory put may have the target copy from (see
     /// `endpoint::put_help`).
-    pub help_sources: crate::endpoint::HelpSources,
+    pub help_sources: crate::mem::HelpSources,
     /// `ZCX_SHM_PUT_HELP`, read once: the smallest put helped, `usize::MAX` when off.
     pub put_help_min: usize,
     next_id: AtomicU64,

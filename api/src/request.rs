@@ -14,8 +14,6 @@ use std::sync::{Arc, Weak};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use crate::status::{Result, Status};
-use crate::worker::state::State;
-use crate::worker::WorkerShared;
 
 /// What an operation reports besides its status.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,11 +85,46 @@ impl AfterUnlock {
     pub const NOTHING: AfterUnlock = AfterUnlock { callback: None, waker: None };
 }
 
+/// Proof that the caller holds the lock of the worker that completes a request: the worker side
+/// of a [`ReqCell`] is touched only by a caller that shows one.
+///
+/// Zero-sized, neither `Clone` nor `Copy`, and lent only by reference: a worker makes one, keeps
+/// it inside the state its lock protects and never moves it out, so a `&WorkerLocked` lives no
+/// longer than the lock guard it was reached through.
+pub(crate) struct WorkerLocked {
+    _private: (),
+}
+
+impl WorkerLocked {
+    /// The token of one worker's lock.
+    ///
+    /// # Safety
+    /// The caller keeps the token inside the state that worker's lock protects and never lets it
+    /// out (no move out of the lock, no reference that outlives a guard), and completes the
+    /// worker's request cells only under that lock.
+    pub(crate) const unsafe fn new() -> WorkerLocked {
+        WorkerLocked { _private: () }
+    }
+}
+
+/// What a request needs of the worker that completes it. The worker implements it, so this
+/// module names no worker type.
+pub(crate) trait Completer: Send + Sync {
+    /// `Worker::progress`, for [`Request::wait`].
+    fn progress_once(self: Arc<Self>) -> usize;
+
+    /// Runs `f` with the worker's lock held, for `Future::poll`'s look-then-register.
+    fn with_lock(&self, f: &mut dyn FnMut(&WorkerLocked));
+
+    /// `Request::cancel`: with the lock held, reads what to undo with `target` and undoes it.
+    fn cancel_request(&self, target: &dyn Fn(&WorkerLocked) -> CancelTarget);
+}
+
 /// The worker's view of an in-progress request, without its buffer type.
 pub(crate) trait OpSink: Send + Sync {
     /// Records the final status; returns what to run once the lock is released. The worker's
     /// lock is held (`held` proves it), which is what serialises completions of a request.
-    fn complete(&self, held: &State, status: Status, info: OpInfo) -> AfterUnlock;
+    fn complete(&self, held: &WorkerLocked, status: Status, info: OpInfo) -> AfterUnlock;
 }
 
 /// The shared state of an in-progress request: held by the [`Request`] and by the worker's record
@@ -126,7 +159,10 @@ pub(crate) struct ReqCell<B> {
     /// Worker side, under its lock: what `Request::cancel` must undo.
     cancel: UnsafeCell<CancelTarget>,
     /// Written only while the cell is unique (created, or taken from the pool); read by the owner.
-    worker: UnsafeCell<Weak<WorkerShared>>,
+    worker: UnsafeCell<Weak<dyn Completer>>,
+    /// The address of `worker`'s worker, beside it: what a pooled cell is compared with to keep
+    /// its weak reference, a thin pointer (the fat one's address needs its vtable to compute).
+    worker_at: UnsafeCell<*const ()>,
 }
 
 // SAFETY: the cell moves a `B` (Send) and a callback and waker (Send) between threads; every
@@ -144,7 +180,7 @@ impl<B> ReqCell<B> {
     }
 
     /// The worker that completes the operation.
-    fn worker(&self) -> &Weak<WorkerShared> {
+    fn worker(&self) -> &Weak<dyn Completer> {
         // SAFETY: written only while the cell is unique (no other reference exists to read it).
         unsafe { &*self.worker.get() }
     }
@@ -160,8 +196,17 @@ impl<B> ReqCell<B> {
 }
 
 impl<B: Send + 'static> ReqCell<B> {
-    pub(crate) fn new(worker: &Arc<WorkerShared>, buf: B, callback: Option<Callback>) -> Arc<ReqCell<B>> {
-        ReqCell::for_worker(Arc::as_ptr(worker), || Arc::downgrade(worker), buf, callback)
+    pub(crate) fn new<W: Completer + 'static>(
+        worker: &Arc<W>,
+        buf: B,
+        callback: Option<Callback>,
+    ) -> Arc<ReqCell<B>> {
+        ReqCell::for_worker(
+            Arc::as_ptr(worker).cast(),
+            || -> Weak<dyn Completer> { Arc::downgrade(worker) as Weak<W> },
+            buf,
+            callback,
+        )
     }
 
     /// [`ReqCell::new`] for the worker at `worker`, whose weak reference `downgrade` makes (only
@@ -170,8 +215,8 @@ impl<B: Send + 'static> ReqCell<B> {
     /// `tests::cell`).
     #[inline(always)]
     fn for_worker(
-        worker: *const WorkerShared,
-        downgrade: impl FnOnce() -> Weak<WorkerShared>,
+        worker: *const (),
+        downgrade: impl FnOnce() -> Weak<dyn Completer>,
         buf: B,
         callback: Option<Callback>,
     ) -> Arc<ReqCell<B>> {
@@ -185,9 +230,9 @@ impl<B: Send + 'static> ReqCell<B> {
                 *cell.callback.get() = callback;
                 *cell.waker.get() = None;
                 *cell.cancel.get() = CancelTarget::None;
-                let held = &mut *cell.worker.get();
-                if held.as_ptr() != worker {
-                    *held = downgrade();
+                if *cell.worker_at.get() != worker {
+                    *cell.worker.get() = downgrade();
+                    *cell.worker_at.get() = worker;
                 }
             }
             cell.done.store(false, Ordering::Relaxed);
@@ -201,11 +246,12 @@ impl<B: Send + 'static> ReqCell<B> {
             waker: UnsafeCell::new(None),
             cancel: UnsafeCell::new(CancelTarget::None),
             worker: UnsafeCell::new(downgrade()),
+            worker_at: UnsafeCell::new(worker),
         })
     }
 
     /// Records what cancelling the request must undo. `held`: the worker's lock.
-    pub(crate) fn set_cancel(&self, _held: &State, target: CancelTarget) {
+    pub(crate) fn set_cancel(&self, _held: &WorkerLocked, target: CancelTarget) {
         // SAFETY: the worker's lock is held (`_held`).
         unsafe { self.set_cancel_locked(target) };
     }
@@ -220,12 +266,18 @@ impl<B: Send + 'static> ReqCell<B> {
         unsafe { *self.cancel.get() = target };
     }
 
-    /// What cancelling the request must undo.
+    /// What cancelling the request must undo. `held`: the worker's lock.
+    fn cancel_target(&self, _held: &WorkerLocked) -> CancelTarget {
+        // SAFETY: the worker's lock is held (`_held`).
+        unsafe { self.cancel_target_locked() }
+    }
+
+    /// [`ReqCell::cancel_target`] with the lock proven by the caller.
     ///
     /// # Safety
     /// The caller holds the lock of the worker that completes the cell.
     #[inline(always)]
-    unsafe fn cancel_target(&self) -> CancelTarget {
+    unsafe fn cancel_target_locked(&self) -> CancelTarget {
         // SAFETY: worker-side field, read with the worker's lock held (the caller's contract).
         unsafe { *self.cancel.get() }
     }
@@ -264,7 +316,7 @@ impl<B: Send + 'static> ReqCell<B> {
 }
 
 impl<B: Send + 'static> OpSink for ReqCell<B> {
-    fn complete(&self, _held: &State, status: Status, info: OpInfo) -> AfterUnlock {
+    fn complete(&self, _held: &WorkerLocked, status: Status, info: OpInfo) -> AfterUnlock {
         // SAFETY: the worker's lock is held (`_held`).
         unsafe { self.complete_locked(status, info) }
     }
@@ -349,10 +401,7 @@ impl<B: Send + 'static> Request<B> {
             return;
         }
         if let Some(worker) = cell.worker().upgrade() {
-            let mut core = worker.lock();
-            // SAFETY: the worker's lock is held.
-            let target = unsafe { cell.cancel_target() };
-            worker.cancel(&mut core, target);
+            worker.cancel_request(&|held| cell.cancel_target(held));
         }
     }
 
@@ -360,7 +409,7 @@ impl<B: Send + 'static> Request<B> {
     // Inline with only the look at `done` for a pending request: an immediate completion is then
     // taken apart where it was made (no pass through memory), and a caller spinning on a pending
     // one makes no call per look; taking a completed cell is out of line.
-    #[inline]
+    #[inline(always)]
     pub fn try_take(self) -> std::result::Result<Result<Completion<B>>, Request<B>> {
         match self.inner {
             Inner::Ready(completion) => Ok(Ok(completion)),
@@ -393,7 +442,7 @@ impl<B: Send + 'static> Request<B> {
                 // No `pause` of its own between calls: a waiting caller's skipped call runs the
                 // worker's spin-wait barrier (see `worker::spin_wait`).
                 Some(worker) => {
-                    worker.progress();
+                    worker.progress_once();
                 }
                 None => return Err(Status::Canceled),
             }
@@ -421,11 +470,14 @@ impl<B: Send + 'static> Future for Request<B> {
                     // No worker left to complete it; it may have completed just before.
                     return Poll::Ready(cell.take().unwrap_or(Err(Status::Canceled)));
                 };
-                let _core = worker.lock();
-                // Completion happens under this lock: either it already did, or it will find
-                // the waker.
-                // SAFETY: we own the request, and the worker's lock is held.
-                match unsafe { cell.take_or_register(cx.waker()) } {
+                // Completion happens under the worker's lock: either it already did, or it will
+                // find the waker.
+                let mut result = None;
+                worker.with_lock(&mut |_held| {
+                    // SAFETY: we own the request, and the worker's lock is held (`_held`).
+                    result = unsafe { cell.take_or_register(cx.waker()) };
+                });
+                match result {
                     Some(result) => Poll::Ready(result),
                     None => Poll::Pending,
                 }
@@ -527,11 +579,12 @@ mod pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::WorkerShared;
     use crate::{Context, Features, WorkerParams};
 
     fn completed<B: Send + 'static>(worker: &crate::Worker, cell: &Arc<ReqCell<B>>) {
         let core = worker.shared.lock();
-        let after = cell.complete(&core.st, Status::Ok, OpInfo { length: 3, ..OpInfo::default() });
+        let after = cell.complete(core.st.held(), Status::Ok, OpInfo { length: 3, ..OpInfo::default() });
         assert!(after.callback.is_none() && after.waker.is_none());
     }
 
@@ -643,9 +696,32 @@ mod tests {
 
         type Deferred = Mutex<Vec<(Callback, Status, OpInfo)>>;
 
+        /// The type of a detached cell's worker, of which there is none: its weak reference
+        /// never upgrades, so nothing calls it.
+        struct NoWorker;
+
+        impl Completer for NoWorker {
+            fn progress_once(self: Arc<Self>) -> usize {
+                unreachable!("a detached cell's worker never upgrades")
+            }
+
+            fn with_lock(&self, _: &mut dyn FnMut(&WorkerLocked)) {
+                unreachable!("a detached cell's worker never upgrades")
+            }
+
+            fn cancel_request(&self, _: &dyn Fn(&WorkerLocked) -> CancelTarget) {
+                unreachable!("a detached cell's worker never upgrades")
+            }
+        }
+
         /// A cell of no worker: `Request::cancel` and `wait` see the worker gone.
         fn detached<B: Send + 'static>(buf: B, callback: Option<Callback>) -> Arc<ReqCell<B>> {
-            ReqCell::for_worker(std::ptr::null(), Weak::new, buf, callback)
+            ReqCell::for_worker(
+                std::ptr::null(),
+                || -> Weak<dyn Completer> { Weak::<NoWorker>::new() },
+                buf,
+                callback,
+            )
         }
 
         /// The worker completing `cell` under its lock; true when this was the completion (the
@@ -858,7 +934,7 @@ mod tests {
                     if !owned.is_done() {
                         let mut held = worker.lock().unwrap();
                         // SAFETY: the stand-in worker lock is held.
-                        assert_eq!(unsafe { owned.cancel_target() }, target);
+                        assert_eq!(unsafe { owned.cancel_target_locked() }, target);
                         take_posted(&mut held, owned, Status::Canceled, OpInfo::default());
                     }
                     spin_take(request)
@@ -992,7 +1068,7 @@ mod tests {
             {
                 let _held = lock.lock().unwrap();
                 // SAFETY: the stand-in worker lock is held.
-                assert_eq!(unsafe { again.cancel_target() }, CancelTarget::None);
+                assert_eq!(unsafe { again.cancel_target_locked() }, CancelTarget::None);
             }
             assert!(complete(&lock, &again, Status::Ok, length(2)));
             assert_eq!(run_callbacks(&lock), 0, "the last operation's callback ran again");

@@ -49,7 +49,8 @@ impl Engine {
                 Ok(Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() }))
             }
             Proto::Push => {
-                let op = self.new_op(Some(ep_id), OpKind::AwaitRtr { buf: data });
+                let cookie = data.cookie();
+                let op = self.new_op(Some(ep_id), OpKind::AwaitRtr { buf: data }, cookie);
                 let rts = Op::AmRts { am_id, reply, header_len, sender_req: op.raw(), total_len: len as u64 };
                 self.send(ep_id, &rts, Payload::Owned(header.to_vec()), false);
                 Ok(Start::Pending(op))
@@ -58,7 +59,7 @@ impl Engine {
                 let addr = data.addr();
                 let mut payload = header.to_vec();
                 payload.extend_from_slice(data.key().expect("pull needs a key"));
-                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len });
+                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len }, data.cookie());
                 let rts = Op::AmRtsPull {
                     am_id,
                     reply,
@@ -97,10 +98,11 @@ impl Engine {
         &mut self,
         op: OpId,
     ) -> Result<(EndpointId, u64, u64, Option<(u64, std::sync::Arc<[u8]>)>), Status> {
-        if self.posted_tags.contains_key(&op) {
-            return Err(Status::InvalidParam);
-        }
-        let Some(record) = self.ops.get(&op) else { return Err(Status::NoElem) };
+        let Some(record) = self.ops.get(&op) else {
+            // A waiting tag receive is no active message's data either, but a known operation.
+            let posted_tag = self.tags.find_expected(|(posted, _)| *posted == op).is_some();
+            return Err(if posted_tag { Status::InvalidParam } else { Status::NoElem });
+        };
         let OpKind::AmRndv { .. } = record.kind else { return Err(Status::InvalidParam) };
         let ep = record.ep.expect("AM descriptors have an endpoint");
         self.usable(ep)?;
@@ -137,7 +139,7 @@ impl Engine {
         pull: Option<(u64, &[u8])>,
     ) {
         let pull = pull.map(|(addr, key)| (addr, std::sync::Arc::<[u8]>::from(key)));
-        let op = self.new_op(Some(ep), OpKind::AmRndv { sender_req, total, pull });
+        let op = self.new_op(Some(ep), OpKind::AmRndv { sender_req, total, pull }, None);
         let delivery = AmDelivery {
             ep,
             am_id,

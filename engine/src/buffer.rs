@@ -9,12 +9,15 @@
 
 use std::sync::Arc;
 
+use crate::ids::Cookie;
+
 /// The bytes of a send operation (tag, AM or stream send, put, atomic operand).
 #[derive(Clone, Debug)]
 pub struct SendBuffer {
     ptr: *const u8,
     len: usize,
     key: Option<Arc<[u8]>>,
+    cookie: Option<Cookie>,
 }
 
 impl SendBuffer {
@@ -25,7 +28,7 @@ impl SendBuffer {
     /// operation the buffer is given to completes (its completion has been drained from the
     /// engine) or the engine refused it. `ptr` may dangle when `len` is 0.
     pub unsafe fn new(ptr: *const u8, len: usize) -> SendBuffer {
-        SendBuffer { ptr, len, key: None }
+        SendBuffer { ptr, len, key: None, cookie: None }
     }
 
     /// The same buffer with the packed remote key of memory registered around it, which lets a
@@ -33,6 +36,20 @@ impl SendBuffer {
     pub fn with_key(mut self, packed_key: Arc<[u8]>) -> SendBuffer {
         self.key = Some(packed_key);
         self
+    }
+
+    /// The same buffer with the API's name for the operation it is given to, which that
+    /// operation's completion carries back.
+    #[inline]
+    pub fn with_cookie(mut self, cookie: Cookie) -> SendBuffer {
+        self.cookie = Some(cookie);
+        self
+    }
+
+    /// The API's name for the operation, if it gave one.
+    #[inline]
+    pub(crate) fn cookie(&self) -> Option<Cookie> {
+        self.cookie
     }
 
     /// Length in bytes.
@@ -77,6 +94,7 @@ impl SendBuffer {
 pub struct RecvBuffer {
     ptr: *mut u8,
     len: usize,
+    cookie: Option<Cookie>,
 }
 
 impl RecvBuffer {
@@ -88,7 +106,21 @@ impl RecvBuffer {
     /// given to completes (its completion has been drained) or the engine refused it. `ptr` may
     /// dangle when `len` is 0.
     pub unsafe fn new(ptr: *mut u8, len: usize) -> RecvBuffer {
-        RecvBuffer { ptr, len }
+        RecvBuffer { ptr, len, cookie: None }
+    }
+
+    /// The same buffer with the API's name for the operation it is given to, which that
+    /// operation's completion carries back.
+    #[inline]
+    pub fn with_cookie(mut self, cookie: Cookie) -> RecvBuffer {
+        self.cookie = Some(cookie);
+        self
+    }
+
+    /// The API's name for the operation, if it gave one.
+    #[inline]
+    pub(crate) fn cookie(&self) -> Option<Cookie> {
+        self.cookie
     }
 
     /// Length in bytes.

@@ -11,7 +11,7 @@ use zcx_dataplane::{FastMap, FastSet, LinkId, RemoteAccessTable};
 
 use crate::buffer::{RecvBuffer, SendBuffer};
 use crate::caps::LinkCaps;
-use crate::ids::{EndpointId, IdSource, OpId};
+use crate::ids::{Cookie, EndpointId, IdSource, OpId};
 use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaRequest, Transmit};
 use crate::stream::StreamRx;
 use crate::Status;
@@ -71,6 +71,17 @@ pub enum Start {
     Done(Status, OpInfo),
     /// It completes later, with a [`Completion`] for this id.
     Pending(OpId),
+}
+
+/// What [`crate::Engine::tag_send_now`] did with a message.
+#[derive(Debug)]
+pub enum Sent {
+    /// The message goes eagerly and nothing the engine holds must leave before it: this is its
+    /// frame, whose payload is the caller's bytes ([`crate::Payload::Inline`]), to send (or copy)
+    /// before the command returns to its user. The send is done; no completion follows.
+    Now(Transmit),
+    /// What [`crate::Engine::tag_send`] returns: its frames go through the outbox.
+    Queued(Start),
 }
 
 /// The sizes of the engine's tables, for leak checks.
@@ -151,8 +162,6 @@ pub(crate) enum OpKind {
     PushRecv { buf: RecvBuffer, accept: usize, total: usize, received: usize, sender_tag: u64 },
     /// A receiver-pull receive whose RMA get is out.
     PullRecv { accept: usize, total: usize, sender_req: u64, sender_tag: u64 },
-    /// A stream receive waiting on its endpoint.
-    StreamRecv,
     /// A rendezvous active message the API has not taken or declined yet.
     AmRndv { sender_req: u64, total: u64, pull: Option<(u64, Arc<[u8]>)> },
     /// The target's answer to a peer's emulated get, going out in fragments.
@@ -188,7 +197,6 @@ impl OpKind {
             self,
             OpKind::PushRecv { .. }
                 | OpKind::PullRecv { .. }
-                | OpKind::StreamRecv
                 | OpKind::AmRndv { .. }
                 | OpKind::StreamPull { .. }
                 | OpKind::GetReply { .. }
@@ -214,6 +222,8 @@ pub(crate) struct Operation {
     pub implicit: bool,
     /// The final status, once known, while tokens are out.
     pub result: Option<(Status, OpInfo)>,
+    /// The API's name for the operation, handed back in its completion.
+    pub cookie: Option<Cookie>,
 }
 
 /// A tag message that arrived before its receive.
@@ -239,9 +249,6 @@ pub struct Engine {
     pub(crate) bulk_active: FastSet<EndpointId>,
     /// Byte vectors for unexpected messages and stream bytes, reused.
     pub(crate) pool: Vec<Vec<u8>>,
-    /// Tag receives waiting in the matcher, for cancelling them by id. (They are not in `ops`:
-    /// a receive matched by an eager message completes without a record to remove.)
-    pub(crate) posted_tags: FastMap<OpId, zcx_dataplane::proto::RecvId>,
     /// The endpoint the last frame came for, on which link: most frames come on the link the
     /// previous one came on.
     pub(crate) rx_hint: Option<(LinkId, EndpointId)>,
@@ -273,7 +280,6 @@ impl Engine {
             pool: Vec::new(),
             fenced_issues: FastMap::default(),
             implicit_copies: FastMap::default(),
-            posted_tags: FastMap::default(),
             probed: FastMap::default(),
             rx_hint: None,
         }
@@ -385,7 +391,9 @@ impl Engine {
         TableCounts {
             endpoints: self.eps.len(),
             links: self.link_eps.len(),
-            ops: self.ops.len() + self.posted_tags.len(),
+            ops: self.ops.len()
+                + self.tags.expected_len()
+                + self.eps.values().map(|ep| ep.stream.posted.len()).sum::<usize>(),
             tag_expected: self.tags.expected_len(),
             tag_unexpected: self.tags.unexpected_len() + self.probed.len(),
             stream_recvs: self.eps.values().map(|ep| ep.stream.posted.len()).sum(),
@@ -398,10 +406,11 @@ impl Engine {
 
     // ---- shared machinery ----
 
-    pub(crate) fn new_op(&mut self, ep: Option<EndpointId>, kind: OpKind) -> OpId {
+    pub(crate) fn new_op(&mut self, ep: Option<EndpointId>, kind: OpKind, cookie: Option<Cookie>) -> OpId {
         let id = OpId::from_raw(self.op_ids.next());
-        self.ops
-            .insert(id, Operation { ep, kind, tokens: 0, rma_issued: false, implicit: false, result: None });
+        let record =
+            Operation { ep, kind, tokens: 0, rma_issued: false, implicit: false, result: None, cookie };
+        self.ops.insert(id, record);
         id
     }
 
@@ -534,7 +543,7 @@ impl Engine {
                 }
             }
         } else if !op.kind.is_internal() {
-            self.events.push_back(Event::Completion(Completion { op: id, status, info }));
+            self.events.push_back(Event::Completion(Completion { op: id, status, info, cookie: op.cookie }));
         }
         if let OpKind::Flush { parent: Some(parent), .. } = op.kind {
             self.child_flush_done(parent, status);

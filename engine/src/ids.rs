@@ -7,6 +7,7 @@
 //! [`LinkId`]: zcx_dataplane::LinkId
 
 use std::fmt;
+use std::num::NonZeroUsize;
 
 /// One endpoint of the engine: a connection to one peer worker over one link at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,6 +52,25 @@ impl fmt::Display for OpId {
 impl fmt::Display for EndpointId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "ep#{}", self.0)
+    }
+}
+
+/// The API's own name for an operation, given with the operation's buffer
+/// ([`crate::SendBuffer::with_cookie`], [`crate::RecvBuffer::with_cookie`]) and handed back in its
+/// [`crate::Completion`]: typically the address of the API's record of the request, so that a
+/// completion finds it without a lookup by [`OpId`]. The engine stores it and never reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cookie(NonZeroUsize);
+
+impl Cookie {
+    /// A cookie of `value`.
+    pub fn new(value: NonZeroUsize) -> Cookie {
+        Cookie(value)
+    }
+
+    /// The value it was made of.
+    pub fn get(self) -> NonZeroUsize {
+        self.0
     }
 }
 

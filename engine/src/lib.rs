@@ -11,12 +11,14 @@
 //!
 //! # Inputs
 //!
-//! - API commands: [`Engine::tag_send`] (also synchronous), [`Engine::tag_recv`],
+//! - API commands: [`Engine::tag_send`] (also synchronous) or [`Engine::tag_send_now`] (an
+//!   eager message's frame handed straight back, [`Sent::Now`]), [`Engine::tag_recv`],
 //!   [`Engine::tag_probe`], [`Engine::tag_probe_remove`] with [`Engine::tag_msg_recv`] /
-//!   [`Engine::tag_msg_drop`], [`Engine::stream_send`], [`Engine::stream_recv`],
-//!   [`Engine::am_send`] with [`Engine::am_recv_data`] / [`Engine::am_decline`], [`Engine::put`],
-//!   [`Engine::put_nbi`], [`Engine::get`], [`Engine::atomic`], [`Engine::flush`],
-//!   [`Engine::flush_worker`], [`Engine::fence`], [`Engine::close`], [`Engine::cancel`];
+//!   [`Engine::tag_msg_drop`], [`Engine::stream_send`] (or [`Engine::stream_send_now`]),
+//!   [`Engine::stream_recv`], [`Engine::am_send`] with [`Engine::am_recv_data`] /
+//!   [`Engine::am_decline`], [`Engine::put`], [`Engine::put_nbi`], [`Engine::get`],
+//!   [`Engine::atomic`], [`Engine::flush`], [`Engine::flush_worker`], [`Engine::fence`],
+//!   [`Engine::close`], [`Engine::cancel`];
 //!   endpoints come and go with [`Engine::add_endpoint`], [`Engine::endpoint_ready`] and
 //!   [`Engine::release_endpoint`].
 //! - Transport events: [`Engine::handle_frame`], [`Engine::handle_placed`] then
@@ -27,7 +29,9 @@
 //!
 //! User memory comes in as [`SendBuffer`] and [`RecvBuffer`], raw `(ptr, len)` pairs whose
 //! `unsafe` constructors carry the contract: valid and untouched by others until the operation
-//! completes.
+//! completes. A buffer may carry the API's [`Cookie`] for its operation (the address of the
+//! request's record), which the operation's completion hands back, so the API finds the request
+//! without a lookup by [`OpId`].
 //!
 //! # Outputs
 //!
@@ -41,7 +45,7 @@
 //!   [`Engine::send_done`]; the operation completes only after that).
 //! - [`Engine::poll_rma`]: native RMA requests `(link, token, local, remote address, packed
 //!   key)` for links whose caps say native, answered exactly once with [`Engine::rma_done`].
-//! - [`Engine::poll_event`]: completions `(OpId, Status, OpInfo)`, endpoint errors, active
+//! - [`Engine::poll_event`]: completions `(OpId, Status, OpInfo, cookie)`, endpoint errors, active
 //!   message deliveries, handshake frames, links to close.
 //!
 //! A command that finishes at once says so ([`Start::Done`]: an eager send, a receive that
@@ -109,9 +113,9 @@
 //! - Stay beside the engine, behind the shared-memory transport extension: the direct lane of
 //!   eager sends (it writes the same `TagEager`/`AmEager`/`Stream` frames, and must only be
 //!   offered while the engine holds nothing queued for the endpoint), the rung path of receives
-//!   (which hands its frames to [`Engine::handle_frame`]), reading eager AMs in place (the
-//!   engine copies them; a lent variant of [`Engine::handle_frame`] that hands the frame's
-//!   bytes to the caller is the next step), `PutHelp` (an [`Event::Extension`]), and the
+//!   (which hands its frames to [`Engine::handle_frame`]), reading eager AMs in place
+//!   ([`Engine::handle_frame_lending`] hands them back as [`LentAm`]s borrowing the frame, for
+//!   the worker's loan of the ring record), `PutHelp` (an [`Event::Extension`]), and the
 //!   same-host direct RMA with its `KeyCheck` (the engine answers `KeyCheck`s; asking them is
 //!   the API's).
 
@@ -136,10 +140,10 @@ mod tests;
 pub use am::MAX_AM_HEADER;
 pub use buffer::{RecvBuffer, SendBuffer};
 pub use caps::{BulkMode, LinkCaps};
-pub use engine::{CloseMode, Engine, EngineConfig, Phase, Start, TableCounts};
-pub use ids::{EndpointId, OpId};
+pub use engine::{CloseMode, Engine, EngineConfig, Phase, Sent, Start, TableCounts};
+pub use ids::{Cookie, EndpointId, OpId};
 pub use output::{
-    AmDelivery, Completion, Event, Header, OpInfo, Payload, Placement, RmaKind, RmaRequest, Transmit,
+    AmDelivery, Completion, Event, Header, LentAm, OpInfo, Payload, Placement, RmaKind, RmaRequest, Transmit,
 };
 pub use rma::RemoteKey;
 pub use status::Status;

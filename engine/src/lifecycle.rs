@@ -13,7 +13,7 @@ use zcx_dataplane::proto::wire::Op;
 
 use crate::engine::{CloseMode, Engine, OpKind, Phase, Unexpected};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{Completion, Event, OpInfo, Payload, Transmit};
+use crate::output::{Event, OpInfo, Payload, Transmit};
 use crate::Status;
 
 impl Engine {
@@ -34,7 +34,7 @@ impl Engine {
             return Ok(None);
         }
         ep.phase = Phase::Closing;
-        let op = self.new_op(Some(ep_id), OpKind::Close);
+        let op = self.new_op(Some(ep_id), OpKind::Close, None);
         self.try_finish_close(ep_id);
         Ok(Some(op))
     }
@@ -161,12 +161,7 @@ impl Engine {
             }
         }
         for recv in posted {
-            self.ops.remove(&recv.op);
-            self.events.push_back(Event::Completion(Completion {
-                op: recv.op,
-                status,
-                info: OpInfo { length: recv.filled, ..OpInfo::default() },
-            }));
+            self.events.push_back(recv.completion(status));
         }
         self.drop_unexpected_rts_of(ep_id);
         let mut ops: Vec<OpId> =

@@ -191,6 +191,24 @@ pub struct Completion {
     pub status: Status,
     /// Lengths, tag, fetched value.
     pub info: OpInfo,
+    /// The API's name for the operation, from the buffer it was started with.
+    pub cookie: Option<crate::Cookie>,
+}
+
+/// An eager active message read in place ([`crate::Engine::handle_frame_lending`]): header and
+/// data are the frame's bytes, lent for as long as the frame is.
+#[derive(Debug)]
+pub struct LentAm<'a> {
+    /// The endpoint it came from (the reply endpoint when `reply`).
+    pub ep: EndpointId,
+    /// The handler id.
+    pub am_id: u16,
+    /// The sender asked for a reply endpoint.
+    pub reply: bool,
+    /// The AM header.
+    pub header: &'a [u8],
+    /// The data.
+    pub data: &'a [u8],
 }
 
 /// An active message for its handler.

@@ -9,10 +9,30 @@ use zcx_dataplane::{LinkId, RemoteAccess};
 
 use crate::engine::{Engine, OpKind, Phase};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{Event, OpInfo, Placement};
+use crate::output::{Event, LentAm, OpInfo, Placement};
 use crate::Status;
 
 impl Engine {
+    /// [`Engine::handle_frame`] for a frame the caller can lend out: an eager active message
+    /// for a live endpoint comes back in place ([`LentAm`], borrowing `frame`, no copy and no
+    /// event) for the caller to give its handler; every other frame is handled as
+    /// `handle_frame` handles it, and `None` comes back.
+    ///
+    /// The header fields that decide what happens are read out of `frame` once, before
+    /// anything acts on them; the lent header and data are the peer's bytes, which only the
+    /// handler reads.
+    #[inline]
+    pub fn handle_frame_lending<'a>(&mut self, link: LinkId, frame: &'a [u8]) -> Option<LentAm<'a>> {
+        if let Some((Op::AmEager { am_id, reply, header_len }, payload)) = Op::decode_eager(frame) {
+            let ep = self.receiving_ep(link)?;
+            // `decode_eager` checked that the header fits the payload.
+            let (header, data) = payload.split_at(usize::from(header_len));
+            return Some(LentAm { ep, am_id, reply, header, data });
+        }
+        self.handle_frame(link, frame);
+        None
+    }
+
     /// A whole frame arrived on `link`.
     pub fn handle_frame(&mut self, link: LinkId, frame: &[u8]) {
         // Small messages first, without the general decoder's checked reads.
@@ -267,7 +287,7 @@ impl Engine {
         }
         // The answer goes out in fragments as the caller drains the outbox, like any bulk
         // transfer: a large get does not copy the whole range at once.
-        let reply = self.new_op(Some(ep), OpKind::GetReply { req, region, key, addr, len, offset: 0 });
+        let reply = self.new_op(Some(ep), OpKind::GetReply { req, region, key, addr, len, offset: 0 }, None);
         if let Some(state) = self.eps.get_mut(&ep) {
             state.bulk.push_back(reply);
         }

@@ -52,6 +52,7 @@ impl Engine {
         key: &RemoteKey,
     ) -> Result<OpId, Status> {
         let ep = self.usable(ep_id)?;
+        let cookie = buf.cookie();
         let (link, caps) = (ep.link, ep.caps);
         let (kind, issue) = match &key.packed {
             Some(packed) if caps.native_put => (
@@ -84,7 +85,7 @@ impl Engine {
                 (OpKind::Push { buf, len, sent: 0, frag }, Issue::Bulk)
             }
         };
-        Ok(self.submit_rma(ep_id, kind, issue))
+        Ok(self.submit_rma(ep_id, kind, issue, cookie))
     }
 
     /// `ucp_put_nbi`: writes `bytes` to `remote_addr` of the peer's memory and returns once it
@@ -139,6 +140,7 @@ impl Engine {
         key: &RemoteKey,
     ) -> Result<OpId, Status> {
         let ep = self.usable(ep_id)?;
+        let cookie = buf.cookie();
         let (link, caps) = (ep.link, ep.caps);
         let (kind, issue) = match &key.packed {
             Some(packed) if caps.native_get => (
@@ -164,7 +166,7 @@ impl Engine {
                 }),
             ),
         };
-        Ok(self.submit_rma(ep_id, kind, issue))
+        Ok(self.submit_rma(ep_id, kind, issue, cookie))
     }
 
     /// `ucp_atomic_op_nbx` on the `size`-byte (4 or 8) word at `remote_addr`; the completion's
@@ -213,7 +215,7 @@ impl Engine {
                 }),
             ),
         };
-        Ok(self.submit_rma(ep_id, kind, issue))
+        Ok(self.submit_rma(ep_id, kind, issue, None))
     }
 
     /// `ucp_ep_fence`: RMA operations started after this one are issued only once every RMA
@@ -247,7 +249,7 @@ impl Engine {
             return Start::Done(Status::Ok, OpInfo::default());
         }
         eps.sort_unstable();
-        let parent = self.new_op(None, OpKind::FlushAll { remaining: eps.len() });
+        let parent = self.new_op(None, OpKind::FlushAll { remaining: eps.len() }, None);
         for ep in eps {
             self.start_flush(ep, Some(parent));
         }
@@ -255,7 +257,7 @@ impl Engine {
     }
 
     fn start_flush(&mut self, ep_id: EndpointId, parent: Option<OpId>) -> OpId {
-        let op = self.new_op(Some(ep_id), OpKind::Flush { acked: false, parent });
+        let op = self.new_op(Some(ep_id), OpKind::Flush { acked: false, parent }, None);
         if let Some(ep) = self.eps.get_mut(&ep_id) {
             ep.flushes += 1;
         }
@@ -275,8 +277,14 @@ impl Engine {
     }
 
     /// Enters an RMA operation and issues it, or holds it behind a fence.
-    fn submit_rma(&mut self, ep_id: EndpointId, kind: OpKind, mut issue: Issue) -> OpId {
-        let op = self.new_op(Some(ep_id), kind);
+    fn submit_rma(
+        &mut self,
+        ep_id: EndpointId,
+        kind: OpKind,
+        mut issue: Issue,
+        cookie: Option<crate::Cookie>,
+    ) -> OpId {
+        let op = self.new_op(Some(ep_id), kind, cookie);
         // The wire and the transport name the operation by its id.
         match &mut issue {
             Issue::Native(request) => request.token = op,

@@ -80,7 +80,7 @@ impl Engine {
         match pull {
             Some((addr, key)) => {
                 let kind = OpKind::PullRecv { accept, total, sender_req, sender_tag };
-                self.set_op(op, ep_id, kind, 1);
+                self.set_op(op, ep_id, kind, 1, buf.cookie());
                 self.rmas.push_back(RmaRequest {
                     link,
                     token: op,
@@ -92,8 +92,9 @@ impl Engine {
                 });
             }
             None => {
+                let cookie = buf.cookie();
                 let kind = OpKind::PushRecv { buf, accept, total, received: 0, sender_tag };
-                self.set_op(op, ep_id, kind, 0);
+                self.set_op(op, ep_id, kind, 0, cookie);
                 let rtr = Op::Rtr { sender_req, recv_req: op.raw(), accept_len: accept as u64 };
                 self.send(ep_id, &rtr, Payload::None, false);
             }
@@ -101,8 +102,15 @@ impl Engine {
         crate::Start::Pending(op)
     }
 
-    /// Enters (or re-enters) operation `op` with `kind`.
-    pub(crate) fn set_op(&mut self, op: OpId, ep: EndpointId, kind: OpKind, tokens: u32) {
+    /// Enters (or re-enters) operation `op` with `kind`; `cookie` is the API's name for it.
+    pub(crate) fn set_op(
+        &mut self,
+        op: OpId,
+        ep: EndpointId,
+        kind: OpKind,
+        tokens: u32,
+        cookie: Option<crate::Cookie>,
+    ) {
         let record = crate::engine::Operation {
             ep: Some(ep),
             kind,
@@ -110,6 +118,7 @@ impl Engine {
             rma_issued: false,
             implicit: false,
             result: None,
+            cookie,
         };
         self.ops.insert(op, record);
     }

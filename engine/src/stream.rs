@@ -13,9 +13,9 @@ use zcx_dataplane::proto::wire::Op;
 
 use crate::buffer::{RecvBuffer, SendBuffer};
 use crate::caps::BulkMode;
-use crate::engine::{Engine, Frag, OpKind, Phase, Start};
+use crate::engine::{Engine, Frag, OpKind, Phase, Sent, Start};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaKind, RmaRequest};
+use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaKind, RmaRequest, Transmit};
 use crate::Status;
 
 /// A stream receive waiting for bytes.
@@ -54,52 +54,92 @@ impl StreamRx {
         self.chunks.drain(..).filter(|c| c.pulling.is_none()).map(|c| c.bytes).collect()
     }
 
-    /// Fills waiting receives straight from a frame's bytes (nothing is buffered ahead of them);
-    /// returns the bytes no receive took.
-    fn serve_frame<'a>(&mut self, mut data: &'a [u8], done: &mut Vec<(OpId, usize)>) -> &'a [u8] {
+    /// Fills waiting receives straight from a frame's bytes (nothing is buffered ahead of them),
+    /// queuing the completions of those it fills into `events`; returns the bytes no receive
+    /// took.
+    fn serve_frame<'a>(&mut self, mut data: &'a [u8], events: &mut VecDeque<Event>) -> &'a [u8] {
         while let Some(recv) = self.posted.front_mut() {
             let n = data.len().min(recv.buf.len() - recv.filled);
             recv.buf.write(recv.filled, &data[..n]);
             recv.filled += n;
             data = &data[n..];
-            if recv.filled == recv.buf.len() || (!recv.waitall && recv.filled > 0) {
-                let recv = self.posted.pop_front().expect("front exists");
-                done.push((recv.op, recv.filled));
-            } else {
+            if !recv.is_done() {
                 break;
             }
+            let recv = self.posted.pop_front().expect("front exists");
+            events.push_back(recv.completion(Status::Ok));
         }
         data
     }
 
-    /// Fills waiting receives from readable chunks, in order; a receive takes every readable
-    /// byte it has room for, then completes when full (or, without waitall, when it got any).
-    fn serve(&mut self, done: &mut Vec<(OpId, usize)>, spent: &mut Vec<Vec<u8>>) {
-        while let Some(recv) = self.posted.front_mut() {
-            while recv.filled < recv.buf.len() {
-                let Some(chunk) = self.chunks.front().filter(|c| c.pulling.is_none()) else { break };
-                let available = &chunk.bytes[self.head..];
-                let n = available.len().min(recv.buf.len() - recv.filled);
-                recv.buf.write(recv.filled, &available[..n]);
-                recv.filled += n;
-                self.head += n;
-                if self.head == chunk.bytes.len() {
-                    let chunk = self.chunks.pop_front().expect("front exists");
-                    spent.push(chunk.bytes);
-                    self.head = 0;
-                }
+    /// Fills `recv` from readable chunks; the spent chunks' buffers go to `spent`.
+    fn fill(&mut self, recv: &mut StreamRecv, spent: &mut Vec<Vec<u8>>) {
+        while recv.filled < recv.buf.len() {
+            let Some(chunk) = self.chunks.front().filter(|c| c.pulling.is_none()) else { break };
+            let available = &chunk.bytes[self.head..];
+            let n = available.len().min(recv.buf.len() - recv.filled);
+            recv.buf.write(recv.filled, &available[..n]);
+            recv.filled += n;
+            self.head += n;
+            if self.head == chunk.bytes.len() {
+                let chunk = self.chunks.pop_front().expect("front exists");
+                spent.push(chunk.bytes);
+                self.head = 0;
             }
-            if recv.filled == recv.buf.len() || (!recv.waitall && recv.filled > 0) {
-                let recv = self.posted.pop_front().expect("front exists");
-                done.push((recv.op, recv.filled));
-            } else {
+        }
+    }
+
+    /// Fills waiting receives from readable chunks, in order, queuing the completions of those
+    /// it fills into `events`; a receive takes every readable byte it has room for, then
+    /// completes when full (or, without waitall, when it got any).
+    fn serve(&mut self, events: &mut VecDeque<Event>, spent: &mut Vec<Vec<u8>>) {
+        while let Some(mut recv) = self.posted.pop_front() {
+            self.fill(&mut recv, spent);
+            if !recv.is_done() {
+                self.posted.push_front(recv);
                 return;
             }
+            events.push_back(recv.completion(Status::Ok));
         }
     }
 }
 
+impl StreamRecv {
+    /// Full, or (without waitall) holding any bytes.
+    fn is_done(&self) -> bool {
+        self.filled == self.buf.len() || (!self.waitall && self.filled > 0)
+    }
+
+    /// The receive's completion with `status`, its bytes so far as its length.
+    pub(crate) fn completion(&self, status: Status) -> Event {
+        let info = OpInfo { length: self.filled, ..OpInfo::default() };
+        Event::Completion(Completion { op: self.op, status, info, cookie: self.buf.cookie() })
+    }
+}
+
 impl Engine {
+    /// `ucp_stream_send_nbx` for a caller that sends at once, as [`Engine::tag_send_now`] is
+    /// for tag messages: a small send on a ready endpoint with an empty outbox and no stream
+    /// fragments of its own still to send comes back as its frame ([`Sent::Now`]); anything else
+    /// goes as [`Engine::stream_send`] sends it.
+    #[inline]
+    pub fn stream_send_now(&mut self, ep_id: EndpointId, buf: SendBuffer) -> Result<Sent, Status> {
+        if self.transmits.is_empty() {
+            if let Some(ep) = self.eps.get_mut(&ep_id) {
+                let len = buf.len();
+                let eager = len < ep.caps.rndv_threshold && len <= ep.caps.max_payload();
+                // Fragments of any kind queued on the endpoint: `stream_send` sorts out which.
+                if ep.phase == Phase::Ready && ep.answered && eager && ep.bulk.is_empty() {
+                    ep.tx_seen = true;
+                    let payload = Payload::Inline { ptr: buf.at(0), len };
+                    let header = Header::of(&Op::Stream);
+                    return Ok(Sent::Now(Transmit { link: ep.link, header, payload, placed: false }));
+                }
+            }
+        }
+        self.stream_send(ep_id, buf).map(Sent::Queued)
+    }
+
     /// `ucp_stream_send_nbx`: appends `buf` to the endpoint's stream. A small send is done at
     /// once ([`Payload::Inline`]); a large one when its bytes are sent (pushed) or read by the
     /// peer (pulled).
@@ -120,13 +160,14 @@ impl Engine {
             && !behind_fragments
         {
             if let Some(key) = buf.key().cloned() {
-                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len });
+                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len }, buf.cookie());
                 let rts = Op::StreamRtsPull { sender_req: op.raw(), total_len: len as u64, addr: buf.addr() };
                 self.send(ep_id, &rts, Payload::Owned(key.to_vec()), false);
                 return Ok(Start::Pending(op));
             }
         }
-        let op = self.new_op(Some(ep_id), OpKind::Push { buf, len, sent: 0, frag: Frag::Stream });
+        let cookie = buf.cookie();
+        let op = self.new_op(Some(ep_id), OpKind::Push { buf, len, sent: 0, frag: Frag::Stream }, cookie);
         if let Some(ep) = self.eps.get_mut(&ep_id) {
             ep.bulk.push_back(op);
         }
@@ -144,42 +185,25 @@ impl Engine {
     ) -> Result<Start, Status> {
         self.usable(ep_id)?;
         let op = OpId::from_raw(self.op_ids.next());
-        let mut done = Vec::new();
-        let mut spent = Vec::new();
         let ep = self.eps.get_mut(&ep_id).expect("usable");
-        let queued_before = !ep.stream.posted.is_empty();
-        ep.stream.posted.push_back(StreamRecv { op, buf, filled: 0, waitall });
-        ep.stream.serve(&mut done, &mut spent);
-        for bytes in spent {
-            self.recycle(bytes);
+        let mut recv = StreamRecv { op, buf, filled: 0, waitall };
+        // A waiting receive ahead of this one took every readable byte it had room for and still
+        // waits: nothing is readable for this one. Otherwise it takes what is there first, and
+        // completes at once when that is enough. A waiting receive has no record besides its
+        // place in the endpoint's queue, so completing it removes nothing else.
+        if ep.stream.posted.is_empty() {
+            let mut spent = Vec::new();
+            ep.stream.fill(&mut recv, &mut spent);
+            for bytes in spent {
+                self.recycle(bytes);
+            }
+            if recv.is_done() {
+                return Ok(Start::Done(Status::Ok, OpInfo { length: recv.filled, ..OpInfo::default() }));
+            }
         }
-        if !queued_before && done.len() == 1 && done[0].0 == op {
-            return Ok(Start::Done(Status::Ok, OpInfo { length: done[0].1, ..OpInfo::default() }));
-        }
-        self.complete_stream_recvs(done);
-        self.ops.insert(
-            op,
-            crate::engine::Operation {
-                ep: Some(ep_id),
-                kind: OpKind::StreamRecv,
-                tokens: 0,
-                rma_issued: false,
-                implicit: false,
-                result: None,
-            },
-        );
+        let ep = self.eps.get_mut(&ep_id).expect("usable");
+        ep.stream.posted.push_back(recv);
         Ok(Start::Pending(op))
-    }
-
-    fn complete_stream_recvs(&mut self, done: Vec<(OpId, usize)>) {
-        for (op, length) in done {
-            self.ops.remove(&op);
-            self.events.push_back(Event::Completion(Completion {
-                op,
-                status: Status::Ok,
-                info: OpInfo { length, ..OpInfo::default() },
-            }));
-        }
     }
 
     /// Bytes of a `Stream` frame arrived on `ep_id`.
@@ -188,28 +212,25 @@ impl Engine {
             return;
         }
         let Some(ep) = self.eps.get_mut(&ep_id) else { return };
-        let mut done = Vec::new();
         // Nothing buffered ahead of these bytes: waiting receives take them straight from the
         // frame, and only what they leave is copied.
-        let rest = if ep.stream.chunks.is_empty() { ep.stream.serve_frame(data, &mut done) } else { data };
+        let rest =
+            if ep.stream.chunks.is_empty() { ep.stream.serve_frame(data, &mut self.events) } else { data };
         if !rest.is_empty() {
             let copy = self.pooled_copy(rest);
             if let Some(ep) = self.eps.get_mut(&ep_id) {
                 ep.stream.chunks.push_back(Chunk { bytes: copy, pulling: None });
             }
         }
-        self.complete_stream_recvs(done);
     }
 
     fn serve_stream(&mut self, ep_id: EndpointId) {
         let Some(ep) = self.eps.get_mut(&ep_id) else { return };
-        let mut done = Vec::new();
         let mut spent = Vec::new();
-        ep.stream.serve(&mut done, &mut spent);
+        ep.stream.serve(&mut self.events, &mut spent);
         for bytes in spent {
             self.recycle(bytes);
         }
-        self.complete_stream_recvs(done);
     }
 
     /// A receiver-pull stream send: read its bytes into the stream at this point.
@@ -233,7 +254,7 @@ impl Engine {
         };
         let mut bytes = vec![0u8; total];
         let local = bytes.as_mut_ptr();
-        let op = self.new_op(Some(ep_id), OpKind::StreamPull { bytes: Vec::new(), sender_req });
+        let op = self.new_op(Some(ep_id), OpKind::StreamPull { bytes: Vec::new(), sender_req }, None);
         if let Some(record) = self.ops.get_mut(&op) {
             record.kind = OpKind::StreamPull { bytes, sender_req };
             record.tokens = 1;
@@ -287,12 +308,7 @@ impl Engine {
         let Some(ep) = self.eps.get_mut(&ep_id) else { return false };
         let Some(pos) = ep.stream.posted.iter().position(|r| r.op == op) else { return false };
         let recv = ep.stream.posted.remove(pos).expect("position is valid");
-        self.ops.remove(&op);
-        self.events.push_back(Event::Completion(Completion {
-            op,
-            status: Status::Canceled,
-            info: OpInfo { length: recv.filled, ..OpInfo::default() },
-        }));
+        self.events.push_back(recv.completion(Status::Canceled));
         true
     }
 }

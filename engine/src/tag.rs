@@ -6,9 +6,9 @@ use zcx_dataplane::proto::{Message, Posted};
 use zcx_dataplane::LinkId;
 
 use crate::buffer::{RecvBuffer, SendBuffer};
-use crate::engine::{Engine, OpKind, Start, Unexpected};
+use crate::engine::{Engine, OpKind, Phase, Sent, Start, Unexpected};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{Completion, Event, Header, OpInfo, Payload};
+use crate::output::{Completion, Event, Header, OpInfo, Payload, Transmit};
 use crate::rndv::{choose, Proto};
 use crate::Status;
 
@@ -32,13 +32,14 @@ impl Engine {
                 Ok(Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() }))
             }
             Proto::Eager => {
-                let op = self.new_op(Some(ep_id), OpKind::SyncEager { len });
+                let op = self.new_op(Some(ep_id), OpKind::SyncEager { len }, buf.cookie());
                 let payload = Payload::Inline { ptr: buf.at(0), len };
                 self.send(ep_id, &Op::TagEager { tag, sync, sender_req: op.raw() }, payload, false);
                 Ok(Start::Pending(op))
             }
             Proto::Push => {
-                let op = self.new_op(Some(ep_id), OpKind::AwaitRtr { buf });
+                let cookie = buf.cookie();
+                let op = self.new_op(Some(ep_id), OpKind::AwaitRtr { buf }, cookie);
                 let rts = Op::TagRts { tag, sync, sender_req: op.raw(), total_len: len as u64 };
                 self.send(ep_id, &rts, Payload::None, false);
                 Ok(Start::Pending(op))
@@ -46,7 +47,7 @@ impl Engine {
             Proto::Pull => {
                 let key = buf.key().expect("pull needs a key").to_vec();
                 let addr = buf.addr();
-                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len });
+                let op = self.new_op(Some(ep_id), OpKind::AwaitPullDone { len }, buf.cookie());
                 let rts = Op::TagRtsPull { tag, sync, sender_req: op.raw(), total_len: len as u64, addr };
                 self.send(ep_id, &rts, Payload::Owned(key), false);
                 Ok(Start::Pending(op))
@@ -54,14 +55,37 @@ impl Engine {
         }
     }
 
+    /// `ucp_tag_send_nbx` for a caller that sends at once: a message that goes eagerly on a
+    /// ready endpoint while the outbox is empty comes back as its frame ([`Sent::Now`]), with no
+    /// trip through the outbox and one endpoint lookup; anything else goes as
+    /// [`Engine::tag_send`] sends it ([`Sent::Queued`]). The outbox must be empty for the frame
+    /// to skip it, so it never overtakes a frame queued before.
+    #[inline]
+    pub fn tag_send_now(&mut self, ep_id: EndpointId, buf: SendBuffer, tag: u64) -> Result<Sent, Status> {
+        if self.transmits.is_empty() {
+            if let Some(ep) = self.eps.get_mut(&ep_id) {
+                let len = buf.len();
+                if ep.phase == Phase::Ready
+                    && ep.answered
+                    && matches!(choose(&ep.caps, len, &buf), Proto::Eager)
+                {
+                    ep.tx_seen = true;
+                    let header = Header::tag_eager(tag, false, 0);
+                    let payload = Payload::Inline { ptr: buf.at(0), len };
+                    return Ok(Sent::Now(Transmit { link: ep.link, header, payload, placed: false }));
+                }
+            }
+        }
+        self.tag_send(ep_id, buf, tag, false).map(Sent::Queued)
+    }
+
     /// `ucp_tag_recv_nbx`: receives the oldest message whose tag matches `(tag, mask)` into `buf`.
     pub fn tag_recv(&mut self, buf: RecvBuffer, tag: u64, mask: u64) -> Start {
+        // A waiting receive has no record besides its place in the matcher (found there again
+        // only to cancel it), so a receive matched by an eager message leaves nothing to remove.
         let op = OpId::from_raw(self.op_ids.next());
         match self.tags.post_recv(tag, mask, (op, buf)) {
-            Posted::Queued(recv_id) => {
-                self.posted_tags.insert(op, recv_id);
-                Start::Pending(op)
-            }
+            Posted::Queued(_) => Start::Pending(op),
             Posted::Matched { recv: (op, buf), message } => self.take_unexpected(op, buf, message),
         }
     }
@@ -114,22 +138,23 @@ impl Engine {
     /// Withdraws a waiting tag or stream receive (`ucp_request_cancel`); true if it was waiting,
     /// and it then completes with CANCELED.
     pub fn cancel(&mut self, op_id: OpId) -> bool {
-        if let Some(recv_id) = self.posted_tags.remove(&op_id) {
-            if self.tags.cancel(recv_id).is_none() {
-                return false;
-            }
-            let completion = Completion { op: op_id, status: Status::Canceled, info: OpInfo::default() };
-            self.events.push_back(Event::Completion(completion));
-            return true;
+        if self.ops.contains_key(&op_id) {
+            return false;
         }
-        let Some(op) = self.ops.get(&op_id) else { return false };
-        match op.kind {
-            OpKind::StreamRecv => match op.ep {
-                Some(ep) => self.cancel_stream_recv(ep, op_id),
-                None => false,
-            },
-            _ => false,
+        // A waiting receive, found by a walk of the matcher or of the endpoints' stream queues:
+        // cancelling is rare, and the message path keeps no index of receives by id for it.
+        let stream_ep = |(id, ep): (&EndpointId, &crate::engine::Endpoint)| {
+            ep.stream.posted.iter().any(|recv| recv.op == op_id).then_some(*id)
+        };
+        if let Some(ep) = self.eps.iter().find_map(stream_ep) {
+            return self.cancel_stream_recv(ep, op_id);
         }
+        let Some(recv_id) = self.tags.find_expected(|(op, _)| *op == op_id) else { return false };
+        let Some((_, buf)) = self.tags.cancel(recv_id) else { return false };
+        let completion =
+            Completion { op: op_id, status: Status::Canceled, info: OpInfo::default(), cookie: buf.cookie() };
+        self.events.push_back(Event::Completion(completion));
+        true
     }
 
     /// A receive took an unexpected message.
@@ -170,9 +195,9 @@ impl Engine {
                 let n = payload.len().min(buf.len());
                 buf.write(0, &payload[..n]);
                 let status = if payload.len() > n { Status::MessageTruncated } else { Status::Ok };
-                self.posted_tags.remove(&op);
                 let info = OpInfo { length: n, sender_tag: tag, value: 0 };
-                self.events.push_back(Event::Completion(Completion { op, status, info }));
+                let cookie = buf.cookie();
+                self.events.push_back(Event::Completion(Completion { op, status, info, cookie }));
                 if let Some(sender_req) = sync_req {
                     self.reply(link, &Op::SyncAck { sender_req });
                 }
@@ -199,11 +224,12 @@ impl Engine {
         let pull = pull.map(|(addr, key)| (addr, std::sync::Arc::<[u8]>::from(key)));
         match self.tags.take_expected(tag) {
             Some((_, (op, buf))) => {
-                self.posted_tags.remove(&op);
+                let cookie = buf.cookie();
                 if let crate::Start::Done(status, info) =
                     self.start_rndv_recv(ep_id, op, sender_req, total_len, pull, buf, tag)
                 {
-                    self.events.push_back(crate::Event::Completion(crate::Completion { op, status, info }));
+                    let completion = crate::Completion { op, status, info, cookie };
+                    self.events.push_back(crate::Event::Completion(completion));
                 }
             }
             None => {

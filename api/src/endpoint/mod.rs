@@ -25,7 +25,6 @@ use crate::worker::state::{send_on_ep, Core, OutKind, Phase, State};
 use crate::worker::{Worker, WorkerShared};
 
 pub use am::{AmProto, AmSendParams};
-pub(crate) use put_help::HelpSources;
 pub use rma::{AtomicOp, AtomicSize, EpRkey};
 pub use tag::{TagInfo, TagMessage, TagSendParams};
 

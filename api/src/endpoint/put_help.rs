@@ -8,53 +8,12 @@
 //! put, or one whose link is already helping another, is copied by the initiator alone, as
 //! before. The put still completes before the call returns, once both sides' chunks are copied.
 
-use std::sync::{Arc, OnceLock, RwLock};
-
-use zcx_control::RkeyWire;
-
 use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
 use zcx_dataplane::shm::put_help::{chunk_count, copy_chunk, CHUNK_SHIFT};
 
 use crate::endpoint::rma::EpRkey;
 use crate::endpoint::Endpoint;
 use crate::status::{fail_with, Result, Status};
-
-/// A region a helped put may copy from: memfd-backed, `REMOTE_READ`, with its key, packed by
-/// the first helped put from it (not at `mem_map`, where packing would double the cost of a
-/// registration-cache hit).
-struct HelpSource {
-    region: u64,
-    base: usize,
-    end: usize,
-    wire: RkeyWire,
-    packed: OnceLock<Option<Arc<[u8]>>>,
-}
-
-/// This context's regions that helped puts may copy from, entered at `mem_map` and removed at
-/// unmap. A handful in practice; a large put looks them up once.
-#[derive(Default)]
-pub(crate) struct HelpSources {
-    regions: RwLock<Vec<HelpSource>>,
-}
-
-impl HelpSources {
-    pub fn insert(&self, region: u64, base: usize, len: usize, wire: RkeyWire) {
-        let source = HelpSource { region, base, end: base + len, wire, packed: OnceLock::new() };
-        self.regions.write().unwrap_or_else(|p| p.into_inner()).push(source);
-    }
-
-    pub fn remove(&self, region: u64) {
-        self.regions.write().unwrap_or_else(|p| p.into_inner()).retain(|s| s.region != region);
-    }
-
-    /// The packed key of a region holding all of `[ptr, ptr + len)`.
-    fn find(&self, ptr: usize, len: usize) -> Option<Arc<[u8]>> {
-        let end = ptr.checked_add(len)?;
-        let regions = self.regions.read().unwrap_or_else(|p| p.into_inner());
-        let source = regions.iter().find(|s| s.base <= ptr && end <= s.end)?;
-        source.packed.get_or_init(|| source.wire.try_encode().ok().map(Arc::from)).clone()
-    }
-}
 
 /// A direct put's copy: `len` bytes from `src` to `dst`, the peer's `remote_addr` mapped here.
 #[derive(Clone, Copy)]

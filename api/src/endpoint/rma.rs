@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::Endpoint;
 use crate::mem::Prot;
-use crate::request::{AfterUnlock, OpInfo, OpSink, ReqCell, Request, RequestParams};
+use crate::request::{AfterUnlock, OpInfo, OpSink, ReqCell, Request, RequestParams, WorkerLocked};
 use crate::rkey::RemoteKey;
 use crate::status::{fail_with, Result, Status};
 use crate::worker::state::{
@@ -93,7 +93,7 @@ struct KeyCheckSink {
 }
 
 impl OpSink for KeyCheckSink {
-    fn complete(&self, _held: &State, status: Status, _info: OpInfo) -> AfterUnlock {
+    fn complete(&self, _held: &WorkerLocked, status: Status, _info: OpInfo) -> AfterUnlock {
         let verdict = match status {
             Status::Ok => Vouch::VOUCHED,
             Status::InvalidParam | Status::InvalidAddr => Vouch::REFUSED,

@@ -86,7 +86,7 @@ impl Endpoint {
         }
         let cell = ReqCell::new(shared, buf, params.callback);
         ep.stream.posted.push_back(StreamRecv { id, sink: cell.clone(), ptr, cap, filled, waitall });
-        cell.set_cancel(st, CancelTarget::StreamRecv { ep: self.id(), id });
+        cell.set_cancel(st.held(), CancelTarget::StreamRecv { ep: self.id(), id });
         Ok(Request::pending(cell))
     }
 }

@@ -177,7 +177,7 @@ impl Worker {
         let cell = ReqCell::new(shared, buf, params.callback);
         let posted = PostedTagRecv { sink: cell.clone(), ptr, cap };
         let id = guard.st.tags.post_expected(tag, tag_mask, posted);
-        cell.set_cancel(&guard.st, CancelTarget::TagRecv(id));
+        cell.set_cancel(guard.st.held(), CancelTarget::TagRecv(id));
         Ok(Request::pending(cell))
     }
 

@@ -35,7 +35,7 @@ use zcx_hugepages::CpuSet;
 
 use crate::context::Context;
 use crate::endpoint::Endpoint;
-use crate::request::{CancelTarget, OpInfo, ReqCell, Request};
+use crate::request::{CancelTarget, Completer, OpInfo, ReqCell, Request, WorkerLocked};
 use crate::status::{fail_with, Result, Status};
 use state::{status_of, Core, Deferred, OutKind, Phase, State};
 
@@ -663,7 +663,8 @@ impl WorkerShared {
         true
     }
 
-    pub(crate) fn cancel(&self, core: &mut CoreGuard<'_>, target: CancelTarget) {
+    /// Undoes what cancelling a request needs (`target`), under the lock (`core`).
+    fn cancel(&self, core: &mut CoreGuard<'_>, target: CancelTarget) {
         match target {
             CancelTarget::None => {}
             CancelTarget::TagRecv(id) => {
@@ -676,6 +677,23 @@ impl WorkerShared {
             }
         }
         // Callbacks of cancelled requests run from the next progress, as UCP's do.
+    }
+}
+
+impl Completer for WorkerShared {
+    fn progress_once(self: Arc<Self>) -> usize {
+        self.progress()
+    }
+
+    fn with_lock(&self, f: &mut dyn FnMut(&WorkerLocked)) {
+        let core = self.lock();
+        f(core.st.held());
+    }
+
+    fn cancel_request(&self, target: &dyn Fn(&WorkerLocked) -> CancelTarget) {
+        let mut core = self.lock();
+        let target = target(core.st.held());
+        self.cancel(&mut core, target);
     }
 }
 

@@ -20,7 +20,7 @@ use zcx_dataplane::{
 use crate::context::ContextInner;
 use crate::endpoint::{EpHandle, ErrHandler};
 use crate::listener::ListenerHandlers;
-use crate::request::{AfterUnlock, Callback, OpInfo, OpSink};
+use crate::request::{AfterUnlock, Callback, OpInfo, OpSink, WorkerLocked};
 use crate::status::Status;
 use crate::worker::am::AmHandlers;
 use crate::worker::am_lent::LentAm;
@@ -231,7 +231,7 @@ impl NbiFailure {
 }
 
 impl OpSink for NbiFailure {
-    fn complete(&self, _held: &State, status: Status, _info: OpInfo) -> AfterUnlock {
+    fn complete(&self, _held: &WorkerLocked, status: Status, _info: OpInfo) -> AfterUnlock {
         self.record(status);
         AfterUnlock::NOTHING
     }
@@ -245,7 +245,7 @@ pub(crate) struct NbiCopy {
 }
 
 impl OpSink for NbiCopy {
-    fn complete(&self, held: &State, status: Status, info: OpInfo) -> AfterUnlock {
+    fn complete(&self, held: &WorkerLocked, status: Status, info: OpInfo) -> AfterUnlock {
         self.failure.complete(held, status, info)
     }
 }
@@ -467,6 +467,9 @@ pub(crate) struct State {
     /// Values to drop once the lock is released (see `CoreGuard`).
     pub graveyard: Vec<Box<dyn Send>>,
     next_id: u64,
+    /// The proof of the worker's lock that completing a request asks for: reachable only
+    /// through this state, which lives behind the lock.
+    held: WorkerLocked,
 }
 
 /// The worker's locked core: the transport and the state beside it, borrowed separately so frames
@@ -541,7 +544,18 @@ impl State {
             address,
             graveyard: Vec::new(),
             next_id: 1,
+            // SAFETY: a `State` is made only by `create_worker`, which moves it into the worker's
+            // `Mutex<Core>` before any request of the worker exists; the token is a private field
+            // that never moves out of it and is lent (`held`) only for as long as the state is
+            // borrowed, that is, while the lock is held.
+            held: unsafe { WorkerLocked::new() },
         }
+    }
+
+    /// The proof that the worker's lock is held, for completing and arming request cells.
+    #[inline(always)]
+    pub fn held(&self) -> &WorkerLocked {
+        &self.held
     }
 
     /// Drops `value` after the worker's lock is released: it may own application objects (an
@@ -624,7 +638,7 @@ impl State {
     /// Completes a request and queues its callback.
     pub fn complete_sink(&mut self, sink: &Arc<dyn OpSink>, status: Status, info: OpInfo) {
         self.events += 1;
-        let after = sink.complete(self, status, info);
+        let after = sink.complete(&self.held, status, info);
         if let Some((callback, status, info)) = after.callback {
             self.deferred.push(Deferred::Callback(callback, status, info));
         }

@@ -243,6 +243,16 @@ impl<R, M> TagMatcher<R, M> {
         }
     }
 
+    /// The handle of the oldest waiting receive whose user data `pick` accepts: for a caller that
+    /// knows a receive only by its own data, on a cold path (cancelling it). A walk over the
+    /// expected queue, so the hot path keeps no index from user data to handles.
+    pub fn find_expected(&self, pick: impl Fn(&R) -> bool) -> Option<RecvId> {
+        self.expected
+            .in_order()
+            .find(|node| pick(&node.value.recv))
+            .map(|node| RecvId { slot: node.slot(), seq: node.seq })
+    }
+
     /// Number of posted receives waiting for a message.
     pub fn expected_len(&self) -> usize {
         self.expected.len
@@ -775,6 +785,22 @@ mod tests {
         assert_eq!(m.cancel(waiting), None);
         // A cancelled receive no longer matches.
         assert_eq!(m.arrive(msg(1, 1, 2)), Arrival::Queued);
+    }
+
+    #[test]
+    fn find_expected_gives_the_oldest_picked_receive() {
+        let mut m = Matcher::new();
+        let first = queued(m.post_recv(1, FULL_MASK, "a"));
+        let wildcard = queued(m.post_recv(0, 0, "b"));
+        let second = queued(m.post_recv(2, FULL_MASK, "a"));
+        assert_eq!(m.find_expected(|recv| *recv == "a"), Some(first));
+        assert_eq!(m.find_expected(|recv| *recv == "b"), Some(wildcard));
+        assert_eq!(m.find_expected(|recv| *recv == "c"), None);
+        assert_eq!(m.cancel(first), Some("a"));
+        assert_eq!(m.find_expected(|recv| *recv == "a"), Some(second));
+        // A matched receive is no longer found.
+        assert_eq!(matched_recv(m.arrive(msg(1, 0, 1))), ("b", 1));
+        assert_eq!(m.find_expected(|recv| *recv == "b"), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use zcx_dataplane::proto::wire::Op;
 
-use super::pair::{pattern, pending, recv_buf, send_buf, Net, Pair, RNDV};
+use super::pair::{pattern, pending, recv_buf, send_buf, Net, Pair, LINK, RNDV};
 use crate::{Start, Status, MAX_AM_HEADER};
 
 #[test]
@@ -133,4 +133,55 @@ fn am_data_into_a_short_buffer_is_truncated() {
     assert_eq!(p.b.status(desc), Status::MessageTruncated);
     assert_eq!(&out[..], &data[..500]);
     p.assert_no_leaks();
+}
+
+/// The frame `engine` sends next, as bytes on the wire (its payload handed back if owned).
+fn next_frame(engine: &mut crate::Engine) -> Vec<u8> {
+    let transmit = engine.poll_transmit().expect("a frame to send");
+    let mut frame = transmit.header.as_bytes().to_vec();
+    // SAFETY: the command that queued the transmit has not returned to its user.
+    frame.extend_from_slice(unsafe { transmit.payload.bytes() });
+    if let crate::Payload::Owned(bytes) = transmit.payload {
+        engine.reuse(bytes);
+    }
+    frame
+}
+
+/// An eager active message handed over in place: header and data are the frame's own bytes,
+/// and the engine queues no delivery of its own.
+#[test]
+fn an_eager_am_is_lent_in_place_and_queues_nothing() {
+    let mut p = Pair::new(Net::emulated());
+    let data = pattern(50, 7);
+    p.a.engine.am_send(p.a.ep, 21, b"head", send_buf(&data), true).unwrap();
+    let frame = next_frame(&mut p.a.engine);
+    let lent = p.b.engine.handle_frame_lending(LINK, &frame).expect("an eager AM is lent");
+    assert_eq!((lent.ep, lent.am_id, lent.reply), (p.b.ep, 21, true));
+    assert_eq!((lent.header, lent.data), (&b"head"[..], &data[..]));
+    let range = frame.as_ptr_range();
+    assert!(range.contains(&lent.header.as_ptr()) && range.contains(&lent.data.as_ptr()), "copied");
+    assert!(p.b.engine.poll_event().is_none(), "a lent AM was also queued");
+    p.assert_no_leaks();
+}
+
+/// Frames other than an eager AM are handled as `handle_frame` handles them; an AM on a link
+/// without an endpoint is not lent, and the link is closed.
+#[test]
+fn frames_that_are_not_eager_ams_are_handled_as_usual() {
+    let mut p = Pair::new(Net::emulated());
+    let mut out = vec![0u8; 16];
+    let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 4, u64::MAX));
+    p.a.engine.tag_send(p.a.ep, send_buf(&[9u8; 16]), 4, false).unwrap();
+    let frame = next_frame(&mut p.a.engine);
+    assert!(p.b.engine.handle_frame_lending(LINK, &frame).is_none());
+    p.drive();
+    assert_eq!(p.b.status(recv), Status::Ok);
+    assert_eq!(out, [9u8; 16]);
+    p.a.engine.am_send(p.a.ep, 1, b"", send_buf(&[1, 2, 3]), false).unwrap();
+    let frame = next_frame(&mut p.a.engine);
+    let stranger = crate::LinkId(LINK.0 + 1);
+    assert!(p.b.engine.handle_frame_lending(stranger, &frame).is_none());
+    p.drive();
+    assert_eq!(p.b.closed_links, vec![(stranger, true)]);
+    assert!(p.b.ams.is_empty());
 }

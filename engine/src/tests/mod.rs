@@ -4,6 +4,7 @@ mod pair;
 
 mod am;
 mod chaos;
+mod cookie;
 mod hostile;
 mod lifecycle;
 mod rma;

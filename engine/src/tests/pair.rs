@@ -231,7 +231,7 @@ impl Side {
             Start::Done(status, info) => {
                 self.done_at_once += 1;
                 let op = OpId::from_raw(u64::MAX - self.done_at_once);
-                self.completions.insert(op, Completion { op, status, info });
+                self.completions.insert(op, Completion { op, status, info, cookie: None });
                 self.order.push(op);
                 op
             }
@@ -389,6 +389,18 @@ impl Pair {
             }
         }
         panic!("the pair never went quiet");
+    }
+
+    /// Sends a transmit a command handed back at once ([`crate::Sent::Now`]) on `from`'s link,
+    /// as the caller does before the command returns.
+    pub fn send_now(&mut self, from: Who, transmit: crate::Transmit) {
+        assert!(matches!(transmit.payload, Payload::Inline { .. }), "{transmit:?}");
+        let mut bytes = transmit.header.as_bytes().to_vec();
+        // SAFETY: the command that made the transmit has not returned to its user yet.
+        bytes.extend_from_slice(unsafe { transmit.payload.bytes() });
+        if self.up && !self.closed_by.contains(&from) {
+            self.wire.push_back(Frame { from, bytes, placed: transmit.placed });
+        }
     }
 
     /// Puts raw bytes on the wire as if `from` had sent them.

@@ -2,8 +2,8 @@
 
 use zcx_dataplane::proto::wire::Op;
 
-use super::pair::{pattern, pending, recv_buf, send_buf, Net, Pair};
-use crate::{Start, Status};
+use super::pair::{pattern, pending, recv_buf, send_buf, Net, Pair, Who};
+use crate::{Sent, Start, Status};
 
 #[test]
 fn small_sends_fill_one_receive_in_order() {
@@ -117,5 +117,40 @@ fn cancelled_stream_receive_completes_canceled_with_its_bytes() {
     p.drive();
     assert_eq!(p.b.status(recv), Status::Canceled);
     assert_eq!(p.b.info(recv).length, 40);
+    p.assert_no_leaks();
+}
+
+/// A small stream send on an idle endpoint comes back as its frame; behind a large send's
+/// fragments, or with frames in the outbox, it queues so the bytes keep their order.
+#[test]
+fn a_stream_send_now_comes_back_as_its_frame_only_when_nothing_is_ahead() {
+    let mut p = Pair::new(Net { payloads_later: true, ..Net::emulated() });
+    // More fragments than the window lets out before their payloads come back.
+    let (small, big, last) = (pattern(30, 7), pattern(8000, 8), pattern(20, 9));
+    let mut out = vec![0u8; 8050];
+    let recv = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out), true).unwrap());
+    let Ok(Sent::Now(transmit)) = p.a.engine.stream_send_now(p.a.ep, send_buf(&small)) else {
+        panic!("a small send on an idle endpoint went through the outbox");
+    };
+    assert_eq!(transmit.header.op(), Some(Op::Stream));
+    p.send_now(Who::A, transmit);
+    let Ok(Sent::Queued(start)) = p.a.engine.stream_send_now(p.a.ep, send_buf(&big)) else {
+        panic!("a large send came back as one frame");
+    };
+    let large = pending(start);
+    p.drive();
+    let behind = match p.a.engine.stream_send_now(p.a.ep, send_buf(&last)) {
+        Ok(Sent::Queued(start)) => p.a.track(start),
+        other => panic!("a small send overtook the fragments still to send: {other:?}"),
+    };
+    while !p.b.done(recv) {
+        p.return_payloads();
+        p.drive();
+    }
+    p.return_payloads();
+    p.drive();
+    assert_eq!((p.a.status(large), p.a.status(behind)), (Status::Ok, Status::Ok));
+    assert_eq!(p.b.status(recv), Status::Ok);
+    assert_eq!(out, [small, big, last].concat());
     p.assert_no_leaks();
 }

@@ -3,7 +3,7 @@
 use zcx_dataplane::proto::wire::Op;
 
 use super::pair::{pattern, pending, recv_buf, send_buf, Net, Pair, Who, RNDV};
-use crate::{Start, Status};
+use crate::{Sent, Start, Status};
 
 const ALL: u64 = u64::MAX;
 
@@ -357,4 +357,56 @@ fn probed_messages_are_received_or_dropped_by_their_id() {
         assert_eq!(small_out, small);
         p.assert_no_leaks();
     }
+}
+
+/// An eager send on a ready endpoint with nothing queued comes back as its frame, which the
+/// caller sends; the engine keeps nothing of it.
+#[test]
+fn an_eager_send_now_comes_back_as_its_frame() {
+    let mut p = Pair::new(Net::emulated());
+    let mut out = vec![0u8; 64];
+    let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 5, ALL));
+    let data = pattern(48, 3);
+    let Ok(Sent::Now(transmit)) = p.a.engine.tag_send_now(p.a.ep, send_buf(&data), 5) else {
+        panic!("an eager message on an idle ready endpoint went through the outbox");
+    };
+    assert_eq!(transmit.header.op(), Some(Op::TagEager { tag: 5, sync: false, sender_req: 0 }));
+    assert!(p.a.engine.poll_transmit().is_none(), "the frame was also queued");
+    p.send_now(Who::A, transmit);
+    p.drive();
+    assert_eq!(p.b.status(recv), Status::Ok);
+    assert_eq!(&out[..48], &data[..]);
+    p.assert_no_leaks();
+}
+
+/// With a frame waiting in the outbox, an eager send queues behind it rather than overtake it;
+/// a message that is not eager goes as `tag_send` sends it.
+#[test]
+fn a_send_now_never_overtakes_the_outbox() {
+    let mut p = Pair::new(Net::emulated());
+    let (mut first, mut second) = (vec![0u8; 64], vec![0u8; 64]);
+    let r1 = pending(p.b.engine.tag_recv(recv_buf(&mut first), 0, 0));
+    let r2 = pending(p.b.engine.tag_recv(recv_buf(&mut second), 0, 0));
+    let (older, newer) = (pattern(10, 4), pattern(20, 5));
+    let sync = p.a.engine.tag_send(p.a.ep, send_buf(&older), 1, true).unwrap();
+    let sync = p.a.track(sync);
+    match p.a.engine.tag_send_now(p.a.ep, send_buf(&newer), 2) {
+        Ok(Sent::Queued(Start::Done(Status::Ok, info))) => assert_eq!(info.length, 20),
+        other => panic!("{other:?}"),
+    }
+    p.drive();
+    assert_eq!((p.b.info(r1).sender_tag, p.b.info(r1).length), (1, 10));
+    assert_eq!((p.b.info(r2).sender_tag, p.b.info(r2).length), (2, 20));
+    assert_eq!(p.a.status(sync), Status::Ok);
+    let big = pattern(RNDV, 6);
+    let mut out = vec![0u8; RNDV];
+    let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 3, ALL));
+    let Ok(Sent::Queued(start)) = p.a.engine.tag_send_now(p.a.ep, send_buf(&big), 3) else {
+        panic!("a rendezvous message came back as one frame");
+    };
+    let send = p.a.track(start);
+    p.drive();
+    assert_eq!((p.a.status(send), p.b.status(recv)), (Status::Ok, Status::Ok));
+    assert_eq!(out, big);
+    p.assert_no_leaks();
 }
