@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use zcx_dataplane::proto::wire::{AtomicOp, Op};
+use zcx_dataplane::LinkId;
 
 use crate::buffer::{RecvBuffer, SendBuffer};
 use crate::engine::{Engine, Frag, OpKind, Phase, Start};
@@ -55,18 +56,9 @@ impl Engine {
         let cookie = buf.cookie();
         let (link, caps) = (ep.link, ep.caps);
         let (kind, issue) = match &key.packed {
-            Some(packed) if caps.native_put => (
-                OpKind::Native,
-                Issue::Native(RmaRequest {
-                    link,
-                    token: OpId::from_raw(0),
-                    kind: RmaKind::Put,
-                    local: buf.at(0).cast_mut(),
-                    len: buf.len(),
-                    remote_addr,
-                    remote_key: packed.clone(),
-                }),
-            ),
+            Some(packed) if caps.native_put => {
+                native(link, RmaKind::Put, buf.at(0).cast_mut(), buf.len(), remote_addr, packed)
+            }
             _ if buf.is_empty() => (
                 OpKind::Emulated,
                 Issue::Frame(Op::Put {
@@ -143,18 +135,9 @@ impl Engine {
         let cookie = buf.cookie();
         let (link, caps) = (ep.link, ep.caps);
         let (kind, issue) = match &key.packed {
-            Some(packed) if caps.native_get => (
-                OpKind::Native,
-                Issue::Native(RmaRequest {
-                    link,
-                    token: OpId::from_raw(0),
-                    kind: RmaKind::Get,
-                    local: buf.ptr(),
-                    len: buf.len(),
-                    remote_addr,
-                    remote_key: packed.clone(),
-                }),
-            ),
+            Some(packed) if caps.native_get => {
+                native(link, RmaKind::Get, buf.ptr(), buf.len(), remote_addr, packed)
+            }
             _ => (
                 OpKind::Get { buf, received: 0 },
                 Issue::Frame(Op::Get {
@@ -188,17 +171,13 @@ impl Engine {
         let ep = self.usable(ep_id)?;
         let (link, caps) = (ep.link, ep.caps);
         let (kind, issue) = match &key.packed {
-            Some(packed) if caps.native_atomics => (
-                OpKind::Native,
-                Issue::Native(RmaRequest {
-                    link,
-                    token: OpId::from_raw(0),
-                    kind: RmaKind::Atomic { op, size, value, compare },
-                    local: std::ptr::null_mut(),
-                    len: usize::from(size),
-                    remote_addr,
-                    remote_key: packed.clone(),
-                }),
+            Some(packed) if caps.native_atomics => native(
+                link,
+                RmaKind::Atomic { op, size, value, compare },
+                std::ptr::null_mut(),
+                usize::from(size),
+                remote_addr,
+                packed,
             ),
             _ => (
                 OpKind::Emulated,
@@ -380,4 +359,26 @@ impl Engine {
             _ => tracing::debug!(%ep_id, req, "RMA ack for an operation that expects none"),
         }
     }
+}
+
+/// How a native one-sided operation is issued: one request to the transport, whose token the
+/// engine sets when it issues it.
+fn native(
+    link: LinkId,
+    kind: RmaKind,
+    local: *mut u8,
+    len: usize,
+    remote_addr: u64,
+    packed: &Arc<[u8]>,
+) -> (OpKind, Issue) {
+    let request = RmaRequest {
+        link,
+        token: OpId::from_raw(0),
+        kind,
+        local,
+        len,
+        remote_addr,
+        remote_key: Arc::clone(packed),
+    };
+    (OpKind::Native, Issue::Native(request))
 }
