@@ -7,12 +7,10 @@
 //! (vouched) key records and against the mapping before any byte is touched, then done with CPU
 //! copies or atomics on the shared pages.
 
-use std::os::fd::AsRawFd;
-
 use zcx_control::ShmLocator;
 
 use super::domain::{open_peer_memfd, PeerMemfdError};
-use crate::os_error::last_errno as errno;
+use super::segment::map_shared;
 use crate::proto::rma_exec::apply_atomic;
 use crate::rma::{LocalMem, RemoteMem, RmaOp};
 use crate::transport::TlError;
@@ -57,22 +55,10 @@ impl PeerRegion {
         if len == 0 {
             return Err(TlError::InvalidParam);
         }
-        // SAFETY: a fresh shared mapping of `len` bytes of an open file that holds at least as
-        // many; the kernel picks the address.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(TlError::from_errno(errno()));
-        }
-        Ok(PeerRegion { locator: *locator, base: base.cast(), len })
+        // The file holds at least `len` bytes (`open_peer_memfd` checked), so every mapped page
+        // is backed.
+        let base = map_shared(&fd, len).map_err(TlError::from_errno)?;
+        Ok(PeerRegion { locator: *locator, base, len })
     }
 
     /// The locator this region was mapped from.

@@ -142,22 +142,8 @@ impl Segment {
     }
 
     fn map(fd: &OwnedFd, len: usize, capacity: usize, huge: bool) -> Result<Segment, SegmentError> {
-        // SAFETY: a fresh shared mapping of our descriptor; the kernel picks the address, so no
-        // existing memory is affected. The result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(SegmentError::Os("mmap", errno()));
-        }
-        Ok(Segment { base: p.cast(), map_len: len, capacity, huge })
+        let base = map_shared(fd, len).map_err(|errno| SegmentError::Os("mmap", errno))?;
+        Ok(Segment { base, map_len: len, capacity, huge })
     }
 
     /// Checks a descriptor received from a peer and maps it: it must be a sealed (no shrink, no
@@ -278,4 +264,25 @@ impl Drop for Segment {
         // built on it are owned by the same link and dropped with it).
         unsafe { libc::munmap(self.base.cast(), self.map_len) };
     }
+}
+
+/// Maps the first `len` bytes of `fd` shared and read-write at an address the kernel picks; the
+/// errno when it cannot. The caller unmaps it (`munmap` of `len` bytes).
+pub(crate) fn map_shared(fd: &impl AsRawFd, len: usize) -> Result<*mut u8, i32> {
+    // SAFETY: a fresh shared mapping; the kernel picks the address, so no existing memory is
+    // affected. The result is checked.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    Ok(p.cast())
 }
