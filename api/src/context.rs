@@ -60,7 +60,7 @@ pub(crate) struct ContextInner {
     /// [`zcx_dataplane::domain`]).
     pub domains: Vec<Arc<dyn MemoryDomain>>,
     /// Regions with remote protection, checked before any emulated put/get/atomic touches memory.
-    pub remote_access: RemoteAccessTable,
+    pub remote_access: Arc<RemoteAccessTable>,
     /// Live allocations (and imports) by start address, to find the memfd behind a registered range.
     pub allocations: Mutex<BTreeMap<usize, Weak<Allocation>>>,
     /// Regions a large shared-memory put may have the target copy from (see
@@ -120,7 +120,7 @@ impl Context {
             config: config.clone(),
             rcache: RegistrationCache::new(config.rcache_enabled()),
             domains: memory_domains(pid),
-            remote_access: RemoteAccessTable::new(),
+            remote_access: Arc::new(RemoteAccessTable::new()),
             allocations: Mutex::new(BTreeMap::new()),
             help_sources: Default::default(),
             put_help_min: config.shm_put_help().unwrap_or(usize::MAX),

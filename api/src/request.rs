@@ -64,10 +64,8 @@ impl std::fmt::Debug for RequestParams {
 pub(crate) enum CancelTarget {
     /// Nothing: sends and RMA are not cancellable once issued (as in UCP).
     None,
-    /// A posted tag receive.
-    TagRecv(zcx_dataplane::proto::RecvId),
-    /// A posted stream receive of an endpoint.
-    StreamRecv { ep: u64, id: u64 },
+    /// A posted tag or stream receive, by the raw id of its operation.
+    Receive(u64),
 }
 
 /// What completing a request leaves to do once the worker's lock is released: user code (a
@@ -912,7 +910,7 @@ mod tests {
             }
 
             for round in 0..ROUNDS {
-                let target = CancelTarget::StreamRecv { ep: 1, id: round as u64 };
+                let target = CancelTarget::Receive(round as u64);
                 let worker = Mutex::new(Matcher { posted: true, deferred: Vec::new() });
                 let drops = Arc::new(AtomicUsize::new(0));
                 let (seen, callback) = recorder();
@@ -1051,7 +1049,7 @@ mod tests {
                 let _held = lock.lock().unwrap();
                 // SAFETY: the stand-in worker lock is held; the test owns the request.
                 unsafe {
-                    cell.set_cancel_locked(CancelTarget::StreamRecv { ep: 2, id: 3 });
+                    cell.set_cancel_locked(CancelTarget::Receive(3));
                     assert!(cell.take_or_register(&Waker::from(Arc::clone(&wakes))).is_none());
                 }
             }

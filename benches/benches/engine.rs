@@ -28,6 +28,7 @@ fn pair() -> (Engine, EndpointId, Engine, EndpointId) {
         native_atomics: false,
         bulk: BulkMode::SenderPush,
         placed: false,
+        max_placed: 0,
     };
     let mut a = Engine::new(EngineConfig::default(), Arc::new(Default::default()));
     let mut b = Engine::new(EngineConfig::default(), Arc::new(Default::default()));

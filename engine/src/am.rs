@@ -15,6 +15,18 @@ use crate::Status;
 /// Longest AM header (`UCP_AM_SEND` limits it as UCX's worker attribute does).
 pub const MAX_AM_HEADER: usize = 4096;
 
+/// How an active message's data travels (`UCP_AM_SEND_FLAG_EAGER` / `_RNDV`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AmProtocol {
+    /// Eager below the link's rendezvous threshold, rendezvous from it on.
+    #[default]
+    Auto,
+    /// Eager whatever its size; INVALID_PARAM when header and data do not fit one frame.
+    Eager,
+    /// Rendezvous whatever its size.
+    Rendezvous,
+}
+
 impl Engine {
     /// `ucp_am_send_nbx`: sends `header` and `data` to handler `am_id` of the peer. The header is
     /// copied; an eager send is done at once, a rendezvous once the peer has the data.
@@ -26,13 +38,36 @@ impl Engine {
         data: SendBuffer,
         reply: bool,
     ) -> Result<Start, Status> {
+        self.am_send_with(ep_id, am_id, header, data, reply, AmProtocol::Auto)
+    }
+
+    /// [`Engine::am_send`] with the protocol chosen by the caller.
+    pub fn am_send_with(
+        &mut self,
+        ep_id: EndpointId,
+        am_id: u16,
+        header: &[u8],
+        data: SendBuffer,
+        reply: bool,
+        protocol: AmProtocol,
+    ) -> Result<Start, Status> {
         if header.len() > MAX_AM_HEADER {
             return Err(Status::InvalidParam);
         }
         let caps = self.usable(ep_id)?.caps;
         let header_len = header.len() as u16;
         let len = data.len();
-        match choose(&caps, header.len() + len, &data) {
+        let whole = header.len() + len;
+        let proto = match protocol {
+            AmProtocol::Auto => choose(&caps, whole, &data),
+            AmProtocol::Eager if whole <= caps.max_payload() => Proto::Eager,
+            AmProtocol::Eager => return Err(Status::InvalidParam),
+            AmProtocol::Rendezvous => match choose(&caps, usize::MAX, &data) {
+                Proto::Eager => Proto::Push,
+                other => other,
+            },
+        };
+        match proto {
             Proto::Eager => {
                 let frame = Op::AmEager { am_id, reply, header_len };
                 let payload = if header.is_empty() {

@@ -64,7 +64,7 @@ impl Engine {
                 return false;
             }
             let placed = matches!(frag, Frag::Rndv { .. }) && caps.placed;
-            let n = (*len - *sent).min(caps.max_payload());
+            let n = (*len - *sent).min(caps.fragment_payload(placed));
             let header = match *frag {
                 Frag::Rndv { recv_req } => Op::RndvData { recv_req, offset: *sent as u64 },
                 Frag::Stream => Op::Stream,
@@ -100,7 +100,7 @@ impl Engine {
                 self.finish_op(op_id, Status::Ok, OpInfo::default());
                 return true;
             }
-            let n = (len - offset).min(caps.max_payload() as u64);
+            let n = (len - offset).min(caps.fragment_payload(caps.placed) as u64);
             let mut data = self.pool.pop().unwrap_or_default();
             data.clear();
             data.resize(n as usize, 0);

@@ -34,11 +34,23 @@ pub struct LinkCaps {
     /// ([`crate::Transmit::placed`]); the receiver's side then calls
     /// [`crate::Engine::handle_placed`].
     pub placed: bool,
+    /// Largest payload of a placed fragment, when the transport places larger payloads than
+    /// it frames (0: `max_payload`).
+    pub max_placed: usize,
 }
 
 impl LinkCaps {
     /// Largest payload of one frame.
     pub fn max_payload(&self) -> usize {
         self.max_frame.saturating_sub(zcx_dataplane::proto::MAX_HEADER_LEN).max(1)
+    }
+
+    /// Largest payload of one data fragment, placed (`placed`) or not.
+    pub fn fragment_payload(&self, placed: bool) -> usize {
+        if placed && self.max_placed > 0 {
+            self.max_placed
+        } else {
+            self.max_payload()
+        }
     }
 }

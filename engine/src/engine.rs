@@ -386,6 +386,19 @@ impl Engine {
         self.events.pop_front()
     }
 
+    /// Nothing to drain and no fragments waiting to be made: a poll of the outbox would find
+    /// nothing.
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        self.transmits.is_empty() && self.rmas.is_empty() && self.events.is_empty() && self.bulk_active.is_empty()
+    }
+
+    /// An event is waiting to be drained.
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// The sizes of every table (for leak checks).
     pub fn table_counts(&self) -> TableCounts {
         TableCounts {

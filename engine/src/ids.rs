@@ -19,7 +19,8 @@ impl EndpointId {
         self.0
     }
 
-    pub(crate) fn from_raw(raw: u64) -> EndpointId {
+    /// The id whose [`EndpointId::raw`] is `raw` (an id that went through a `u64` and back).
+    pub fn from_raw(raw: u64) -> EndpointId {
         EndpointId(raw)
     }
 }
@@ -38,7 +39,9 @@ impl OpId {
         self.0
     }
 
-    pub(crate) fn from_raw(raw: u64) -> OpId {
+    /// The id whose [`OpId::raw`] is `raw` (a transport token, or an id that went through a
+    /// `u64` and back).
+    pub fn from_raw(raw: u64) -> OpId {
         OpId(raw)
     }
 }

@@ -137,7 +137,7 @@ mod tag;
 #[cfg(test)]
 mod tests;
 
-pub use am::MAX_AM_HEADER;
+pub use am::{AmProtocol, MAX_AM_HEADER};
 pub use buffer::{RecvBuffer, SendBuffer};
 pub use caps::{BulkMode, LinkCaps};
 pub use engine::{CloseMode, Engine, EngineConfig, Phase, Sent, Start, TableCounts};

@@ -39,6 +39,27 @@ impl Engine {
         Ok(Some(op))
     }
 
+    /// Fails an endpoint from outside the protocol (a refused connection, a connection that
+    /// never completed): everything on it ends with `status`, its error is reported, and its link
+    /// is closed.
+    pub fn fail_endpoint(&mut self, ep_id: EndpointId, status: Status) {
+        let Some(ep) = self.eps.get(&ep_id) else { return };
+        if matches!(ep.phase, Phase::Dead(_)) {
+            return;
+        }
+        let link = ep.link;
+        self.fail_ep(ep_id, status, true);
+        self.events.push_back(Event::CloseLink { link, force: true });
+    }
+
+    /// Frames left for the endpoint's peer by another way than this engine's outbox (a
+    /// same-host send lane): the endpoint is not idle, so no keepalive is due.
+    pub fn note_sent(&mut self, ep_id: EndpointId) {
+        if let Some(ep) = self.eps.get_mut(&ep_id) {
+            ep.tx_seen = true;
+        }
+    }
+
     /// Finishes a flush close once nothing outgoing is left on the endpoint.
     pub(crate) fn try_finish_close(&mut self, ep_id: EndpointId) {
         let Some(ep) = self.eps.get(&ep_id) else { return };
@@ -61,14 +82,15 @@ impl Engine {
 
     /// Keepalive and liveness: call when [`Engine::poll_timeout`]'s instant has passed (or at
     /// any time). Sends a keepalive on endpoints idle for the interval, and fails (ENDPOINT_TIMEOUT)
-    /// those that heard nothing for the timeout. Only error-mode-peer endpoints take part.
+    /// those that heard nothing for the timeout. Every endpoint sends keepalives (its peer may
+    /// watch it even when it watches nothing); only error-mode-peer endpoints time out.
     pub fn handle_timeout(&mut self, now: Instant) {
         let Some(interval) = self.config.keepalive_interval else { return };
         let timeout = self.config.keepalive_timeout;
         let mut expired = Vec::new();
         let mut probe = Vec::new();
         for (&id, ep) in self.eps.iter_mut() {
-            if ep.phase != Phase::Ready || !ep.err_mode_peer {
+            if !matches!(ep.phase, Phase::Ready | Phase::Closing) || !ep.answered {
                 continue;
             }
             if std::mem::take(&mut ep.rx_seen) || ep.last_rx.is_none() {
@@ -77,7 +99,7 @@ impl Engine {
             if std::mem::take(&mut ep.tx_seen) || ep.last_tx.is_none() {
                 ep.last_tx = Some(now);
             }
-            if ep.last_rx.is_some_and(|at| now.saturating_duration_since(at) >= timeout) {
+            if ep.err_mode_peer && ep.last_rx.is_some_and(|at| now.saturating_duration_since(at) >= timeout) {
                 expired.push((id, ep.link));
             } else if ep.last_tx.is_some_and(|at| now.saturating_duration_since(at) >= interval) {
                 ep.last_tx = Some(now);
@@ -104,8 +126,11 @@ impl Engine {
         let timeout = self.config.keepalive_timeout;
         self.eps
             .values()
-            .filter(|ep| ep.phase == Phase::Ready && ep.err_mode_peer)
-            .flat_map(|ep| [ep.last_tx.map(|at| at + interval), ep.last_rx.map(|at| at + timeout)])
+            .filter(|ep| matches!(ep.phase, Phase::Ready | Phase::Closing) && ep.answered)
+            .flat_map(|ep| {
+                let rx = ep.last_rx.filter(|_| ep.err_mode_peer);
+                [ep.last_tx.map(|at| at + interval), rx.map(|at| at + timeout)]
+            })
             .flatten()
             .min()
     }
@@ -131,6 +156,7 @@ impl Engine {
         let chunks = ep.stream.take_chunks();
         self.pool.extend(chunks);
         let report = report && ep.err_mode_peer && !was_closing;
+        self.events.push_back(Event::EndpointDown { ep: ep_id, status });
         // Frames and RMA requests for the link not handed out yet are dropped, and their tokens
         // with them.
         let mut dropped: Vec<OpId> = Vec::new();

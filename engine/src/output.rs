@@ -247,6 +247,14 @@ impl AmDelivery {
 pub enum Event {
     /// An operation finished.
     Completion(Completion),
+    /// An endpoint stopped carrying traffic (failed, closed or refused): later operations fail
+    /// with `status`. Comes for every endpoint once, before any [`Event::EndpointError`].
+    EndpointDown {
+        /// The endpoint.
+        ep: EndpointId,
+        /// What its operations fail with.
+        status: Status,
+    },
     /// An endpoint failed (error handling mode peer): run its error handler.
     EndpointError {
         /// The endpoint.

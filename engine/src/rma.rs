@@ -197,6 +197,17 @@ impl Engine {
         Ok(self.submit_rma(ep_id, kind, issue, None))
     }
 
+    /// Asks the peer whether it vouches for the remote key whose wire form is `claim` (same-host
+    /// RMA maps a peer's region only after its owner did): completes with the owner's verdict,
+    /// OK or the status an access with the key would get.
+    pub fn key_check(&mut self, ep_id: EndpointId, claim: &[u8]) -> Result<OpId, Status> {
+        self.usable(ep_id)?;
+        let op = self.new_op(Some(ep_id), OpKind::Emulated, None);
+        let claim = self.pooled_copy(claim);
+        self.send(ep_id, &Op::KeyCheck { req: op.raw() }, Payload::Owned(claim), false);
+        Ok(op)
+    }
+
     /// `ucp_ep_fence`: RMA operations started after this one are issued only once every RMA
     /// operation started before it completed.
     pub fn fence(&mut self, ep_id: EndpointId) -> Result<(), Status> {

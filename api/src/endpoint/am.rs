@@ -1,13 +1,13 @@
 //! `ucp_am_send_nbx`: active messages with a user header and eager or rendezvous data.
 
 use zcx_dataplane::proto::wire::Op;
-use zcx_dataplane::Payload;
+use zcx_engine::{AmProtocol, SendBuffer, Start};
 
 use crate::buffer::SendBuf;
 use crate::endpoint::Endpoint;
 use crate::request::{OpInfo, ReqCell, Request, RequestParams};
 use crate::status::{fail_with, Result, Status};
-use crate::worker::state::{send_on_ep, send_ready, usable_in, Core, OutKind};
+use crate::worker::state::{op_info, Core};
 
 /// Largest AM user header (UCP guarantees at least 64 bytes; zcx allows 4 KiB).
 pub const MAX_AM_HEADER: usize = 4096;
@@ -71,64 +71,46 @@ impl Endpoint {
                 return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
             }
         }
+        let protocol = match params.proto {
+            AmProto::Auto => AmProtocol::Auto,
+            AmProto::Eager => AmProtocol::Eager,
+            AmProto::Rndv => AmProtocol::Rendezvous,
+        };
         let shared = self.shared();
         let mut guard = shared.lock();
-        let Core { tl, st } = &mut *guard;
-        let (rndv_thresh, max_payload) = (st.rndv_thresh, st.max_payload);
-        let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
-        let whole = header.len() + len;
-        let eager = match params.proto {
-            AmProto::Auto => whole < rndv_thresh,
-            AmProto::Eager => {
-                if whole > max_payload {
-                    return Err(fail_with(Status::InvalidParam, "eager AM larger than one frame".into()));
+        let st = &mut guard.st;
+        let cookie = st.sinks.reserve();
+        // SAFETY: `SendBuf` keeps the bytes in place while the buffer moves into the request
+        // cell, which owns it until the operation completes.
+        let data = unsafe { SendBuffer::new(ptr, len) }.with_cookie(cookie);
+        let started = st.engine.am_send_with(self.id(), id, header, data, params.reply, protocol);
+        let result = match started {
+            Err(status) => {
+                st.sinks.unreserve(cookie);
+                if status == Status::InvalidParam && params.proto == AmProto::Eager {
+                    Err(fail_with(Status::InvalidParam, "eager AM larger than one frame".into()))
+                } else {
+                    Err(status)
                 }
-                true
             }
-            AmProto::Rndv => false,
+            Ok(Start::Done(status, info)) => {
+                st.sinks.unreserve(cookie);
+                match status {
+                    Status::Ok => Ok(Request::ready(buf, op_info(info))),
+                    failure => Err(failure),
+                }
+            }
+            Ok(Start::Pending(_)) => {
+                let cell = ReqCell::new(shared, buf, params.request.callback);
+                st.sinks.fill(cookie, cell.clone());
+                Ok(Request::pending(cell))
+            }
         };
-        if eager && !connecting {
-            let frame = Op::am_eager_header(id, params.reply, header_len);
-            if header.is_empty() {
-                // The payload is the data alone: sent from the caller's buffer, no joining copy.
-                send_ready(tl, ep, &frame, Payload::Copy(bytes))?;
-            } else {
-                // The AM header and the data travel as one payload, joined in the scratch buffer.
-                let mut scratch = std::mem::take(&mut st.scratch);
-                scratch.clear();
-                scratch.extend_from_slice(header);
-                scratch.extend_from_slice(bytes);
-                let sent = send_ready(tl, ep, &frame, Payload::Copy(&scratch));
-                st.scratch = scratch;
-                sent?;
-            }
+        guard.drain();
+        if result.as_ref().is_ok_and(Request::completed_at_once) {
+            let Core { tl, st } = &mut *guard;
             self.offer_direct(tl, st);
-            return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
         }
-        if eager {
-            let mut scratch = std::mem::take(&mut st.scratch);
-            scratch.clear();
-            scratch.extend_from_slice(header);
-            scratch.extend_from_slice(bytes);
-            let frame = Op::AmEager { am_id: id, reply: params.reply, header_len };
-            let cell = ReqCell::new(shared, buf, params.request.callback);
-            let op = st.add_op(self.id(), cell.clone(), OutKind::Queued);
-            let result = send_on_ep(tl, st, self.id(), &frame, Payload::Copy(&scratch), Some(op))
-                .map(|_| Request::pending(cell))
-                .inspect_err(|_| {
-                    st.ops.remove(&op);
-                });
-            st.scratch = scratch;
-            return result;
-        }
-        let cell = ReqCell::new(shared, buf, params.request.callback);
-        let op = st.add_op(self.id(), cell.clone(), OutKind::AwaitRtr { ptr, len });
-        let frame =
-            Op::AmRts { am_id: id, reply: params.reply, header_len, sender_req: op, total_len: len as u64 };
-        if let Err(status) = send_on_ep(tl, st, self.id(), &frame, Payload::Copy(header), None) {
-            st.ops.remove(&op);
-            return Err(status);
-        }
-        Ok(Request::pending(cell))
+        result
     }
 }

@@ -4,24 +4,24 @@ mod am;
 mod put_help;
 mod rma;
 mod stream;
-mod tag;
+pub(crate) mod tag;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use bitflags::bitflags;
 use zcx_control::{TransportAddress, WorkerAddressWire};
-use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::shm::ShmSendLane;
 use zcx_dataplane::transport_set::member_of;
-use zcx_dataplane::{ConnectTarget, Payload, TransportSet};
+use zcx_dataplane::{ConnectTarget, TransportSet};
 use zcx_dataplane::{SameHostFastPath as _, Transport as _};
+use zcx_engine::{EndpointId, Phase};
 
 use crate::listener::ConnRequest;
-use crate::request::{OpInfo, OpSink, ReqCell, Request};
+use crate::request::{OpInfo, ReqCell, Request};
 use crate::status::{fail_with, Result, Status};
 use crate::worker::lifecycle::{self, EpSetup};
-use crate::worker::state::{send_on_ep, Core, OutKind, Phase, State};
+use crate::worker::state::{Core, State};
 use crate::worker::{Worker, WorkerShared};
 
 pub use am::{AmProto, AmSendParams};
@@ -170,7 +170,7 @@ pub struct Endpoint {
 
 pub(crate) struct EpHandle {
     pub worker: Arc<WorkerShared>,
-    pub id: u64,
+    pub id: EndpointId,
     owning: bool,
     /// Set once the endpoint is ready on a shared-memory link: its eager sends skip the worker.
     direct: OnceLock<DirectLane>,
@@ -189,7 +189,7 @@ pub(crate) struct DirectLane {
 }
 
 impl EpHandle {
-    fn new(worker: &Arc<WorkerShared>, id: u64, owning: bool) -> EpHandle {
+    fn new(worker: &Arc<WorkerShared>, id: EndpointId, owning: bool) -> EpHandle {
         EpHandle { worker: Arc::clone(worker), id, owning, direct: OnceLock::new() }
     }
 }
@@ -200,11 +200,12 @@ impl Drop for EpHandle {
             return;
         }
         let mut core = self.worker.lock();
-        let dead = core.st.eps.get(&self.id).is_none_or(|ep| matches!(ep.phase, Phase::Dead(_)));
+        let dead = core.st.engine.phase(self.id).is_none_or(|phase| matches!(phase, Phase::Dead(_)));
         if dead {
             core.st.remove_ep(self.id);
         } else {
-            lifecycle::begin_close(&mut core, self.id, false, None);
+            // Closed with flush in the background; forgotten once down (nobody holds it).
+            lifecycle::begin_close(&mut core, self.id, false);
         }
     }
 }
@@ -212,14 +213,14 @@ impl Drop for EpHandle {
 impl Endpoint {
     /// The application's handle of endpoint `id`, or a non-owning one when it holds none (an
     /// endpoint created by a peer's connection to the worker address).
-    pub(crate) fn attach(worker: &Arc<WorkerShared>, id: u64) -> Endpoint {
+    pub(crate) fn attach(worker: &Arc<WorkerShared>, id: EndpointId) -> Endpoint {
         let existing = worker.lock().st.eps.get(&id).and_then(|ep| ep.handle.upgrade());
         let handle = existing.unwrap_or_else(|| Arc::new(EpHandle::new(worker, id, false)));
         Endpoint { handle }
     }
 
     /// A new owning handle for endpoint `id`.
-    pub(crate) fn adopt(worker: &Arc<WorkerShared>, core: &mut Core, id: u64) -> Endpoint {
+    pub(crate) fn adopt(worker: &Arc<WorkerShared>, core: &mut Core, id: EndpointId) -> Endpoint {
         let handle = Arc::new(EpHandle::new(worker, id, true));
         if let Some(ep) = core.st.eps.get_mut(&id) {
             ep.handle = Arc::downgrade(&handle);
@@ -227,7 +228,7 @@ impl Endpoint {
         Endpoint { handle }
     }
 
-    pub(crate) fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> EndpointId {
         self.handle.id
     }
 
@@ -252,14 +253,19 @@ impl Endpoint {
     #[inline(never)]
     fn open_direct(&self, tl: &mut TransportSet, st: &mut State) {
         let (rndv_thresh, max_payload, shm) = (st.rndv_thresh, st.max_payload, st.shm_member);
-        let Some(ep) = st.eps.get_mut(&self.id()) else { return };
-        if ep.phase != Phase::Ready || !ep.queued.is_empty() || shm != Some(member_of(ep.link)) {
+        let Some(link) = st.engine.link_of(self.id()) else { return };
+        if st.engine.phase(self.id()) != Some(Phase::Ready) || shm != Some(member_of(link)) {
             return;
         }
+        // The lane writes the ring directly: nothing the worker holds may be left behind it.
+        if !st.engine.is_idle() || !st.stalled.is_empty() {
+            return;
+        }
+        let Some(ep) = st.eps.get_mut(&self.id()) else { return };
         let lane = match &ep.lane {
             Some(lane) => Arc::clone(lane),
             None => {
-                let Some(lane) = tl.open_send_lane(ep.link) else { return };
+                let Some(lane) = tl.open_send_lane(link) else { return };
                 ep.lane = Some(Arc::clone(&lane));
                 lane
             }
@@ -281,9 +287,11 @@ impl Endpoint {
     pub fn query(&self) -> Result<EpAttr> {
         let core = self.shared().lock();
         let ep = core.st.eps.get(&self.id()).ok_or(Status::NotConnected)?;
+        let phase = core.st.engine.phase(self.id()).ok_or(Status::NotConnected)?;
+        let link = core.st.engine.link_of(self.id()).ok_or(Status::NotConnected)?;
         // A shared-memory link has no socket addresses: the request's link had them.
-        let (local, remote) = lifecycle::link_addrs(&core, ep.link);
-        let status = match ep.phase {
+        let (local, remote) = lifecycle::link_addrs(&core, link);
+        let status = match phase {
             Phase::Connecting => Status::InProgress,
             Phase::Ready | Phase::Closing => Status::Ok,
             Phase::Dead(status) => status,
@@ -292,7 +300,7 @@ impl Endpoint {
             name: ep.name.clone(),
             local_sockaddr: local.or(ep.local_addr),
             remote_sockaddr: remote.or(ep.remote_addr),
-            transports: vec![core.tl.link_caps(ep.link).name],
+            transports: vec![core.tl.link_caps(link).name],
             user_data: ep.user_data,
             status,
         })
@@ -301,25 +309,22 @@ impl Endpoint {
     /// `ucp_ep_flush_nbx`: completes when every operation issued on the endpoint so far has
     /// completed at the target.
     pub fn flush(&self) -> Result<Request<()>> {
-        let cell = ReqCell::new(self.shared(), (), None);
         let mut core = self.shared().lock();
-        start_flush(&mut core, self.id(), cell.clone(), None)?;
-        core.send_out();
+        let op = core.st.engine.flush(self.id())?;
+        let cell = ReqCell::new(self.shared(), (), None);
+        core.st.sinks.insert(op, cell.clone());
+        core.drain();
         Ok(Request::pending(cell))
     }
 
     /// `ucp_ep_close_nbx`. `Flush` drains the endpoint, then disconnects (the peer's error handler
     /// sees CONNECTION_RESET); `Force` ends every outstanding request with CANCELED at once.
     pub fn close(&self, mode: CloseMode) -> Result<Request<()>> {
-        let cell = ReqCell::new(self.shared(), (), None);
         let mut core = self.shared().lock();
-        let pending =
-            lifecycle::begin_close(&mut core, self.id(), mode == CloseMode::Force, Some(cell.clone()));
-        match pending {
-            Some(_) => {
-                lifecycle::finish_closes(&mut core);
-                Ok(Request::pending(cell))
-            }
+        match lifecycle::begin_close_with(&mut core, self.id(), mode == CloseMode::Force, || {
+            ReqCell::new(self.shared(), (), None)
+        }) {
+            Some(cell) => Ok(Request::pending(cell)),
             None => Ok(Request::ready((), OpInfo::default())),
         }
     }
@@ -329,22 +334,6 @@ impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint").field("id", &self.handle.id).finish()
     }
-}
-
-/// Starts an endpoint flush: a `FlushReq` round trip, completed once no older operation of the
-/// endpoint remains.
-pub(crate) fn start_flush(
-    core: &mut Core,
-    ep: u64,
-    sink: Arc<dyn OpSink>,
-    parent: Option<u64>,
-) -> Result<()> {
-    let Core { tl, st } = core;
-    let op = st.add_op(ep, sink, OutKind::Flush { acked: false, parent });
-    if let Err(status) = send_on_ep(tl, st, ep, &Op::FlushReq { id: op }, Payload::None, None) {
-        st.finish_op(op, status, OpInfo::default());
-    }
-    Ok(())
 }
 
 impl Worker {

@@ -6,10 +6,9 @@
 //! status. A put completes when the target acknowledged it, so its status is the target's verdict.
 
 use zcx_dataplane::proto::rma_exec;
-use zcx_dataplane::proto::wire::Op;
 pub use zcx_dataplane::proto::AtomicOp;
 use zcx_dataplane::transport_set::member_of;
-use zcx_dataplane::{Payload, TransportSet};
+use zcx_engine::{EndpointId, OpId, Phase, RecvBuffer, SendBuffer};
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -20,9 +19,7 @@ use crate::mem::Prot;
 use crate::request::{AfterUnlock, OpInfo, OpSink, ReqCell, Request, RequestParams, WorkerLocked};
 use crate::rkey::RemoteKey;
 use crate::status::{fail_with, Result, Status};
-use crate::worker::state::{
-    send_on_ep, BulkJob, Core, FragKind, NbiCopy, OutKind, Phase, State, UNTRACKED_PUT,
-};
+use crate::worker::state::State;
 
 /// Operand size of an atomic (`UCP_FEATURE_AMO32` / `AMO64`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,9 +52,9 @@ impl AtomicSize {
 /// owner must not unmap a region while peers still use keys for it.
 #[derive(Debug)]
 pub struct EpRkey {
-    ep: u64,
-    region: u64,
-    key: [u8; 16],
+    ep: EndpointId,
+    /// The owner's region id and access key, as the engine sends them in emulated operations.
+    engine_key: zcx_engine::RemoteKey,
     rkey: RemoteKey,
     /// Where the owner's verdict on the key stands ([`Vouch`]).
     vouch: Arc<AtomicU8>,
@@ -120,7 +117,7 @@ struct Window {
 impl EpRkey {
     /// The owner's region id and access key, which the owner checks an access against.
     pub(super) fn region_and_key(&self) -> (u64, [u8; 16]) {
-        (self.region, self.key)
+        (self.engine_key.region, self.engine_key.access_key)
     }
 
     /// The smallest direct put with this key that the target helps copy.
@@ -159,19 +156,17 @@ impl Endpoint {
         let wire = rkey.wire();
         let live = {
             let core = self.shared().lock();
-            let on_shm = |ep: &crate::worker::state::EpState| {
-                ep.phase == Phase::Ready && core.st.shm_member == Some(member_of(ep.link))
-            };
-            core.st
-                .eps
+            let st = &core.st;
+            let on_shm = st.engine.phase(self.id()) == Some(Phase::Ready)
+                && st.engine.link_of(self.id()).is_some_and(|link| st.shm_member == Some(member_of(link)));
+            st.eps
                 .get(&self.id())
-                .filter(|ep| on_shm(ep) && rkey.is_shareable())
+                .filter(|_| on_shm && rkey.is_shareable())
                 .map(|ep| Arc::clone(&ep.direct_ok))
         };
         Ok(EpRkey {
             ep: self.id(),
-            region: wire.region_id,
-            key: wire.access_key,
+            engine_key: zcx_engine::RemoteKey { region: wire.region_id, access_key: wire.access_key, packed: None },
             rkey,
             vouch: Arc::new(AtomicU8::new(Vouch::UNASKED)),
             live,
@@ -226,18 +221,14 @@ impl Endpoint {
     /// Asks the owner to vouch for `rkey` (see [`EpRkey`]), once, when the endpoint could then
     /// access the key's region directly. Sent before the operation that needs it, so the owner
     /// answers in order; a key check that cannot be sent is asked again by a later operation.
-    fn ask_vouch(tl: &mut TransportSet, st: &mut State, ep: u64, rkey: &EpRkey) {
+    fn ask_vouch(st: &mut State, ep: EndpointId, rkey: &EpRkey) {
         if rkey.live.is_none() || rkey.vouch.load(Ordering::Acquire) != Vouch::UNASKED {
             return;
         }
         let Ok(claim) = rkey.rkey.wire().try_encode() else { return };
-        let sink = Arc::new(KeyCheckSink { vouch: Arc::clone(&rkey.vouch) });
-        let req = st.add_op(ep, sink, OutKind::RmaAck);
+        let Ok(op) = st.engine.key_check(ep, &claim) else { return };
         rkey.vouch.store(Vouch::ASKED, Ordering::Release);
-        if send_on_ep(tl, st, ep, &Op::KeyCheck { req }, Payload::Copy(&claim), None).is_err() {
-            st.ops.remove(&req);
-            rkey.vouch.store(Vouch::UNASKED, Ordering::Release);
-        }
+        st.sinks.insert(op, Arc::new(KeyCheckSink { vouch: Arc::clone(&rkey.vouch) }));
     }
 
     #[inline]
@@ -292,10 +283,29 @@ impl Endpoint {
         rkey: &EpRkey,
         params: RequestParams,
     ) -> Result<Request<B>> {
-        let cell = ReqCell::new(self.shared(), buf, params.callback);
-        let sink: Arc<dyn OpSink> = cell.clone();
-        self.put_by_target(len, remote_addr, rkey, |_, _| (sink, ptr))?;
-        Ok(Request::pending(cell))
+        rkey.check_claims(remote_addr, len as u64, Prot::REMOTE_WRITE)?;
+        let shared = self.shared();
+        let mut guard = shared.lock();
+        let st = &mut guard.st;
+        st.usable_ep(self.id())?;
+        Self::ask_vouch(st, self.id(), rkey);
+        let cookie = st.sinks.reserve();
+        // SAFETY: `SendBuf` keeps the bytes in place while the buffer moves into the request
+        // cell, which owns it until the operation completes.
+        let send_buf = unsafe { SendBuffer::new(ptr, len) }.with_cookie(cookie);
+        let result = match st.engine.put(self.id(), send_buf, remote_addr, &rkey.engine_key) {
+            Ok(_) => {
+                let cell = ReqCell::new(shared, buf, params.callback);
+                st.sinks.fill(cookie, cell.clone());
+                Ok(Request::pending(cell))
+            }
+            Err(status) => {
+                st.sinks.unreserve(cookie);
+                Err(status)
+            }
+        };
+        guard.drain();
+        result
     }
 
     /// `ucp_put_nbi`: writes `bytes` at `remote_addr` in the region of `rkey` and returns once it
@@ -334,86 +344,14 @@ impl Endpoint {
     #[inline(never)]
     fn put_nbi_by_target(&self, bytes: &[u8], remote_addr: u64, rkey: &EpRkey) -> Result<()> {
         rkey.check_claims(remote_addr, bytes.len() as u64, Prot::REMOTE_WRITE)?;
-        // An eager implicit put goes without acknowledgement, as UCX's do: the target answers
-        // only a refusal, and that answer precedes its answer to the next flush on the link.
-        {
-            let mut guard = self.shared().lock();
-            let Core { tl, st } = &mut *guard;
-            st.usable_ep(self.id())?;
-            Self::ask_vouch(tl, st, self.id(), rkey);
-            if bytes.len() <= st.max_payload && bytes.len() < st.rndv_thresh {
-                let frame = Op::Put {
-                    req: UNTRACKED_PUT,
-                    region: rkey.region,
-                    key: rkey.key,
-                    addr: remote_addr,
-                    len: bytes.len() as u64,
-                    offset: 0,
-                    ack: false,
-                };
-                send_on_ep(tl, st, self.id(), &frame, Payload::Copy(bytes), None)?;
-                return Ok(());
-            }
-        }
-        self.put_by_target(bytes.len(), remote_addr, rkey, |st, eager| {
-            let failure = st.eps.get(&self.id()).map(|ep| Arc::clone(&ep.nbi)).unwrap_or_default();
-            if eager {
-                // The eager frame copies the bytes before `put_by_target` returns.
-                (failure as Arc<dyn OpSink>, bytes.as_ptr())
-            } else {
-                let copy = Arc::new(NbiCopy { failure, bytes: bytes.into() });
-                let ptr = copy.bytes.as_ptr();
-                (copy as Arc<dyn OpSink>, ptr)
-            }
-        })
-    }
-
-    /// Sends a put of `len` bytes for the target to execute: one eager frame when it fits, else
-    /// fragments sent by the bulk runner. `sink` gives the operation's completion sink and where
-    /// its bytes are (told whether they go eagerly, copied at once, or as fragments read later:
-    /// they must then stay in place until the sink completes).
-    fn put_by_target(
-        &self,
-        len: usize,
-        remote_addr: u64,
-        rkey: &EpRkey,
-        sink: impl FnOnce(&State, bool) -> (Arc<dyn OpSink>, *const u8),
-    ) -> Result<()> {
-        rkey.check_claims(remote_addr, len as u64, Prot::REMOTE_WRITE)?;
         let mut guard = self.shared().lock();
-        let Core { tl, st } = &mut *guard;
+        let st = &mut guard.st;
         st.usable_ep(self.id())?;
-        let eager = len <= st.max_payload && len < st.rndv_thresh;
-        let (sink, ptr) = sink(st, eager);
-        if eager {
-            Self::ask_vouch(tl, st, self.id(), rkey);
-            let op = st.add_op(self.id(), sink, OutKind::RmaAck);
-            // SAFETY: the sink's bytes stay in place for this call (the caller's contract).
-            let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
-            let frame = Op::Put {
-                req: op,
-                region: rkey.region,
-                key: rkey.key,
-                addr: remote_addr,
-                len: len as u64,
-                offset: 0,
-                ack: true,
-            };
-            if let Err(status) = send_on_ep(tl, st, self.id(), &frame, Payload::Copy(bytes), None) {
-                st.ops.remove(&op);
-                return Err(status);
-            }
-            return Ok(());
-        }
-        let frag = FragKind::Put { region: rkey.region, key: rkey.key, addr: remote_addr };
-        Self::ask_vouch(tl, st, self.id(), rkey);
-        let op = st.add_op(self.id(), sink, OutKind::Send { ptr, len, sent: 0, frag, acked: false });
-        if let Some(ep) = st.eps.get_mut(&self.id()) {
-            ep.bulk.push_back(BulkJob::Send { op, stream: false });
-        }
-        st.bulk_active.insert(self.id());
-        crate::worker::rndv::run_bulk(&mut guard);
-        Ok(())
+        Self::ask_vouch(st, self.id(), rkey);
+        let result = st.engine.put_nbi(self.id(), bytes, remote_addr, &rkey.engine_key);
+        // A small one is an inline transmit: sent before `bytes` goes back to the caller.
+        guard.drain();
+        result
     }
 
     /// `ucp_get_nbx`: reads `buf.len()` bytes at `remote_addr` into `buf`.
@@ -457,18 +395,26 @@ impl Endpoint {
         rkey.check_claims(remote_addr, len as u64, Prot::REMOTE_READ)?;
         let shared = self.shared();
         let mut guard = shared.lock();
-        let Core { tl, st } = &mut *guard;
+        let st = &mut guard.st;
         st.usable_ep(self.id())?;
-        let cell = ReqCell::new(shared, buf, params.callback);
-        Self::ask_vouch(tl, st, self.id(), rkey);
-        let op = st.add_op(self.id(), cell.clone(), OutKind::Get { ptr, len, received: 0 });
-        let frame =
-            Op::Get { req: op, region: rkey.region, key: rkey.key, addr: remote_addr, len: len as u64 };
-        if let Err(status) = send_on_ep(tl, st, self.id(), &frame, Payload::None, None) {
-            st.ops.remove(&op);
-            return Err(status);
-        }
-        Ok(Request::pending(cell))
+        Self::ask_vouch(st, self.id(), rkey);
+        let cookie = st.sinks.reserve();
+        // SAFETY: `RecvBuf` keeps the bytes in place and writable while the buffer moves into
+        // the request cell, which owns it until the operation completes.
+        let recv_buf = unsafe { RecvBuffer::new(ptr, len) }.with_cookie(cookie);
+        let result = match st.engine.get(self.id(), recv_buf, remote_addr, &rkey.engine_key) {
+            Ok(_) => {
+                let cell = ReqCell::new(shared, buf, params.callback);
+                st.sinks.fill(cookie, cell.clone());
+                Ok(Request::pending(cell))
+            }
+            Err(status) => {
+                st.sinks.unreserve(cookie);
+                Err(status)
+            }
+        };
+        guard.drain();
+        result
     }
 
     /// `ucp_atomic_op_nbx`: `op` on the 32- or 64-bit word at `remote_addr`. The completion's
@@ -512,26 +458,14 @@ impl Endpoint {
         rkey.check_claims(remote_addr, u64::from(bytes), need)?;
         let shared = self.shared();
         let mut guard = shared.lock();
-        let Core { tl, st } = &mut *guard;
+        let st = &mut guard.st;
         st.usable_ep(self.id())?;
+        Self::ask_vouch(st, self.id(), rkey);
+        let op: OpId =
+            st.engine.atomic(self.id(), op, bytes, value, compare, remote_addr, &rkey.engine_key)?;
         let cell = ReqCell::new(shared, (), params.callback);
-        Self::ask_vouch(tl, st, self.id(), rkey);
-        let req = st.add_op(self.id(), cell.clone(), OutKind::RmaAck);
-        let frame = Op::Atomic {
-            req,
-            region: rkey.region,
-            key: rkey.key,
-            addr: remote_addr,
-            op,
-            size: bytes,
-            fetch: true,
-            value,
-            compare,
-        };
-        if let Err(status) = send_on_ep(tl, st, self.id(), &frame, Payload::None, None) {
-            st.ops.remove(&req);
-            return Err(status);
-        }
+        st.sinks.insert(op, cell.clone());
+        guard.drain();
         Ok(Request::pending(cell))
     }
 }

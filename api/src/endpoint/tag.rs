@@ -7,16 +7,14 @@
 use std::sync::Arc;
 
 use zcx_dataplane::proto::wire::Op;
-use zcx_dataplane::proto::Message;
-use zcx_dataplane::Payload;
+use zcx_dataplane::{Payload, Transport as _};
+use zcx_engine::{EndpointId, OpId, RecvBuffer, SendBuffer, Sent, Start};
 
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::Endpoint;
 use crate::request::{Callback, CancelTarget, OpInfo, ReqCell, Request, RequestParams};
 use crate::status::{Result, Status};
-use crate::worker::state::{
-    send_on_ep, send_ready, usable_in, Core, OutKind, PostedTagRecv, State, Unexpected,
-};
+use crate::worker::state::{op_info, status_of_cold, Core};
 use crate::worker::{Worker, WorkerShared};
 
 /// Parameters of a tag send.
@@ -39,37 +37,44 @@ impl Endpoint {
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
-        let rndv_thresh = st.rndv_thresh;
-        let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
-        let callback = params.request.callback;
-        if len < rndv_thresh {
-            if !params.sync && !connecting {
-                let header = Op::tag_eager_header(tag, false, 0);
-                send_ready(tl, ep, &header, Payload::Copy(bytes))?;
-                self.offer_direct(tl, st);
-                return Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }));
-            }
-            let cell = ReqCell::new(shared, buf, callback);
-            let kind = if params.sync { OutKind::SyncAck } else { OutKind::Queued };
-            let op = st.add_op(self.id(), cell.clone(), kind);
-            let (sender_req, completes) = if params.sync { (op, None) } else { (0, Some(op)) };
-            // SAFETY: `SendBuf` guarantees the bytes did not move when the buffer moved into the cell.
-            let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
-            let header = Op::TagEager { tag, sync: params.sync, sender_req };
-            if let Err(status) = send_on_ep(tl, st, self.id(), &header, Payload::Copy(bytes), completes) {
-                st.ops.remove(&op);
+        let cookie = st.sinks.reserve();
+        // SAFETY: `SendBuf` keeps the bytes in place while the buffer moves into the request
+        // cell, which owns it until the operation completes.
+        let send_buf = unsafe { SendBuffer::new(ptr, len) }.with_cookie(cookie);
+        let started = if params.sync || !st.stalled.is_empty() {
+            st.engine.tag_send(self.id(), send_buf, tag, params.sync).map(Sent::Queued)
+        } else {
+            st.engine.tag_send_now(self.id(), send_buf, tag)
+        };
+        let started = match started {
+            Ok(started) => started,
+            Err(status) => {
+                st.sinks.unreserve(cookie);
                 return Err(status);
             }
-            return Ok(Request::pending(cell));
+        };
+        match started {
+            Sent::Now(transmit) => {
+                st.sinks.unreserve(cookie);
+                tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(bytes)).map_err(status_of_cold)?;
+                self.offer_direct(tl, st);
+                Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
+            }
+            Sent::Queued(Start::Done(status, info)) => {
+                st.sinks.unreserve(cookie);
+                guard.drain();
+                match status {
+                    Status::Ok => Ok(Request::ready(buf, op_info(info))),
+                    failure => Err(failure),
+                }
+            }
+            Sent::Queued(Start::Pending(_)) => {
+                let cell = ReqCell::new(shared, buf, params.request.callback);
+                st.sinks.fill(cookie, cell.clone());
+                guard.drain();
+                Ok(Request::pending(cell))
+            }
         }
-        let cell = ReqCell::new(shared, buf, callback);
-        let op = st.add_op(self.id(), cell.clone(), OutKind::AwaitRtr { ptr, len });
-        let header = Op::TagRts { tag, sync: params.sync, sender_req: op, total_len: len as u64 };
-        if let Err(status) = send_on_ep(tl, st, self.id(), &header, Payload::None, None) {
-            st.ops.remove(&op);
-            return Err(status);
-        }
-        Ok(Request::pending(cell))
     }
 
     /// An eager tag message written straight into the endpoint's shared-memory ring (see
@@ -92,11 +97,18 @@ impl Endpoint {
             let shared = self.shared();
             let mut guard = shared.lock();
             let Core { tl, st } = &mut *guard;
-            let rndv_thresh = st.rndv_thresh;
-            let (ep, connecting) = usable_in(&mut st.eps, self.id())?;
-            if data.len() < rndv_thresh && !connecting {
-                send_ready(tl, ep, &Op::tag_eager_header(tag, false, 0), Payload::Copy(data))?;
-                self.offer_direct(tl, st);
+            if st.stalled.is_empty() && data.len() < st.rndv_thresh {
+                // SAFETY: `data` is borrowed for this call, and an eager send is done with its
+                // bytes before the call returns.
+                let send_buf = unsafe { SendBuffer::new(data.as_ptr(), data.len()) };
+                if let Sent::Now(transmit) = st.engine.tag_send_now(self.id(), send_buf, tag)? {
+                    tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(data))
+                        .map_err(status_of_cold)?;
+                    self.offer_direct(tl, st);
+                    return Ok(Request::ready(Vec::new(), OpInfo { length: data.len(), ..OpInfo::default() }));
+                }
+                // Queued (the endpoint still connects): the engine copied the bytes.
+                guard.drain();
                 return Ok(Request::ready(Vec::new(), OpInfo { length: data.len(), ..OpInfo::default() }));
             }
         }
@@ -109,34 +121,36 @@ impl Endpoint {
 /// (a rendezvous sender is told, so its request completes).
 pub struct TagMessage {
     worker: Arc<WorkerShared>,
-    message: Option<Message<Unexpected>>,
+    /// The engine's id of the message, until received or dropped.
+    op: Option<OpId>,
+    tag: u64,
+    length: usize,
 }
 
 impl TagMessage {
     /// The message's tag.
     pub fn tag(&self) -> u64 {
-        self.message.as_ref().map_or(0, |m| m.tag)
+        self.tag
     }
 
     /// The message's length in bytes.
     pub fn length(&self) -> usize {
-        self.message.as_ref().map_or(0, |m| m.length)
+        self.length
     }
 
     /// `ucp_tag_msg_recv_nbx`: receives this message into `buf`.
     pub fn recv<B: RecvBuf>(mut self, buf: B, params: RequestParams) -> Result<Request<B>> {
-        let message = self.message.take().ok_or(Status::NoElem)?;
-        let mut guard = self.worker.lock();
-        deliver_message(&self.worker, &mut guard, message, buf, params.callback)
+        let op = self.op.take().ok_or(Status::NoElem)?;
+        recv_into(&self.worker, buf, params.callback, |engine, recv_buf| engine.tag_msg_recv(op, recv_buf))
     }
 }
 
 impl Drop for TagMessage {
     fn drop(&mut self) {
-        if let Some(message) = self.message.take() {
+        if let Some(op) = self.op.take() {
             let mut guard = self.worker.lock();
-            discard_message(&mut guard.st, message);
-            guard.send_out();
+            let _ = guard.st.engine.tag_msg_drop(op);
+            guard.drain();
         }
     }
 }
@@ -166,97 +180,68 @@ impl Worker {
         tag_mask: u64,
         params: RequestParams,
     ) -> Result<Request<B>> {
-        let shared = &self.shared;
-        let mut guard = shared.lock();
-        if let Some(message) = guard.st.tags.probe_remove(tag, tag_mask) {
-            return deliver_message(shared, &mut guard, message, buf, params.callback);
-        }
-        let mut buf = buf;
-        let dst = buf.as_mut_bytes();
-        let (ptr, cap) = (dst.as_mut_ptr(), dst.len());
-        let cell = ReqCell::new(shared, buf, params.callback);
-        let posted = PostedTagRecv { sink: cell.clone(), ptr, cap };
-        let id = guard.st.tags.post_expected(tag, tag_mask, posted);
-        cell.set_cancel(guard.st.held(), CancelTarget::TagRecv(id));
-        Ok(Request::pending(cell))
+        recv_into(&self.shared, buf, params.callback, |engine, recv_buf| {
+            Ok(engine.tag_recv(recv_buf, tag, tag_mask))
+        })
     }
 
     /// `ucp_tag_probe_nb` without remove: the oldest matching unexpected message, left queued.
     pub fn tag_probe(&self, tag: u64, tag_mask: u64) -> Option<TagInfo> {
         self.progress();
         let guard = self.shared.lock();
-        guard.st.tags.probe(tag, tag_mask).map(|info| TagInfo { sender_tag: info.tag, length: info.length })
+        let (_, sender_tag, length) = guard.st.engine.tag_probe(tag, tag_mask)?;
+        Some(TagInfo { sender_tag, length })
     }
 
     /// `ucp_tag_probe_nb` with remove: takes the oldest matching unexpected message out of the
     /// queue, for [`TagMessage::recv`].
     pub fn tag_probe_remove(&self, tag: u64, tag_mask: u64) -> Option<TagMessage> {
         self.progress();
-        let message = self.shared.lock().st.tags.probe_remove(tag, tag_mask)?;
-        Some(TagMessage { worker: Arc::clone(&self.shared), message: Some(message) })
+        let (op, _, tag, length): (OpId, EndpointId, u64, usize) =
+            self.shared.lock().st.engine.tag_probe_remove(tag, tag_mask)?;
+        Some(TagMessage { worker: Arc::clone(&self.shared), op: Some(op), tag, length })
     }
 }
 
-/// Delivers an unexpected message into a receive buffer.
-fn deliver_message<B: RecvBuf>(
+/// Starts a receive into `buf` with `start` (a tag receive, a probed message's receive, an
+/// active message's data): done at once when the data was there, else a request that completes
+/// with the operation. A receive that waits can be cancelled.
+pub(crate) fn recv_into<B: RecvBuf>(
     shared: &Arc<WorkerShared>,
-    core: &mut Core,
-    message: Message<Unexpected>,
     mut buf: B,
     callback: Option<Callback>,
+    start: impl FnOnce(&mut zcx_engine::Engine, RecvBuffer) -> std::result::Result<Start, Status>,
 ) -> Result<Request<B>> {
-    let Message { sender, tag, length, data } = message;
-    match data {
-        Unexpected::Eager { data, sync_req } => {
-            let dst = buf.as_mut_bytes();
-            let n = data.len().min(dst.len());
-            dst[..n].copy_from_slice(&data[..n]);
-            State::recycle(&core.st.pool, data);
-            if let Some(sender_req) = sync_req {
-                if let Some(ep) = core.st.eps.get(&sender) {
-                    let link = ep.link;
-                    core.st.reply(link, &Op::SyncAck { sender_req }, None);
-                    core.send_out();
-                }
-            }
-            if length > n {
-                return Err(Status::MessageTruncated);
-            }
-            Ok(Request::ready(buf, OpInfo { length: n, sender_tag: tag, value: 0 }))
+    let dst = buf.as_mut_bytes();
+    let (ptr, cap) = (dst.as_mut_ptr(), dst.len());
+    let mut guard = shared.lock();
+    let st = &mut guard.st;
+    let cookie = st.sinks.reserve();
+    // SAFETY: `RecvBuf` keeps the bytes in place while the buffer moves into the request cell,
+    // which owns it until the operation completes; nothing else touches them meanwhile.
+    let recv_buf = unsafe { RecvBuffer::new(ptr, cap) }.with_cookie(cookie);
+    let started = start(&mut st.engine, recv_buf);
+    let result = match started {
+        Err(status) => {
+            st.sinks.unreserve(cookie);
+            Err(status)
         }
-        Unexpected::Rts { sender_req, total_len } => {
-            let dst = buf.as_mut_bytes();
-            let (ptr, cap) = (dst.as_mut_ptr(), dst.len());
-            let link = core.st.usable_ep(sender)?.link;
+        Ok(Start::Done(status, info)) => {
+            st.sinks.unreserve(cookie);
+            match status {
+                Status::Ok => Ok(Request::ready(buf, op_info(info))),
+                failure => Err(failure),
+            }
+        }
+        Ok(Start::Pending(op)) => {
             let cell = ReqCell::new(shared, buf, callback);
-            let recv_req = core.st.new_id();
-            crate::worker::rndv::start_recv(
-                &mut core.st,
-                link,
-                sender,
-                recv_req,
-                sender_req,
-                total_len,
-                cell.clone(),
-                ptr,
-                cap,
-                tag,
-            );
-            core.send_out();
+            st.sinks.fill(cookie, cell.clone());
+            cell.set_cancel(st.held(), CancelTarget::Receive(op.raw()));
             Ok(Request::pending(cell))
         }
+    };
+    if !guard.st.nothing_after_poll() {
+        guard.drain();
     }
-}
-
-/// Drops an unexpected message nobody will receive.
-fn discard_message(st: &mut State, message: Message<Unexpected>) {
-    match message.data {
-        Unexpected::Eager { data, .. } => State::recycle(&st.pool, data),
-        Unexpected::Rts { sender_req, .. } => {
-            if let Some(ep) = st.eps.get(&message.sender) {
-                let link = ep.link;
-                st.reply(link, &Op::Rtr { sender_req, recv_req: 0, accept_len: 0 }, None);
-            }
-        }
-    }
+    result
 }

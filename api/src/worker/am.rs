@@ -13,13 +13,13 @@
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use zcx_dataplane::proto::wire::Op;
+use zcx_engine::{EndpointId, OpId};
 
 use crate::buffer::RecvBuf;
 use crate::endpoint::Endpoint;
-use crate::request::{OpInfo, ReqCell, Request};
+use crate::request::{OpInfo, Request};
 use crate::status::{fail_with, Result, Status};
-use crate::worker::state::{Phase, State};
+use crate::worker::state::State;
 use crate::worker::WorkerShared;
 
 /// An AM handler (`ucp_am_recv_callback_t`). Returns `OK` when done with the message, or
@@ -84,7 +84,7 @@ impl AmHandlers {
 
 /// A message waiting for its handler to run.
 pub(crate) struct AmDelivery {
-    ep: u64,
+    ep: EndpointId,
     am_id: u16,
     reply: bool,
     payload: AmPayload,
@@ -97,8 +97,8 @@ struct AmPayload {
     header_len: usize,
     /// Eager: header then data. Rendezvous: the header only.
     bytes: AmBytes,
-    /// Rendezvous: the sender's request and the data's length.
-    rndv: Option<(u64, u64)>,
+    /// Rendezvous: the engine's id of the waiting data and the data's length.
+    rndv: Option<(OpId, u64)>,
 }
 
 impl AmPayload {
@@ -169,9 +169,19 @@ unsafe impl Sync for AmBytes {}
 const AM_INLINE: usize = 64;
 
 impl AmBytes {
-    /// A copy of `bytes`, inline when they fit.
-    pub fn copy_of(st: &State, bytes: &[u8]) -> AmBytes {
-        AmBytes::copy_from_pool(&st.pool, bytes)
+    /// A copy of `header` then `data`, inline when they fit, else in a buffer from `pool`.
+    pub fn copy_parts(pool: &Mutex<Vec<Vec<u8>>>, header: &[u8], data: &[u8]) -> AmBytes {
+        let len = header.len() + data.len();
+        if len <= AM_INLINE {
+            let mut buf = [0u8; AM_INLINE];
+            buf[..header.len()].copy_from_slice(header);
+            buf[header.len()..len].copy_from_slice(data);
+            AmBytes::Inline { len: len as u8, buf }
+        } else {
+            let mut bytes = State::pooled_copy_from(pool, header);
+            bytes.extend_from_slice(data);
+            AmBytes::Pooled(bytes)
+        }
     }
 
     /// A copy of `bytes`, inline when they fit, else in a buffer from `pool`.
@@ -197,21 +207,22 @@ impl AmBytes {
 }
 
 impl AmDelivery {
-    pub fn eager(ep: u64, am_id: u16, reply: bool, header_len: usize, bytes: AmBytes) -> AmDelivery {
+    pub fn eager(ep: EndpointId, am_id: u16, reply: bool, header_len: usize, bytes: AmBytes) -> AmDelivery {
         AmDelivery { ep, am_id, reply, payload: AmPayload { header_len, bytes, rndv: None } }
     }
 
-    pub fn rndv(
-        ep: u64,
-        am_id: u16,
-        reply: bool,
-        header: AmBytes,
-        sender_req: u64,
-        total_len: u64,
-    ) -> AmDelivery {
-        let header_len = header.as_slice().len();
-        let payload = AmPayload { header_len, bytes: header, rndv: Some((sender_req, total_len)) };
-        AmDelivery { ep, am_id, reply, payload }
+    /// The engine's delivery as the handler gets it: small bytes inline (the engine's vector
+    /// goes back to it at once), larger ones in the engine's vector itself.
+    pub fn from_engine(st: &mut State, delivery: zcx_engine::AmDelivery) -> AmDelivery {
+        let zcx_engine::AmDelivery { ep, am_id, reply, header_len, bytes, rndv } = delivery;
+        let bytes = if bytes.len() <= AM_INLINE {
+            let copy = AmBytes::copy_parts(&st.pool, &bytes, &[]);
+            st.engine.reuse(bytes);
+            copy
+        } else {
+            AmBytes::Pooled(bytes)
+        };
+        AmDelivery { ep, am_id, reply, payload: AmPayload { header_len, bytes, rndv } }
     }
 
     /// Moves what the delivery holds into a descriptor, leaving it empty; lent bytes are copied
@@ -222,7 +233,7 @@ impl AmDelivery {
         if let AmBytes::Lent { .. } = payload.bytes {
             payload.bytes = AmBytes::copy_from_pool(&shared.pool, payload.bytes.as_slice());
         }
-        AmDesc { worker, ep: self.ep, payload }
+        AmDesc { worker, payload }
     }
 }
 
@@ -234,7 +245,6 @@ pub struct AmDesc {
     /// to be released (a pooled buffer, an unfetched rendezvous); while the handler runs, the
     /// message lends it, so a message that is only read costs no reference count traffic.
     worker: Option<Arc<WorkerShared>>,
-    ep: u64,
     payload: AmPayload,
 }
 
@@ -266,15 +276,11 @@ impl Drop for AmDesc {
             debug_assert!(!self.payload.needs_worker(), "an AM descriptor that needs its worker has none");
             return;
         };
-        if let Some((sender_req, _)) = self.payload.rndv.take() {
-            // Declined: tell the sender no bytes are wanted, so its request completes.
+        if let Some((op, _)) = self.payload.rndv.take() {
+            // Declined: the sender is told no bytes are wanted, so its request completes.
             let mut core = worker.lock();
-            let link =
-                core.st.eps.get(&self.ep).filter(|ep| !matches!(ep.phase, Phase::Dead(_))).map(|ep| ep.link);
-            if let Some(link) = link {
-                core.st.reply(link, &Op::Rtr { sender_req, recv_req: 0, accept_len: 0 }, None);
-                core.send_out();
-            }
+            let _ = core.st.engine.am_decline(op);
+            core.drain();
         }
         if let AmBytes::Pooled(bytes) = &mut self.payload.bytes {
             State::recycle(&worker.pool, std::mem::take(bytes));
@@ -407,7 +413,7 @@ impl Worker {
             // Taken from inside its handler: it is released through this worker.
             desc.worker = Some(Arc::clone(shared));
         }
-        let Some((sender_req, total_len)) = desc.payload.rndv.take() else {
+        let Some((op, _)) = desc.payload.rndv.take() else {
             let data = desc.data().unwrap_or(&[]);
             let dst = buf.as_mut_bytes();
             if data.len() > dst.len() {
@@ -417,26 +423,7 @@ impl Worker {
             let length = data.len();
             return Ok(Request::ready(buf, OpInfo { length, ..OpInfo::default() }));
         };
-        let dst = buf.as_mut_bytes();
-        let (ptr, cap) = (dst.as_mut_ptr(), dst.len());
-        let cell = ReqCell::new(shared, buf, None);
-        let mut core = shared.lock();
-        let link = core.st.usable_ep(desc.ep)?.link;
-        let recv_req = core.st.new_id();
-        crate::worker::rndv::start_recv(
-            &mut core.st,
-            link,
-            desc.ep,
-            recv_req,
-            sender_req,
-            total_len,
-            cell.clone(),
-            ptr,
-            cap,
-            0,
-        );
-        core.send_out();
-        Ok(Request::pending(cell))
+        crate::endpoint::tag::recv_into(shared, buf, None, |engine, recv_buf| engine.am_recv_data(op, recv_buf))
     }
 }
 

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use zcx_dataplane::{LendSlot, LinkId};
+use zcx_engine::EndpointId;
 
 use crate::worker::am::{run_am, AmBytes, AmDelivery, AmHandlers};
 use crate::worker::state::State;
@@ -32,7 +33,7 @@ use crate::worker::WorkerShared;
 pub(crate) struct LentAm {
     /// The link the transport lent it on, for `end_lend`.
     pub link: LinkId,
-    ep: u64,
+    ep: EndpointId,
     am_id: u16,
     reply: bool,
     header_len: usize,
@@ -48,26 +49,27 @@ pub(crate) struct LentAm {
 unsafe impl Send for LentAm {}
 
 impl LentAm {
-    /// The message in `payload` (header then data, `header_len <= payload.len()`), which the
-    /// transport has just lent on `link`, to be handled by `st`'s current handler table.
+    /// The message whose `header` and `data` (contiguous, header first: the frame's payload)
+    /// the transport has just lent on `link`, to be handled by `st`'s current handler table.
     pub fn new(
         st: &State,
         link: LinkId,
-        ep: u64,
+        ep: EndpointId,
         am_id: u16,
         reply: bool,
-        header_len: u16,
-        payload: &[u8],
+        header: &[u8],
+        data: &[u8],
     ) -> LentAm {
+        debug_assert_eq!(header.as_ptr().wrapping_add(header.len()), data.as_ptr());
         LentAm {
             handlers: NonNull::from(&*st.am_handlers),
             link,
             ep,
             am_id,
             reply,
-            header_len: usize::from(header_len),
-            bytes: NonNull::from(payload).cast(),
-            len: payload.len(),
+            header_len: header.len(),
+            bytes: NonNull::from(header).cast(),
+            len: header.len() + data.len(),
         }
     }
 

@@ -9,11 +9,9 @@ pub(crate) mod lifecycle;
 mod pending;
 pub(crate) mod put_help;
 pub(crate) mod quiet;
-pub(crate) mod rndv;
 mod rung;
 mod spin_wait;
 pub(crate) mod state;
-pub(crate) mod stream;
 #[cfg(test)]
 pub(crate) mod test_pair;
 mod wakeup;
@@ -26,7 +24,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use zcx_control::WorkerAddressWire;
-use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::{
     LendSlot, Payload, SameHostFastPath as _, SetMember, ShmConfig, ShmTransport, Transport, TransportSet,
     UringConfig, UringTransport, Wakeup,
@@ -37,7 +34,8 @@ use crate::context::Context;
 use crate::endpoint::Endpoint;
 use crate::request::{CancelTarget, Completer, OpInfo, ReqCell, Request, WorkerLocked};
 use crate::status::{fail_with, Result, Status};
-use state::{status_of, Core, Deferred, OutKind, Phase, State};
+use state::{status_of, Core, Deferred, State};
+use zcx_engine::{OpId, Start};
 
 pub use am::{AmDesc, AmHandler, AmMessage};
 
@@ -351,35 +349,37 @@ impl Worker {
         self.shared.wakeup.signal();
     }
 
-    /// `ucp_worker_fence`: later RMA and AMO operations are performed after earlier ones. The
-    /// io_uring transport is one ordered byte stream per endpoint executed in order at the
-    /// target, so ordering already holds and this only checks the worker.
+    /// `ucp_worker_fence`: later RMA and AMO operations of every endpoint are performed after
+    /// earlier ones.
     pub fn fence(&self) -> Result<()> {
+        let mut core = self.shared.lock();
+        let eps: Vec<_> = core.st.eps.keys().copied().collect();
+        for ep in eps {
+            // An endpoint that cannot carry operations has none to order.
+            let _ = core.st.engine.fence(ep);
+        }
         Ok(())
     }
 
     /// `ucp_worker_flush_nbx`: completes when every operation issued on every endpoint so far has
     /// completed at its target.
     pub fn flush(&self) -> Result<Request<()>> {
-        let cell = ReqCell::new(&self.shared, (), None);
         let mut core = self.shared.lock();
-        let eps: Vec<u64> = core
-            .st
-            .eps
-            .iter()
-            .filter(|(_, ep)| matches!(ep.phase, Phase::Ready | Phase::Connecting))
-            .map(|(&id, _)| id)
-            .collect();
-        if eps.is_empty() {
-            return Ok(Request::ready((), OpInfo::default()));
+        match core.st.engine.flush_worker() {
+            Start::Done(status, _) => {
+                core.drain();
+                match status {
+                    Status::Ok => Ok(Request::ready((), OpInfo::default())),
+                    failure => Err(failure),
+                }
+            }
+            Start::Pending(op) => {
+                let cell = ReqCell::new(&self.shared, (), None);
+                core.st.sinks.insert(op, cell.clone());
+                core.drain();
+                Ok(Request::pending(cell))
+            }
         }
-        let parent = core.st.add_op(u64::MAX, cell.clone(), OutKind::FlushAll { remaining: eps.len() });
-        for ep in eps {
-            let child = ReqCell::new(&self.shared, (), None);
-            crate::endpoint::start_flush(&mut core, ep, child, Some(parent))?;
-        }
-        core.send_out();
-        Ok(Request::pending(cell))
     }
 
     /// Starts a thread that busy-polls this worker until the returned handle drops, pinned to the
@@ -625,7 +625,7 @@ impl WorkerShared {
         for fd in core.tl.event_fds() {
             wakeup::drain_eventfd(fd);
         }
-        if core.tl.has_events() || !core.st.deferred.is_empty() || !core.st.out.is_empty() {
+        if core.tl.has_events() || !core.st.deferred.is_empty() || !core.st.nothing_after_poll() {
             return Err(Status::Busy);
         }
         Ok(())
@@ -667,13 +667,9 @@ impl WorkerShared {
     fn cancel(&self, core: &mut CoreGuard<'_>, target: CancelTarget) {
         match target {
             CancelTarget::None => {}
-            CancelTarget::TagRecv(id) => {
-                if let Some(recv) = core.st.tags.cancel(id) {
-                    core.st.complete_sink(&recv.sink, Status::Canceled, OpInfo::default());
-                }
-            }
-            CancelTarget::StreamRecv { ep, id } => {
-                stream::cancel_stream_recv(&mut core.st, ep, id);
+            CancelTarget::Receive(id) => {
+                core.st.engine.cancel(OpId::from_raw(id));
+                core.drain();
             }
         }
         // Callbacks of cancelled requests run from the next progress, as UCP's do.
@@ -758,7 +754,7 @@ impl CoreGuard<'_> {
 }
 
 impl Core {
-    /// Sends the replies built during the poll.
+    /// Sends the handshakes built during the poll and everything the engine has to send.
     pub(crate) fn send_out(&mut self) {
         if !self.st.established.is_empty() {
             // Before anything goes out on them: the peer's answer to our accept may be large.
@@ -770,20 +766,20 @@ impl Core {
         if !self.st.lane_dials.is_empty() {
             lifecycle::open_lanes(self);
         }
-        let Core { tl, st } = self;
-        for frame in st.out.drain(..) {
-            let header = &frame.header[..frame.header_len as usize];
-            let payload = match &frame.payload {
-                Some(bytes) => Payload::Copy(bytes),
-                None => Payload::None,
-            };
-            if let Err(e) = tl.send(frame.link, header, payload) {
-                tracing::debug!(link = ?frame.link, %e, "reply not sent");
+        if !self.st.out.is_empty() {
+            let Core { tl, st } = self;
+            let mut header = [0u8; zcx_dataplane::proto::MAX_HEADER_LEN];
+            let n = zcx_dataplane::proto::wire::Op::Hello.encode(&mut header);
+            for frame in st.out.drain(..) {
+                if let Err(e) = tl.send(frame.link, &header[..n], Payload::Copy(&frame.payload)) {
+                    tracing::debug!(link = ?frame.link, %e, "handshake not sent");
+                }
             }
         }
+        self.drain();
     }
 
-    /// Everything that follows a poll: replies, newly connected endpoints, closes, bulk pacing.
+    /// Everything that follows a poll: engine output, handshakes, lane switches, closes.
     #[inline]
     fn after_poll(&mut self) {
         if !self.st.nothing_after_poll() {
@@ -805,17 +801,12 @@ impl Core {
     /// [`Core::after_poll`] when the poll left something to do.
     #[inline(never)]
     fn after_busy_poll(&mut self) {
-        if !self.st.out.is_empty() || !self.st.lane_dials.is_empty() || !self.st.established.is_empty() {
-            self.send_out();
-        }
-        if !self.st.to_flush.is_empty() {
-            let eps = std::mem::take(&mut self.st.to_flush);
-            for ep in eps {
-                state::flush_queued(&mut self.tl, &mut self.st, ep);
-            }
-        }
+        self.send_out();
         if !self.st.lanes_taken.is_empty() {
             lifecycle::close_lanes_taken(self);
+        }
+        if !self.st.help_announced.is_empty() {
+            put_help::check_announced(&self.tl, &mut self.st);
         }
         if !self.st.to_close.is_empty() {
             let links = std::mem::take(&mut self.st.to_close);
@@ -823,17 +814,10 @@ impl Core {
                 self.tl.close(link, force);
             }
         }
-        if !self.st.help_announced.is_empty() {
-            put_help::check_announced(&self.tl, &mut self.st);
-        }
-        rndv::run_bulk(self);
-        if self.st.closes_pending {
-            lifecycle::finish_closes(self);
-        }
     }
 
-    /// Keepalive: sends one on idle endpoints, fails endpoints whose peer went silent, and gives
-    /// up on connections that never completed.
+    /// Timers: keepalives and silent peers (the engine's), connections that never completed
+    /// their handshake, and endpoints that never got the server's answer.
     pub(crate) fn tick(&mut self, now: Instant) {
         if now < self.st.next_tick {
             return;
@@ -847,40 +831,25 @@ impl Core {
             self.st.to_close.extend(dropped.into_iter().map(|link| (link, true)));
         }
         let connect_timeout = (interval * 10).max(Duration::from_secs(10));
-        let mut to_fail = Vec::new();
-        let mut to_ping = Vec::new();
-        for (&id, ep) in self.st.eps.iter_mut() {
-            if ep.rx_seen {
-                ep.last_rx = now;
-                ep.rx_seen = false;
+        let mut unanswered = Vec::new();
+        let st = &mut self.st;
+        for (&id, ep) in st.eps.iter() {
+            if ep.lane.as_ref().is_some_and(|lane| lane.take_sent()) {
+                st.engine.note_sent(id);
             }
-            if ep.take_tx_seen() {
-                ep.last_tx = now;
-            }
-            match ep.phase {
-                Phase::Ready | Phase::Closing => {
-                    if now.duration_since(ep.last_tx) >= interval {
-                        to_ping.push(id);
-                    }
-                    if ep.err_mode_peer && now.duration_since(ep.last_rx) >= interval * 3 {
-                        to_fail.push((id, Status::EndpointTimeout));
-                    }
-                }
-                Phase::Connecting => {
-                    if now.duration_since(ep.created) >= connect_timeout {
-                        to_fail.push((id, Status::Unreachable));
-                    }
-                }
-                Phase::Dead(_) => {}
+            if ep.conn_token != 0
+                && st.connecting.get(&ep.conn_token) == Some(&id)
+                && now.duration_since(ep.created) >= connect_timeout
+            {
+                unanswered.push(id);
             }
         }
-        for id in to_ping {
-            let _ = state::send_on_ep(&mut self.tl, &mut self.st, id, &Op::Keepalive, Payload::None, None);
+        for id in unanswered {
+            tracing::warn!(ep = %id, "no answer from the server; endpoint failed");
+            st.engine.fail_endpoint(id, Status::Unreachable);
         }
-        for (id, status) in to_fail {
-            tracing::warn!(ep = id, ?status, "peer silent; endpoint failed");
-            lifecycle::fail_ep(&mut self.st, id, status, true);
-        }
+        st.engine.handle_timeout(now);
+        self.drain();
         self.after_poll();
     }
 }

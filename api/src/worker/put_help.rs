@@ -37,7 +37,7 @@ pub(crate) type KeptSources = Vec<(Box<[u8]>, Arc<RemoteKey>)>;
 /// `Op::PutHelp` and its payload (the source's packed key).
 pub(crate) struct Announcement {
     link: LinkId,
-    ep: u64,
+    ep: zcx_engine::EndpointId,
     op: Op,
     packed: Box<[u8]>,
 }
@@ -63,7 +63,7 @@ unsafe impl Send for HelpCopy {}
 
 /// Notes an announcement (`op`, an `Op::PutHelp` with its `payload`) from `ep` on `link` for the
 /// worker to check after the poll.
-pub(crate) fn on_announce(st: &mut State, link: LinkId, ep: u64, op: Op, payload: &[u8]) {
+pub(crate) fn on_announce(st: &mut State, link: LinkId, ep: zcx_engine::EndpointId, op: Op, payload: &[u8]) {
     if st.help_announced.len() < PENDING_MAX {
         st.help_announced.push(Announcement { link, ep, op, packed: payload.into() });
     }
@@ -85,7 +85,7 @@ fn check(tl: &TransportSet, st: &mut State, a: Announcement) -> Option<HelpCopy>
     st.ctx.remote_access.check(region, &key, addr, len, RemoteAccess::Write).ok()?;
     let source = source_key(st, a.ep, &a.packed)?;
     if source.shm_pid() != Some(peer_pid) {
-        tracing::debug!(ep = a.ep, "put help from a region of another process; ignored");
+        tracing::debug!(ep = %a.ep, "put help from a region of another process; ignored");
         return None;
     }
     let last = src.checked_add(len - 1)?;
@@ -97,7 +97,7 @@ fn check(tl: &TransportSet, st: &mut State, a: Announcement) -> Option<HelpCopy>
 
 /// The peer's source region named by `packed`, mapped here: kept from an earlier announcement of
 /// `ep`, or unpacked (and kept) now.
-fn source_key(st: &mut State, ep: u64, packed: &[u8]) -> Option<Arc<RemoteKey>> {
+fn source_key(st: &mut State, ep: zcx_engine::EndpointId, packed: &[u8]) -> Option<Arc<RemoteKey>> {
     let kept = st.help_mappings.entry(ep).or_default();
     if let Some(at) = kept.iter().position(|(bytes, _)| **bytes == *packed) {
         return Some(Arc::clone(&kept[at].1));

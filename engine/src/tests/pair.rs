@@ -61,6 +61,7 @@ impl Net {
             native_atomics: self.native,
             bulk: if self.native { BulkMode::ReceiverPull } else { BulkMode::SenderPush },
             placed: self.placed,
+            max_placed: 0,
         }
     }
 }
@@ -273,6 +274,7 @@ impl Side {
             }
             Event::Am(delivery) => self.ams.push(delivery),
             Event::Handshake { .. } => self.handshakes += 1,
+            Event::EndpointDown { .. } => {}
             Event::CloseLink { link, force } => self.closed_links.push((link, force)),
             Event::Extension { .. } => {}
         }
