@@ -8,7 +8,7 @@ use zcx_dataplane::proto::wire::Op;
 use crate::buffer::{RecvBuffer, SendBuffer};
 use crate::engine::{Engine, OpKind, Start};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{AmDelivery, Event, OpInfo, Payload};
+use crate::output::{AmDelivery, Event, Payload};
 use crate::rndv::{choose, Proto};
 use crate::Status;
 
@@ -81,7 +81,7 @@ impl Engine {
                     Payload::Owned(joined)
                 };
                 self.send(ep_id, &frame, payload, false);
-                Ok(Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() }))
+                Ok(self.eager_start(ep_id, len, data.cookie()))
             }
             Proto::Push => {
                 let cookie = data.cookie();

@@ -150,6 +150,9 @@ pub(crate) struct Endpoint {
 
 /// What an operation is waiting for.
 pub(crate) enum OpKind {
+    /// An eager send made while its endpoint connects: done once the server answered and the
+    /// held frame went into the outbox (or with the endpoint's failure).
+    Held { len: usize },
     /// A synchronous eager send: done when the receiver matched it.
     SyncEager { len: usize },
     /// A sender-push rendezvous sender waiting for the receiver's `Rtr`.
@@ -342,6 +345,17 @@ impl Engine {
             transmit.placed &= caps.placed;
             self.transmits.push_back(transmit);
         }
+        let held: Vec<(OpId, usize)> = self
+            .ops
+            .iter()
+            .filter_map(|(&id, op)| match op.kind {
+                OpKind::Held { len } if op.ep == Some(ep_id) => Some((id, len)),
+                _ => None,
+            })
+            .collect();
+        for (id, length) in held {
+            self.finish_op(id, Status::Ok, OpInfo { length, ..OpInfo::default() });
+        }
         self.bulk_active.insert(ep_id);
         self.pump(ep_id);
         self.try_finish_close(ep_id);
@@ -496,6 +510,17 @@ impl Engine {
             ep.held.push_back(Transmit { payload: Payload::Owned(copy), ..transmit });
         }
         Ok(())
+    }
+
+    /// How an eager send queued with [`Engine::send_eager`] (or `send`) started: done, or,
+    /// while the endpoint waits for the server's answer, an operation that completes when its
+    /// held frame is released.
+    pub(crate) fn eager_start(&mut self, ep_id: EndpointId, len: usize, cookie: Option<Cookie>) -> Start {
+        let answered = self.eps.get(&ep_id).is_none_or(|ep| ep.answered);
+        if answered {
+            return Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() });
+        }
+        Start::Pending(self.new_op(Some(ep_id), OpKind::Held { len }, cookie))
     }
 
     /// Queues a header-only reply on a link (answers to a peer, whatever our endpoint's phase).

@@ -152,7 +152,7 @@ impl Engine {
         });
         if len < caps.rndv_threshold && len <= caps.max_payload() && !behind_fragments {
             self.send_eager(ep_id, Header::of(&Op::Stream), buf.at(0), len)?;
-            return Ok(Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() }));
+            return Ok(self.eager_start(ep_id, len, buf.cookie()));
         }
         if len >= caps.rndv_threshold
             && caps.bulk == BulkMode::ReceiverPull

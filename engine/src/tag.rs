@@ -29,7 +29,7 @@ impl Engine {
         match choose(&caps, len, &buf) {
             Proto::Eager if !sync => {
                 self.send_eager(ep_id, Header::tag_eager(tag, false, 0), buf.at(0), len)?;
-                Ok(Start::Done(Status::Ok, OpInfo { length: len, ..OpInfo::default() }))
+                Ok(self.eager_start(ep_id, len, buf.cookie()))
             }
             Proto::Eager => {
                 let op = self.new_op(Some(ep_id), OpKind::SyncEager { len }, buf.cookie());
