@@ -390,6 +390,12 @@ impl Engine {
         Some(transmit)
     }
 
+    /// The next transmit already made, without making fragments: for a caller that cannot send
+    /// now and keeps what is queued (copying inline payloads) to send later, in order.
+    pub fn poll_queued_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
     /// The next native RMA request.
     pub fn poll_rma(&mut self) -> Option<RmaRequest> {
         self.rmas.pop_front()
@@ -545,6 +551,16 @@ impl Engine {
         }
     }
 
+    /// Operation `id` failed with `status` whatever it had concluded (a payload it counted as
+    /// arrived never fully did); it completes once its other tokens are back.
+    pub(crate) fn fail_op(&mut self, id: OpId, status: Status) {
+        let Some(op) = self.ops.get_mut(&id) else { return };
+        op.result = Some((status, OpInfo::default()));
+        if op.tokens == 0 {
+            self.complete_op(id);
+        }
+    }
+
     /// A token of operation `id` came back.
     pub(crate) fn return_token(&mut self, id: OpId) {
         let Some(op) = self.ops.get_mut(&id) else { return };
@@ -573,6 +589,7 @@ impl Engine {
     fn complete_op(&mut self, id: OpId) {
         let Some(op) = self.ops.remove(&id) else { return };
         let (status, info) = op.result.unwrap_or((Status::Ok, OpInfo::default()));
+
         if op.implicit {
             self.implicit_copies.remove(&id);
             if status != Status::Ok {
@@ -679,7 +696,8 @@ impl Engine {
 
     /// Returns a byte vector to the pool.
     pub(crate) fn recycle(&mut self, data: Vec<u8>) {
-        if self.pool.len() < 64 {
+        // Large ones are freed, so the pool stays small whatever sizes went by.
+        if self.pool.len() < 64 && data.capacity() <= 256 << 10 {
             self.pool.push(data);
         }
     }

@@ -95,7 +95,8 @@ impl Engine {
     /// A placed payload was written (or failed to be).
     pub fn place_done(&mut self, token: OpId, result: Result<(), Status>) {
         if let Err(status) = result {
-            self.finish_op(token, status, OpInfo::default());
+            // Its bytes were counted when the header came: the receive may already hold an OK.
+            self.fail_op(token, status);
         }
         self.return_token(token);
     }

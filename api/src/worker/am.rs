@@ -13,7 +13,7 @@
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use zcx_engine::{EndpointId, OpId};
+use zcx_engine::{EndpointId, OpId, Phase};
 
 use crate::buffer::RecvBuf;
 use crate::endpoint::Endpoint;
@@ -233,7 +233,7 @@ impl AmDelivery {
         if let AmBytes::Lent { .. } = payload.bytes {
             payload.bytes = AmBytes::copy_from_pool(&shared.pool, payload.bytes.as_slice());
         }
-        AmDesc { worker, payload }
+        AmDesc { worker, ep: self.ep, payload }
     }
 }
 
@@ -245,6 +245,7 @@ pub struct AmDesc {
     /// to be released (a pooled buffer, an unfetched rendezvous); while the handler runs, the
     /// message lends it, so a message that is only read costs no reference count traffic.
     worker: Option<Arc<WorkerShared>>,
+    ep: EndpointId,
     payload: AmPayload,
 }
 
@@ -423,7 +424,15 @@ impl Worker {
             let length = data.len();
             return Ok(Request::ready(buf, OpInfo { length, ..OpInfo::default() }));
         };
-        crate::endpoint::tag::recv_into(shared, buf, None, |engine, recv_buf| engine.am_recv_data(op, recv_buf))
+        let ep = desc.ep;
+        crate::endpoint::tag::recv_into(shared, buf, None, |engine, recv_buf| {
+            // The data went with its endpoint: the endpoint's status says why.
+            match engine.phase(ep) {
+                None => Err(Status::NotConnected),
+                Some(Phase::Dead(status)) => Err(status),
+                Some(_) => engine.am_recv_data(op, recv_buf),
+            }
+        })
     }
 }
 

@@ -139,7 +139,10 @@ impl Sinks {
     #[inline]
     pub fn reserve(&mut self) -> Cookie {
         let index = match self.free.pop() {
-            Some(index) => index as usize,
+            Some(index) => {
+                assert!(self.slots[index as usize].is_none(), "reserved a busy slot");
+                index as usize
+            }
             None => {
                 self.slots.push(None);
                 self.slots.len() - 1
@@ -151,7 +154,9 @@ impl Sinks {
     /// Puts the cell of a reserved slot.
     #[inline]
     pub fn fill(&mut self, cookie: Cookie, sink: Arc<dyn OpSink>) {
-        self.slots[cookie.get().get() - 1] = Some(sink);
+        let slot = &mut self.slots[cookie.get().get() - 1];
+        assert!(slot.is_none(), "cookie slot filled twice");
+        *slot = Some(sink);
     }
 
     /// Gives back a reserved slot nobody filled.
@@ -609,6 +614,13 @@ impl Core {
                     st.stalled.push_back(keep_stalled(transmit));
                     break;
                 }
+            }
+        }
+        if !st.stalled.is_empty() {
+            // What the engine queued behind them waits too, in order; an inline payload is the
+            // caller's, valid only until its command returns, so it is copied.
+            while let Some(transmit) = st.engine.poll_queued_transmit() {
+                st.stalled.push_back(keep_stalled(transmit));
             }
         }
         while let Some(request) = st.engine.poll_rma() {

@@ -91,6 +91,28 @@ fn placed_fragment_outside_its_message_is_refused_before_anything_is_written() {
     q.assert_no_leaks();
 }
 
+/// The last placed fragment of a receive is counted when its header comes, so the receive has
+/// its result then; when the link fails before the payload is all written, the receive fails
+/// with the link's error, never OK over bytes that never arrived.
+#[test]
+fn a_placed_fragment_cut_short_fails_the_receive_it_completed() {
+    let mut p = Pair::new(Net { placed: true, ..Net::emulated() });
+    let mut out = vec![0u8; 2000];
+    let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 1, ALL));
+    p.inject(Who::A, frame(&Op::TagRts { tag: 1, sync: false, sender_req: 99, total_len: 2000 }, &[]));
+    p.drive();
+    let header = frame(&Op::RndvData { recv_req: recv.raw(), offset: 0 }, &[]);
+    let placement = p.b.engine.handle_placed(LINK, &header, 2000).expect("a placement");
+    p.drive();
+    assert!(!p.b.done(recv), "completed before its payload was written");
+    p.b.engine.place_done(placement.token, Err(Status::ConnectionReset));
+    p.b.engine.link_failed(LINK, Status::ConnectionReset);
+    p.drive();
+    assert_eq!(p.b.status(recv), Status::ConnectionReset);
+    p.b.engine.release_endpoint(p.b.ep);
+    p.drive();
+}
+
 #[test]
 fn data_for_an_unknown_operation_closes_the_link() {
     let mut p =
