@@ -229,7 +229,11 @@ pub(crate) fn run_conn_handler(shared: &Arc<WorkerShared>, listener: ListenerId,
 }
 
 /// Runs a listener's accept handler with the endpoint it accepted.
-pub(crate) fn run_accept_handler(shared: &Arc<WorkerShared>, listener: ListenerId, ep: zcx_engine::EndpointId) {
+pub(crate) fn run_accept_handler(
+    shared: &Arc<WorkerShared>,
+    listener: ListenerId,
+    ep: zcx_engine::EndpointId,
+) {
     let handler = match shared.lock().st.listeners.get(&listener).map(|e| &e.handlers) {
         Some(ListenerHandlers::Accept(handler, _)) => Some(Arc::clone(handler)),
         _ => None,

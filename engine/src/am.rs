@@ -158,7 +158,7 @@ impl Engine {
         let bytes = self.pooled_copy(payload);
         let delivery =
             AmDelivery { ep, am_id, reply, header_len: usize::from(header_len), bytes, rndv: None };
-        self.events.push_back(Event::Am(delivery));
+        self.events.push_back(Event::Am(Box::new(delivery)));
     }
 
     /// An `AmRts` or `AmRtsPull` arrived: the handler decides where the data goes.
@@ -183,6 +183,6 @@ impl Engine {
             bytes: header.to_vec(),
             rndv: Some((op, total)),
         };
-        self.events.push_back(Event::Am(delivery));
+        self.events.push_back(Event::Am(Box::new(delivery)));
     }
 }

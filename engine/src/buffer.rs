@@ -145,7 +145,7 @@ impl RecvBuffer {
         }
         // SAFETY: in bounds (asserted); the constructor's contract makes the range ours to write
         // while the operation lives, and `data` is engine-owned or a peer frame, never this buffer.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()) }
+        unsafe { zcx_dataplane::copy::copy_bytes(data.as_ptr(), self.ptr.add(offset), data.len()) }
     }
 }
 

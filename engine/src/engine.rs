@@ -410,7 +410,10 @@ impl Engine {
     /// nothing.
     #[inline]
     pub fn is_idle(&self) -> bool {
-        self.transmits.is_empty() && self.rmas.is_empty() && self.events.is_empty() && self.bulk_active.is_empty()
+        self.transmits.is_empty()
+            && self.rmas.is_empty()
+            && self.events.is_empty()
+            && self.bulk_active.is_empty()
     }
 
     /// An event is waiting to be drained.

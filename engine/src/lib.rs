@@ -143,7 +143,8 @@ pub use caps::{BulkMode, LinkCaps};
 pub use engine::{CloseMode, Engine, EngineConfig, Phase, Sent, Start, TableCounts};
 pub use ids::{Cookie, EndpointId, OpId};
 pub use output::{
-    AmDelivery, Completion, Event, Header, LentAm, OpInfo, Payload, Placement, RmaKind, RmaRequest, Transmit,
+    AmDelivery, Completion, Event, Extension, Header, LentAm, OpInfo, Payload, Placement, RmaKind,
+    RmaRequest, Transmit,
 };
 pub use rma::RemoteKey;
 pub use status::Status;

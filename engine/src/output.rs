@@ -262,8 +262,8 @@ pub enum Event {
         /// Why.
         status: Status,
     },
-    /// An active message arrived.
-    Am(AmDelivery),
+    /// An active message arrived (boxed: the common events stay small to queue).
+    Am(Box<AmDelivery>),
     /// A handshake frame (`Hello`) arrived; the API's connection logic owns its payload.
     Handshake {
         /// Where it came from.
@@ -279,16 +279,20 @@ pub enum Event {
         force: bool,
     },
     /// A frame of a transport extension the engine does not run (shared memory's `PutHelp`).
-    Extension {
-        /// The endpoint it came on.
-        ep: EndpointId,
-        /// Its link.
-        link: LinkId,
-        /// The decoded header.
-        op: Op,
-        /// The payload.
-        payload: Vec<u8>,
-    },
+    Extension(Box<Extension>),
+}
+
+/// A frame of a transport extension the engine does not run ([`Event::Extension`]).
+#[derive(Debug)]
+pub struct Extension {
+    /// The endpoint it came on.
+    pub ep: EndpointId,
+    /// Its link.
+    pub link: LinkId,
+    /// The decoded header.
+    pub op: Op,
+    /// The payload.
+    pub payload: Vec<u8>,
 }
 
 /// Where a placed fragment's payload goes ([`crate::Engine::handle_placed`]).

@@ -9,7 +9,7 @@ use zcx_dataplane::{LinkId, RemoteAccess};
 
 use crate::engine::{Engine, OpKind, Phase};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{Event, LentAm, OpInfo, Placement};
+use crate::output::{Event, Extension, LentAm, OpInfo, Placement};
 use crate::Status;
 
 impl Engine {
@@ -23,33 +23,51 @@ impl Engine {
     /// handler reads.
     #[inline]
     pub fn handle_frame_lending<'a>(&mut self, link: LinkId, frame: &'a [u8]) -> Option<LentAm<'a>> {
-        if let Some((Op::AmEager { am_id, reply, header_len }, payload)) = Op::decode_eager(frame) {
-            let ep = self.receiving_ep(link)?;
+        // Small messages first, without the general decoder's checked reads.
+        let Some((op, payload)) = Op::decode_eager(frame) else {
+            self.handle_general_frame(link, frame);
+            return None;
+        };
+        let ep = self.receiving_ep(link)?;
+        if let Op::AmEager { am_id, reply, header_len } = op {
             // `decode_eager` checked that the header fits the payload.
             let (header, data) = payload.split_at(usize::from(header_len));
             return Some(LentAm { ep, am_id, reply, header, data });
         }
-        self.handle_frame(link, frame);
+        self.on_eager(link, ep, op, payload);
         None
     }
 
     /// A whole frame arrived on `link`.
+    #[inline]
     pub fn handle_frame(&mut self, link: LinkId, frame: &[u8]) {
         // Small messages first, without the general decoder's checked reads.
         if let Some((op, payload)) = Op::decode_eager(frame) {
             let Some(ep) = self.receiving_ep(link) else { return };
-            match op {
-                Op::TagEager { tag, sync, sender_req } => {
-                    self.on_tag_eager(link, ep, tag, sync.then_some(sender_req), payload)
-                }
-                Op::AmEager { am_id, reply, header_len } => {
-                    self.on_am_eager(ep, am_id, reply, header_len, payload)
-                }
-                Op::Stream => self.on_stream(ep, payload),
-                other => self.on_op(link, ep, other, payload),
-            }
+            self.on_eager(link, ep, op, payload);
             return;
         }
+        self.handle_general_frame(link, frame);
+    }
+
+    /// A frame `decode_eager` decoded, from endpoint `ep`.
+    #[inline]
+    fn on_eager(&mut self, link: LinkId, ep: EndpointId, op: Op, payload: &[u8]) {
+        match op {
+            Op::TagEager { tag, sync, sender_req } => {
+                self.on_tag_eager(link, ep, tag, sync.then_some(sender_req), payload)
+            }
+            Op::AmEager { am_id, reply, header_len } => {
+                self.on_am_eager(ep, am_id, reply, header_len, payload)
+            }
+            Op::Stream => self.on_stream(ep, payload),
+            other => self.on_op(link, ep, other, payload),
+        }
+    }
+
+    /// A frame the eager decoder does not take: decoded in full.
+    #[inline(never)]
+    fn handle_general_frame(&mut self, link: LinkId, frame: &[u8]) {
         let (op, payload) = match Op::decode(frame) {
             Ok(decoded) => decoded,
             Err(err) => {
@@ -240,9 +258,12 @@ impl Engine {
                 let status = verdict.map_or_else(rma_exec::status_of, |()| rma_exec::UCS_OK);
                 self.reply(link, &Op::RmaAck { req, status, value: 0 });
             }
-            op @ Op::PutHelp { .. } => {
-                self.events.push_back(Event::Extension { ep, link, op, payload: payload.to_vec() })
-            }
+            op @ Op::PutHelp { .. } => self.events.push_back(Event::Extension(Box::new(Extension {
+                ep,
+                link,
+                op,
+                payload: payload.to_vec(),
+            }))),
             Op::Keepalive => {}
             Op::Disconnect { force: _ } => {
                 // The peer closed its endpoint: ours can carry nothing more.

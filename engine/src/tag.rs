@@ -202,14 +202,18 @@ impl Engine {
                     self.reply(link, &Op::SyncAck { sender_req });
                 }
             }
-            None => {
-                let data = self.pooled_copy(payload);
-                let length = data.len();
-                let message =
-                    Message { sender: ep_id.raw(), tag, length, data: Unexpected::Eager { data, sync_req } };
-                self.tags.queue_unexpected(message);
-            }
+            None => self.queue_unexpected_eager(ep_id, tag, sync_req, payload),
         }
+    }
+
+    /// An eager tag message no receive waits for: copied, to wait for one.
+    #[inline(never)]
+    fn queue_unexpected_eager(&mut self, ep_id: EndpointId, tag: u64, sync_req: Option<u64>, payload: &[u8]) {
+        let data = self.pooled_copy(payload);
+        let length = data.len();
+        let message =
+            Message { sender: ep_id.raw(), tag, length, data: Unexpected::Eager { data, sync_req } };
+        self.tags.queue_unexpected(message);
     }
 
     /// A tag rendezvous request (`TagRts`, or `TagRtsPull` with the sender's address and key).

@@ -166,7 +166,11 @@ impl Endpoint {
         };
         Ok(EpRkey {
             ep: self.id(),
-            engine_key: zcx_engine::RemoteKey { region: wire.region_id, access_key: wire.access_key, packed: None },
+            engine_key: zcx_engine::RemoteKey {
+                region: wire.region_id,
+                access_key: wire.access_key,
+                packed: None,
+            },
             rkey,
             vouch: Arc::new(AtomicU8::new(Vouch::UNASKED)),
             live,

@@ -47,7 +47,8 @@ impl Endpoint {
         match started {
             Sent::Now(transmit) => {
                 st.sinks.unreserve(cookie);
-                tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(bytes)).map_err(status_of_cold)?;
+                tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(bytes))
+                    .map_err(status_of_cold)?;
                 self.offer_direct(tl, st);
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
@@ -75,7 +76,12 @@ impl Endpoint {
 
     /// `ucp_stream_recv_nbx`: receives into `buf`. With `waitall` it completes only when `buf` is
     /// full; otherwise as soon as any bytes are there (the completion's `length` says how many).
-    pub fn stream_recv<B: RecvBuf>(&self, buf: B, waitall: bool, params: RequestParams) -> Result<Request<B>> {
+    pub fn stream_recv<B: RecvBuf>(
+        &self,
+        buf: B,
+        waitall: bool,
+        params: RequestParams,
+    ) -> Result<Request<B>> {
         let ep = self.id();
         recv_into(self.shared(), buf, params.callback, |engine, recv_buf| {
             engine.stream_recv(ep, recv_buf, waitall)

@@ -56,7 +56,8 @@ impl Endpoint {
         match started {
             Sent::Now(transmit) => {
                 st.sinks.unreserve(cookie);
-                tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(bytes)).map_err(status_of_cold)?;
+                tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(bytes))
+                    .map_err(status_of_cold)?;
                 self.offer_direct(tl, st);
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
@@ -105,7 +106,10 @@ impl Endpoint {
                     tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(data))
                         .map_err(status_of_cold)?;
                     self.offer_direct(tl, st);
-                    return Ok(Request::ready(Vec::new(), OpInfo { length: data.len(), ..OpInfo::default() }));
+                    return Ok(Request::ready(
+                        Vec::new(),
+                        OpInfo { length: data.len(), ..OpInfo::default() },
+                    ));
                 }
                 // Queued (the endpoint still connects): the engine copied the bytes.
                 guard.drain();
@@ -240,7 +244,8 @@ pub(crate) fn recv_into<B: RecvBuf>(
             Ok(Request::pending(cell))
         }
     };
-    if !guard.st.nothing_after_poll() {
+    // A receive sends nothing but a synchronous send's acknowledgement or a rendezvous answer.
+    if !guard.st.engine.is_idle() {
         guard.drain();
     }
     result

@@ -105,7 +105,11 @@ fn conn_token() -> Result<u64, Status> {
 /// The server side of an accepted connection request. Ready at once on the request's link, the
 /// answer going out first on it so the client sees it before any of our traffic; or, when a
 /// faster lane to the client exists, held until the lane is dialled and the answer sent on it.
-pub(crate) fn create_server_ep(st: &mut State, request: &ConnRequestData, params: ServerEpParams) -> EndpointId {
+pub(crate) fn create_server_ep(
+    st: &mut State,
+    request: &ConnRequestData,
+    params: ServerEpParams,
+) -> EndpointId {
     let err_mode_peer = params.err_mode_peer || request.err_mode_peer;
     let setup = EpSetup {
         name: params.name,

@@ -140,7 +140,7 @@ impl Sinks {
     pub fn reserve(&mut self) -> Cookie {
         let index = match self.free.pop() {
             Some(index) => {
-                assert!(self.slots[index as usize].is_none(), "reserved a busy slot");
+                debug_assert!(self.slots[index as usize].is_none(), "reserved a busy slot");
                 index as usize
             }
             None => {
@@ -155,7 +155,7 @@ impl Sinks {
     #[inline]
     pub fn fill(&mut self, cookie: Cookie, sink: Arc<dyn OpSink>) {
         let slot = &mut self.slots[cookie.get().get() - 1];
-        assert!(slot.is_none(), "cookie slot filled twice");
+        debug_assert!(slot.is_none(), "cookie slot filled twice");
         *slot = Some(sink);
     }
 
@@ -509,13 +509,51 @@ impl State {
     /// Acts on everything the engine reported: completions go to their request cells, endpoint
     /// failures to the API's records and error handlers, active messages to their handlers
     /// (deferred), links to close after the poll. Runs during a poll too: it sends nothing.
-    #[inline]
+    #[inline(always)]
     pub fn absorb_events(&mut self) {
+        if self.engine.has_events() {
+            self.absorb_queued_events();
+        }
+    }
+
+    /// [`State::absorb_events`] with events queued: completions inline (the one event of most
+    /// messages), the rest out of line.
+    fn absorb_queued_events(&mut self) {
         while let Some(event) = self.engine.poll_event() {
-            self.on_engine_event(event);
+            match event {
+                Event::Completion(done) => self.on_completion(done),
+                other => self.on_engine_event(other),
+            }
         }
         if !self.gone.is_empty() {
             self.forget_gone();
+        }
+    }
+
+    /// An operation finished: its request cell completes.
+    #[inline(always)]
+    fn on_completion(&mut self, done: zcx_engine::Completion) {
+        let sink = match done.cookie {
+            Some(cookie) => self.sinks.take(cookie),
+            None => self.sinks.take_id(done.op),
+        };
+        if !self.stream_sends.is_empty() {
+            self.stream_send_done(done.op);
+        }
+        match sink {
+            Some(sink) => self.complete_sink(&sink, done.status, op_info(done.info)),
+            None => tracing::debug!(op = %done.op, "completion of an operation without a request"),
+        }
+    }
+
+    /// A stream send that went in fragments may have ended: the endpoint's lane takes small
+    /// stream sends again once none is left.
+    #[cold]
+    fn stream_send_done(&mut self, op: OpId) {
+        if let Some(ep) = self.stream_sends.remove(&op) {
+            if let Some(state) = self.eps.get_mut(&ep) {
+                state.release_streams();
+            }
         }
     }
 
@@ -528,25 +566,10 @@ impl State {
         }
     }
 
+    #[inline(never)]
     fn on_engine_event(&mut self, event: Event) {
         match event {
-            Event::Completion(done) => {
-                let sink = match done.cookie {
-                    Some(cookie) => self.sinks.take(cookie),
-                    None => self.sinks.take_id(done.op),
-                };
-                if !self.stream_sends.is_empty() {
-                    if let Some(ep) = self.stream_sends.remove(&done.op) {
-                        if let Some(state) = self.eps.get_mut(&ep) {
-                            state.release_streams();
-                        }
-                    }
-                }
-                match sink {
-                    Some(sink) => self.complete_sink(&sink, done.status, op_info(done.info)),
-                    None => tracing::debug!(op = %done.op, "completion of an operation without a request"),
-                }
-            }
+            Event::Completion(done) => self.on_completion(done),
             Event::EndpointDown { ep, status } => self.on_endpoint_down(ep, status),
             Event::EndpointError { ep, status } => {
                 let Some(state) = self.eps.get_mut(&ep) else { return };
@@ -559,7 +582,7 @@ impl State {
                 }
             }
             Event::Am(delivery) => {
-                let delivery = crate::worker::am::AmDelivery::from_engine(self, delivery);
+                let delivery = crate::worker::am::AmDelivery::from_engine(self, *delivery);
                 self.deferred.push(Deferred::Am(delivery));
                 self.am_queued = true;
             }
@@ -569,7 +592,8 @@ impl State {
                 self.to_close.push((link, true));
             }
             Event::CloseLink { link, force } => self.to_close.push((link, force)),
-            Event::Extension { ep, link, op, payload } => {
+            Event::Extension(extension) => {
+                let zcx_engine::Extension { ep, link, op, payload } = *extension;
                 crate::worker::put_help::on_announce(self, link, ep, op, &payload);
                 self.engine.reuse(payload);
             }

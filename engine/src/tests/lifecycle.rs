@@ -297,7 +297,9 @@ fn connecting_endpoint_holds_its_frames_until_ready_on_the_answering_link() {
     let ep = engine.add_endpoint(LinkId(1), caps, true, false);
     let data = pattern(16, 14);
     let send = engine.tag_send(ep, send_buf(&data), 5, false).unwrap();
-    let crate::Start::Pending(send) = send else { panic!("an eager send of a connecting endpoint is done at once") };
+    let crate::Start::Pending(send) = send else {
+        panic!("an eager send of a connecting endpoint is done at once")
+    };
     assert!(engine.poll_transmit().is_none(), "a connecting endpoint sent");
     assert!(engine.poll_event().is_none(), "the held send completed before the answer");
     engine.endpoint_ready(ep, LinkId(2), caps);

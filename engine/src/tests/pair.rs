@@ -272,11 +272,11 @@ impl Side {
                     hook(&mut self.engine, ep, status);
                 }
             }
-            Event::Am(delivery) => self.ams.push(delivery),
+            Event::Am(delivery) => self.ams.push(*delivery),
             Event::Handshake { .. } => self.handshakes += 1,
             Event::EndpointDown { .. } => {}
             Event::CloseLink { link, force } => self.closed_links.push((link, force)),
-            Event::Extension { .. } => {}
+            Event::Extension(_) => {}
         }
     }
 }
