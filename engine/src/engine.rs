@@ -247,7 +247,7 @@ pub struct Engine {
     pub(crate) tags: TagMatcher<(OpId, RecvBuffer), Unexpected>,
     pub(crate) transmits: VecDeque<Transmit>,
     pub(crate) rmas: VecDeque<RmaRequest>,
-    pub(crate) events: VecDeque<Event>,
+    pub(crate) events: crate::output::Events,
     /// Endpoints with fragments to send once the outbox drains.
     pub(crate) bulk_active: FastSet<EndpointId>,
     /// Byte vectors for unexpected messages and stream bytes, reused.
@@ -278,7 +278,7 @@ impl Engine {
             tags: TagMatcher::new(),
             transmits: VecDeque::new(),
             rmas: VecDeque::new(),
-            events: VecDeque::new(),
+            events: crate::output::Events::default(),
             bulk_active: FastSet::default(),
             pool: Vec::new(),
             fenced_issues: FastMap::default(),

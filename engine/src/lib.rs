@@ -127,7 +127,7 @@ mod engine;
 mod ids;
 mod lifecycle;
 mod output;
-mod receive;
+pub(crate) mod receive;
 mod rma;
 mod rndv;
 pub mod status;
@@ -146,6 +146,7 @@ pub use output::{
     AmDelivery, Completion, Event, Extension, Header, LentAm, OpInfo, Payload, Placement, RmaKind,
     RmaRequest, Transmit,
 };
+pub use receive::Received;
 pub use rma::RemoteKey;
 pub use status::Status;
 pub use zcx_dataplane::LinkId;

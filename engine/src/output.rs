@@ -303,3 +303,60 @@ pub struct Placement {
     /// Answer with [`crate::Engine::place_done`]`(token, ..)` once the payload is written.
     pub token: OpId,
 }
+
+/// The engine's queue of events, with room for one completion its caller takes straight from
+/// the call that made it ([`crate::Engine::handle_frame_direct`]), skipping the queue: the usual
+/// message completes one receive, and queuing that one completion would be most of its cost.
+#[derive(Debug, Default)]
+pub(crate) struct Events {
+    queue: std::collections::VecDeque<Event>,
+    /// The completion taken straight by the caller, when it was the first thing reported.
+    direct: Option<Completion>,
+    /// A `*_direct` call is running: its first completion may go to `direct`.
+    open: bool,
+}
+
+impl Events {
+    #[inline]
+    pub(crate) fn push_back(&mut self, event: Event) {
+        self.queue.push_back(event);
+    }
+
+    /// Reports a completion: straight to the running call's caller when nothing came before it
+    /// in this call or earlier, else queued behind what did.
+    #[inline]
+    pub(crate) fn complete(&mut self, completion: Completion) {
+        if self.open && self.direct.is_none() && self.queue.is_empty() {
+            self.direct = Some(completion);
+        } else {
+            self.queue.push_back(Event::Completion(completion));
+        }
+    }
+
+    #[inline]
+    pub(crate) fn pop_front(&mut self) -> Option<Event> {
+        self.queue.pop_front()
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Starts a call whose first completion its caller may take straight.
+    #[inline]
+    pub(crate) fn open_direct(&mut self) {
+        self.open = true;
+    }
+
+    /// Ends it: the completion its caller takes, if one went straight.
+    #[inline]
+    pub(crate) fn close_direct(&mut self) -> Option<Completion> {
+        self.open = false;
+        self.direct.take()
+    }
+}

@@ -12,6 +12,17 @@ use crate::ids::{EndpointId, OpId};
 use crate::output::{Event, Extension, LentAm, OpInfo, Placement};
 use crate::Status;
 
+/// What a frame handled by [`Engine::handle_frame_lending_direct`] left for its caller.
+#[derive(Debug)]
+pub enum Received<'a> {
+    /// Nothing to act on now (events, if any, wait in [`Engine::poll_event`]).
+    Nothing,
+    /// The operation the frame completed.
+    Completed(crate::Completion),
+    /// An eager active message to give its handler in place.
+    Lent(LentAm<'a>),
+}
+
 impl Engine {
     /// [`Engine::handle_frame`] for a frame the caller can lend out: an eager active message
     /// for a live endpoint comes back in place ([`LentAm`], borrowing `frame`, no copy and no
@@ -36,6 +47,30 @@ impl Engine {
         }
         self.on_eager(link, ep, op, payload);
         None
+    }
+
+    /// [`Engine::handle_frame`] whose caller takes the frame's completion straight, when the
+    /// frame completed an operation and nothing was reported before it (the usual message:
+    /// one receive done); everything else goes to [`Engine::poll_event`] as usual. The caller
+    /// acts on the returned completion before it polls events.
+    #[inline]
+    pub fn handle_frame_direct(&mut self, link: LinkId, frame: &[u8]) -> Option<crate::Completion> {
+        self.events.open_direct();
+        self.handle_frame(link, frame);
+        self.events.close_direct()
+    }
+
+    /// [`Engine::handle_frame_lending`] whose caller takes the frame's completion straight, as
+    /// with [`Engine::handle_frame_direct`].
+    #[inline]
+    pub fn handle_frame_lending_direct<'a>(&mut self, link: LinkId, frame: &'a [u8]) -> Received<'a> {
+        self.events.open_direct();
+        let lent = self.handle_frame_lending(link, frame);
+        match (self.events.close_direct(), lent) {
+            (_, Some(am)) => Received::Lent(am),
+            (Some(done), None) => Received::Completed(done),
+            (None, None) => Received::Nothing,
+        }
     }
 
     /// A whole frame arrived on `link`.

@@ -57,7 +57,7 @@ impl StreamRx {
     /// Fills waiting receives straight from a frame's bytes (nothing is buffered ahead of them),
     /// queuing the completions of those it fills into `events`; returns the bytes no receive
     /// took.
-    fn serve_frame<'a>(&mut self, mut data: &'a [u8], events: &mut VecDeque<Event>) -> &'a [u8] {
+    fn serve_frame<'a>(&mut self, mut data: &'a [u8], events: &mut crate::output::Events) -> &'a [u8] {
         while let Some(recv) = self.posted.front_mut() {
             let n = data.len().min(recv.buf.len() - recv.filled);
             recv.buf.write(recv.filled, &data[..n]);
@@ -67,7 +67,7 @@ impl StreamRx {
                 break;
             }
             let recv = self.posted.pop_front().expect("front exists");
-            events.push_back(recv.completion(Status::Ok));
+            events.complete(recv.done(Status::Ok));
         }
         data
     }
@@ -92,7 +92,7 @@ impl StreamRx {
     /// Fills waiting receives from readable chunks, in order, queuing the completions of those
     /// it fills into `events`; a receive takes every readable byte it has room for, then
     /// completes when full (or, without waitall, when it got any).
-    fn serve(&mut self, events: &mut VecDeque<Event>, spent: &mut Vec<Vec<u8>>) {
+    fn serve(&mut self, events: &mut crate::output::Events, spent: &mut Vec<Vec<u8>>) {
         while let Some(mut recv) = self.posted.pop_front() {
             self.fill(&mut recv, spent);
             if !recv.is_done() {
@@ -112,8 +112,14 @@ impl StreamRecv {
 
     /// The receive's completion with `status`, its bytes so far as its length.
     pub(crate) fn completion(&self, status: Status) -> Event {
+        Event::Completion(self.done(status))
+    }
+
+    /// [`StreamRecv::completion`] as the completion itself.
+    #[inline]
+    pub(crate) fn done(&self, status: Status) -> Completion {
         let info = OpInfo { length: self.filled, ..OpInfo::default() };
-        Event::Completion(Completion { op: self.op, status, info, cookie: self.buf.cookie() })
+        Completion { op: self.op, status, info, cookie: self.buf.cookie() }
     }
 }
 
@@ -183,25 +189,33 @@ impl Engine {
         buf: RecvBuffer,
         waitall: bool,
     ) -> Result<Start, Status> {
-        self.usable(ep_id)?;
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return Err(Status::NotConnected) };
+        match ep.phase {
+            Phase::Dead(status) => return Err(status),
+            Phase::Closing => return Err(Status::Canceled),
+            Phase::Connecting | Phase::Ready => {}
+        }
         let op = OpId::from_raw(self.op_ids.next());
-        let ep = self.eps.get_mut(&ep_id).expect("usable");
         let mut recv = StreamRecv { op, buf, filled: 0, waitall };
         // A waiting receive ahead of this one took every readable byte it had room for and still
         // waits: nothing is readable for this one. Otherwise it takes what is there first, and
         // completes at once when that is enough. A waiting receive has no record besides its
         // place in the endpoint's queue, so completing it removes nothing else.
-        if ep.stream.posted.is_empty() {
+        if ep.stream.posted.is_empty() && !ep.stream.chunks.is_empty() {
             let mut spent = Vec::new();
             ep.stream.fill(&mut recv, &mut spent);
+            let (done, filled) = (recv.is_done(), recv.filled);
+            if !done {
+                ep.stream.posted.push_back(recv);
+            }
             for bytes in spent {
                 self.recycle(bytes);
             }
-            if recv.is_done() {
-                return Ok(Start::Done(Status::Ok, OpInfo { length: recv.filled, ..OpInfo::default() }));
+            if done {
+                return Ok(Start::Done(Status::Ok, OpInfo { length: filled, ..OpInfo::default() }));
             }
+            return Ok(Start::Pending(op));
         }
-        let ep = self.eps.get_mut(&ep_id).expect("usable");
         ep.stream.posted.push_back(recv);
         Ok(Start::Pending(op))
     }

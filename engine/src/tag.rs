@@ -197,7 +197,7 @@ impl Engine {
                 let status = if payload.len() > n { Status::MessageTruncated } else { Status::Ok };
                 let info = OpInfo { length: n, sender_tag: tag, value: 0 };
                 let cookie = buf.cookie();
-                self.events.push_back(Event::Completion(Completion { op, status, info, cookie }));
+                self.events.complete(Completion { op, status, info, cookie });
                 if let Some(sender_req) = sync_req {
                     self.reply(link, &Op::SyncAck { sender_req });
                 }

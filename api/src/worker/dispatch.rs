@@ -8,7 +8,7 @@
 use zcx_control::{HandshakeWire, TransportAddress};
 use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::{LendSlot, LinkId, PlaceTarget, TlEvent};
-use zcx_engine::OpId;
+use zcx_engine::{OpId, Received};
 
 use crate::status::Status;
 use crate::worker::am::{AmBytes, AmDelivery};
@@ -66,18 +66,26 @@ pub(crate) fn on_frame(st: &mut State, link: LinkId, bytes: &[u8], lend: Option<
     }
     match lend {
         Some(slot) if st.deferred.is_empty() && !st.engine.has_events() => {
-            if let Some(am) = st.engine.handle_frame_lending(link, bytes) {
-                if slot.take() {
-                    st.lent = Some(LentAm::new(st, link, am.ep, am.am_id, am.reply, am.header, am.data));
-                } else {
-                    let (ep, am_id, reply, header_len) = (am.ep, am.am_id, am.reply, am.header.len());
-                    let data = AmBytes::copy_parts(&st.pool, am.header, am.data);
-                    st.deferred.push(Deferred::Am(AmDelivery::eager(ep, am_id, reply, header_len, data)));
-                    st.am_queued = true;
+            match st.engine.handle_frame_lending_direct(link, bytes) {
+                Received::Nothing => {}
+                Received::Completed(done) => st.on_completion(done),
+                Received::Lent(am) => {
+                    if slot.take() {
+                        st.lent = Some(LentAm::new(st, link, am.ep, am.am_id, am.reply, am.header, am.data));
+                    } else {
+                        let (ep, am_id, reply, header_len) = (am.ep, am.am_id, am.reply, am.header.len());
+                        let data = AmBytes::copy_parts(&st.pool, am.header, am.data);
+                        st.deferred.push(Deferred::Am(AmDelivery::eager(ep, am_id, reply, header_len, data)));
+                        st.am_queued = true;
+                    }
                 }
             }
         }
-        _ => st.engine.handle_frame(link, bytes),
+        _ => {
+            if let Some(done) = st.engine.handle_frame_direct(link, bytes) {
+                st.on_completion(done);
+            }
+        }
     }
     st.absorb_events();
 }

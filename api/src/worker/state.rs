@@ -532,7 +532,7 @@ impl State {
 
     /// An operation finished: its request cell completes.
     #[inline(always)]
-    fn on_completion(&mut self, done: zcx_engine::Completion) {
+    pub fn on_completion(&mut self, done: zcx_engine::Completion) {
         let sink = match done.cookie {
             Some(cookie) => self.sinks.take(cookie),
             None => self.sinks.take_id(done.op),
