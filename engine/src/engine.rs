@@ -416,6 +416,13 @@ impl Engine {
             && self.bulk_active.is_empty()
     }
 
+    /// A transmit, RMA request or event is waiting to be drained (fragments still to be made
+    /// aside).
+    #[inline]
+    pub fn has_output(&self) -> bool {
+        !self.transmits.is_empty() || !self.rmas.is_empty() || !self.events.is_empty()
+    }
+
     /// An event is waiting to be drained.
     #[inline]
     pub fn has_events(&self) -> bool {

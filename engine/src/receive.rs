@@ -55,8 +55,24 @@ impl Engine {
     /// acts on the returned completion before it polls events.
     #[inline]
     pub fn handle_frame_direct(&mut self, link: LinkId, frame: &[u8]) -> Option<crate::Completion> {
+        let Some((op, payload)) = Op::decode_eager(frame) else {
+            self.handle_general_frame(link, frame);
+            return None;
+        };
+        let ep = self.receiving_ep(link)?;
+        self.eager_direct(link, ep, op, payload)
+    }
+
+    /// An eager frame from `ep` whose completion, if it makes one first, goes straight back.
+    #[inline(always)]
+    fn eager_direct(&mut self, link: LinkId, ep: EndpointId, op: Op, payload: &[u8]) -> Option<crate::Completion> {
+        if let Op::TagEager { tag, sync: false, .. } = op {
+            if self.events.is_empty() {
+                return self.tag_eager_direct(ep, tag, payload);
+            }
+        }
         self.events.open_direct();
-        self.handle_frame(link, frame);
+        self.on_eager(link, ep, op, payload);
         self.events.close_direct()
     }
 
@@ -64,12 +80,19 @@ impl Engine {
     /// with [`Engine::handle_frame_direct`].
     #[inline]
     pub fn handle_frame_lending_direct<'a>(&mut self, link: LinkId, frame: &'a [u8]) -> Received<'a> {
-        self.events.open_direct();
-        let lent = self.handle_frame_lending(link, frame);
-        match (self.events.close_direct(), lent) {
-            (_, Some(am)) => Received::Lent(am),
-            (Some(done), None) => Received::Completed(done),
-            (None, None) => Received::Nothing,
+        let Some((op, payload)) = Op::decode_eager(frame) else {
+            self.handle_general_frame(link, frame);
+            return Received::Nothing;
+        };
+        let Some(ep) = self.receiving_ep(link) else { return Received::Nothing };
+        if let Op::AmEager { am_id, reply, header_len } = op {
+            // `decode_eager` checked that the header fits the payload.
+            let (header, data) = payload.split_at(usize::from(header_len));
+            return Received::Lent(LentAm { ep, am_id, reply, header, data });
+        }
+        match self.eager_direct(link, ep, op, payload) {
+            Some(done) => Received::Completed(done),
+            None => Received::Nothing,
         }
     }
 

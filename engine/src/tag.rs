@@ -192,17 +192,27 @@ impl Engine {
     ) {
         match self.tags.take_expected(tag) {
             Some((_, (op, buf))) => {
-                let n = payload.len().min(buf.len());
-                buf.write(0, &payload[..n]);
-                let status = if payload.len() > n { Status::MessageTruncated } else { Status::Ok };
-                let info = OpInfo { length: n, sender_tag: tag, value: 0 };
-                let cookie = buf.cookie();
-                self.events.complete(Completion { op, status, info, cookie });
+                let completion = delivered(op, buf, tag, payload);
+                self.events.complete(completion);
                 if let Some(sender_req) = sync_req {
                     self.reply(link, &Op::SyncAck { sender_req });
                 }
             }
             None => self.queue_unexpected_eager(ep_id, tag, sync_req, payload),
+        }
+    }
+
+    /// An eager, not synchronous, tag message for the caller that takes its completion
+    /// straight ([`Engine::handle_frame_direct`]) while no event waits: the completion of the
+    /// receive it matched, or `None` when it waits for one.
+    #[inline(always)]
+    pub(crate) fn tag_eager_direct(&mut self, ep_id: EndpointId, tag: u64, payload: &[u8]) -> Option<Completion> {
+        match self.tags.take_expected(tag) {
+            Some((_, (op, buf))) => Some(delivered(op, buf, tag, payload)),
+            None => {
+                self.queue_unexpected_eager(ep_id, tag, None, payload);
+                None
+            }
         }
     }
 
@@ -252,4 +262,15 @@ impl Engine {
             self.finish_op(id, Status::Ok, OpInfo { length: len, ..OpInfo::default() });
         }
     }
+}
+
+/// Writes an eager message's `payload` into the receive `buf` of operation `op` it matched:
+/// the receive's completion (truncated when the buffer is shorter).
+#[inline(always)]
+fn delivered(op: OpId, buf: RecvBuffer, tag: u64, payload: &[u8]) -> Completion {
+    let n = payload.len().min(buf.len());
+    buf.write(0, &payload[..n]);
+    let status = if payload.len() > n { Status::MessageTruncated } else { Status::Ok };
+    let info = OpInfo { length: n, sender_tag: tag, value: 0 };
+    Completion { op, status, info, cookie: buf.cookie() }
 }

@@ -8,9 +8,9 @@ use zcx_engine::{SendBuffer, Sent, Start};
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::tag::recv_into;
 use crate::endpoint::Endpoint;
-use crate::request::{OpInfo, ReqCell, Request, RequestParams};
-use crate::status::{Result, Status};
-use crate::worker::state::{op_info, status_of_cold, Core};
+use crate::request::{OpInfo, Request, RequestParams};
+use crate::status::Result;
+use crate::worker::state::{status_of_cold, Core};
 
 impl Endpoint {
     /// `ucp_stream_send_nbx`: appends `buf` to the endpoint's byte stream.
@@ -28,48 +28,32 @@ impl Endpoint {
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
-        let cookie = st.sinks.reserve();
         // SAFETY: `SendBuf` keeps the bytes in place while the buffer moves into the request
         // cell, which owns it until the operation completes.
-        let send_buf = unsafe { SendBuffer::new(ptr, len) }.with_cookie(cookie);
+        let send_buf = unsafe { SendBuffer::new(ptr, len) };
         let started = if st.stalled.is_empty() {
-            st.engine.stream_send_now(self.id(), send_buf)
+            st.engine.stream_send_now(self.id(), send_buf)?
         } else {
-            st.engine.stream_send(self.id(), send_buf).map(Sent::Queued)
-        };
-        let started = match started {
-            Ok(started) => started,
-            Err(status) => {
-                st.sinks.unreserve(cookie);
-                return Err(status);
-            }
+            st.engine.stream_send(self.id(), send_buf).map(Sent::Queued)?
         };
         match started {
             Sent::Now(transmit) => {
-                st.sinks.unreserve(cookie);
                 tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(bytes))
                     .map_err(status_of_cold)?;
                 self.offer_direct(tl, st);
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
-            Sent::Queued(Start::Done(status, info)) => {
-                st.sinks.unreserve(cookie);
-                guard.drain();
-                match status {
-                    Status::Ok => Ok(Request::ready(buf, op_info(info))),
-                    failure => Err(failure),
+            Sent::Queued(started) => {
+                if let Start::Pending(op) = started {
+                    // Small stream sends must not overtake it on the endpoint's lane.
+                    if let Some(ep) = st.eps.get_mut(&self.id()) {
+                        ep.hold_streams();
+                        st.stream_sends.insert(op, self.id());
+                    }
                 }
-            }
-            Sent::Queued(Start::Pending(op)) => {
-                let cell = ReqCell::new(shared, buf, params.callback);
-                st.sinks.fill(cookie, cell.clone());
-                // Small stream sends must not overtake it on the endpoint's lane.
-                if let Some(ep) = st.eps.get_mut(&self.id()) {
-                    ep.hold_streams();
-                    st.stream_sends.insert(op, self.id());
-                }
+                let request = st.request_for(shared, started, buf, params.callback);
                 guard.drain();
-                Ok(Request::pending(cell))
+                request
             }
         }
     }

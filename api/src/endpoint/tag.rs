@@ -37,43 +37,25 @@ impl Endpoint {
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
-        let cookie = st.sinks.reserve();
         // SAFETY: `SendBuf` keeps the bytes in place while the buffer moves into the request
         // cell, which owns it until the operation completes.
-        let send_buf = unsafe { SendBuffer::new(ptr, len) }.with_cookie(cookie);
+        let send_buf = unsafe { SendBuffer::new(ptr, len) };
         let started = if params.sync || !st.stalled.is_empty() {
-            st.engine.tag_send(self.id(), send_buf, tag, params.sync).map(Sent::Queued)
+            st.engine.tag_send(self.id(), send_buf, tag, params.sync).map(Sent::Queued)?
         } else {
-            st.engine.tag_send_now(self.id(), send_buf, tag)
-        };
-        let started = match started {
-            Ok(started) => started,
-            Err(status) => {
-                st.sinks.unreserve(cookie);
-                return Err(status);
-            }
+            st.engine.tag_send_now(self.id(), send_buf, tag)?
         };
         match started {
             Sent::Now(transmit) => {
-                st.sinks.unreserve(cookie);
                 tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(bytes))
                     .map_err(status_of_cold)?;
                 self.offer_direct(tl, st);
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
-            Sent::Queued(Start::Done(status, info)) => {
-                st.sinks.unreserve(cookie);
+            Sent::Queued(started) => {
+                let request = st.request_for(shared, started, buf, params.request.callback);
                 guard.drain();
-                match status {
-                    Status::Ok => Ok(Request::ready(buf, op_info(info))),
-                    failure => Err(failure),
-                }
-            }
-            Sent::Queued(Start::Pending(_)) => {
-                let cell = ReqCell::new(shared, buf, params.request.callback);
-                st.sinks.fill(cookie, cell.clone());
-                guard.drain();
-                Ok(Request::pending(cell))
+                request
             }
         }
     }
@@ -245,7 +227,7 @@ pub(crate) fn recv_into<B: RecvBuf>(
         }
     };
     // A receive sends nothing but a synchronous send's acknowledgement or a rendezvous answer.
-    if !guard.st.engine.is_idle() {
+    if guard.st.engine.has_output() {
         guard.drain();
     }
     result

@@ -25,7 +25,8 @@ use zcx_dataplane::{
     ZcopyPayload,
 };
 use zcx_engine::{
-    BulkMode, Cookie, EndpointId, Engine, EngineConfig, Event, LinkCaps, OpId, Payload, Phase, Transmit,
+    BulkMode, Cookie, EndpointId, Engine, EngineConfig, Event, LinkCaps, OpId, Payload, Phase, Start,
+    Transmit,
 };
 
 use crate::context::ContextInner;
@@ -492,6 +493,26 @@ impl State {
         }
         if let Some(waker) = after.waker {
             self.deferred.push(Deferred::Wake(waker));
+        }
+    }
+
+    /// The request of a command the engine started without a cookie: done at once, or a cell
+    /// that the operation's completion finds by its id.
+    pub fn request_for<B: Send + 'static>(
+        &mut self,
+        worker: &Arc<crate::worker::WorkerShared>,
+        started: Start,
+        buf: B,
+        callback: Option<Callback>,
+    ) -> crate::status::Result<crate::request::Request<B>> {
+        match started {
+            Start::Done(Status::Ok, info) => Ok(crate::request::Request::ready(buf, op_info(info))),
+            Start::Done(failure, _) => Err(failure),
+            Start::Pending(op) => {
+                let cell = crate::request::ReqCell::new(worker, buf, callback);
+                self.sinks.insert(op, cell.clone());
+                Ok(crate::request::Request::pending(cell))
+            }
         }
     }
 
