@@ -66,9 +66,15 @@ impl Engine {
     /// An eager frame from `ep` whose completion, if it makes one first, goes straight back.
     #[inline(always)]
     fn eager_direct(&mut self, link: LinkId, ep: EndpointId, op: Op, payload: &[u8]) -> Option<crate::Completion> {
-        if let Op::TagEager { tag, sync: false, .. } = op {
-            if self.events.is_empty() {
-                return self.tag_eager_direct(ep, tag, payload);
+        if self.events.is_empty() {
+            match op {
+                Op::TagEager { tag, sync: false, .. } => return self.tag_eager_direct(ep, tag, payload),
+                Op::Stream => {
+                    if let Ok(done) = self.stream_direct(ep, payload) {
+                        return done;
+                    }
+                }
+                _ => {}
             }
         }
         self.events.open_direct();

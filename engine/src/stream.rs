@@ -220,6 +220,30 @@ impl Engine {
         Ok(Start::Pending(op))
     }
 
+    /// Bytes of a `Stream` frame for the caller that takes its completion straight
+    /// ([`Engine::handle_frame_direct`]) while no event waits: when nothing is buffered and the
+    /// first waiting receive takes the whole frame, this is the whole of it (`Ok`, with the
+    /// receive's completion once it is done); `Err` leaves the frame to [`Engine::on_stream`].
+    #[inline(always)]
+    pub(crate) fn stream_direct(&mut self, ep_id: EndpointId, data: &[u8]) -> Result<Option<Completion>, ()> {
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return Ok(None) };
+        let rx = &mut ep.stream;
+        if !rx.chunks.is_empty() || data.is_empty() {
+            return Err(());
+        }
+        let Some(recv) = rx.posted.front_mut() else { return Err(()) };
+        if data.len() > recv.buf.len() - recv.filled {
+            return Err(());
+        }
+        recv.buf.write(recv.filled, data);
+        recv.filled += data.len();
+        if !recv.is_done() {
+            return Ok(None);
+        }
+        let recv = rx.posted.pop_front().expect("front exists");
+        Ok(Some(recv.done(Status::Ok)))
+    }
+
     /// Bytes of a `Stream` frame arrived on `ep_id`.
     pub(crate) fn on_stream(&mut self, ep_id: EndpointId, data: &[u8]) {
         if data.is_empty() {
