@@ -65,7 +65,13 @@ impl Engine {
 
     /// An eager frame from `ep` whose completion, if it makes one first, goes straight back.
     #[inline(always)]
-    fn eager_direct(&mut self, link: LinkId, ep: EndpointId, op: Op, payload: &[u8]) -> Option<crate::Completion> {
+    fn eager_direct(
+        &mut self,
+        link: LinkId,
+        ep: EndpointId,
+        op: Op,
+        payload: &[u8],
+    ) -> Option<crate::Completion> {
         if self.events.is_empty() {
             match op {
                 Op::TagEager { tag, sync: false, .. } => return self.tag_eager_direct(ep, tag, payload),

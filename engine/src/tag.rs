@@ -206,7 +206,12 @@ impl Engine {
     /// straight ([`Engine::handle_frame_direct`]) while no event waits: the completion of the
     /// receive it matched, or `None` when it waits for one.
     #[inline(always)]
-    pub(crate) fn tag_eager_direct(&mut self, ep_id: EndpointId, tag: u64, payload: &[u8]) -> Option<Completion> {
+    pub(crate) fn tag_eager_direct(
+        &mut self,
+        ep_id: EndpointId,
+        tag: u64,
+        payload: &[u8],
+    ) -> Option<Completion> {
         match self.tags.take_expected(tag) {
             Some((_, (op, buf))) => Some(delivered(op, buf, tag, payload)),
             None => {

@@ -84,18 +84,22 @@ impl Endpoint {
                 // SAFETY: `data` is borrowed for this call, and an eager send is done with its
                 // bytes before the call returns.
                 let send_buf = unsafe { SendBuffer::new(data.as_ptr(), data.len()) };
-                if let Sent::Now(transmit) = st.engine.tag_send_now(self.id(), send_buf, tag)? {
-                    tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(data))
-                        .map_err(status_of_cold)?;
-                    self.offer_direct(tl, st);
-                    return Ok(Request::ready(
-                        Vec::new(),
-                        OpInfo { length: data.len(), ..OpInfo::default() },
-                    ));
+                match st.engine.tag_send_now(self.id(), send_buf, tag)? {
+                    Sent::Now(transmit) => {
+                        tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(data))
+                            .map_err(status_of_cold)?;
+                        self.offer_direct(tl, st);
+                        let info = OpInfo { length: data.len(), ..OpInfo::default() };
+                        return Ok(Request::ready(Vec::new(), info));
+                    }
+                    // Held while the endpoint connects (the engine copied the bytes): the
+                    // request completes when the frame is released, or fails with the endpoint.
+                    Sent::Queued(started) => {
+                        let request = st.request_for(shared, started, Vec::new(), None);
+                        guard.drain();
+                        return request;
+                    }
                 }
-                // Queued (the endpoint still connects): the engine copied the bytes.
-                guard.drain();
-                return Ok(Request::ready(Vec::new(), OpInfo { length: data.len(), ..OpInfo::default() }));
             }
         }
         self.tag_send(data.to_vec(), tag, TagSendParams::default())
@@ -192,6 +196,7 @@ impl Worker {
 /// Starts a receive into `buf` with `start` (a tag receive, a probed message's receive, an
 /// active message's data): done at once when the data was there, else a request that completes
 /// with the operation. A receive that waits can be cancelled.
+#[inline(always)]
 pub(crate) fn recv_into<B: RecvBuf>(
     shared: &Arc<WorkerShared>,
     mut buf: B,

@@ -149,13 +149,17 @@ impl Sinks {
                 self.slots.len() - 1
             }
         };
-        Cookie::new(NonZeroUsize::new(index + 1).expect("index + 1"))
+        Cookie::new(NonZeroUsize::MIN.saturating_add(index))
     }
 
     /// Puts the cell of a reserved slot.
     #[inline]
     pub fn fill(&mut self, cookie: Cookie, sink: Arc<dyn OpSink>) {
-        let slot = &mut self.slots[cookie.get().get() - 1];
+        let index = cookie.get().get() - 1;
+        debug_assert!(index < self.slots.len(), "a cookie this table did not give");
+        // SAFETY: the cookie came from `reserve`, which gave an index below the table's length
+        // (it never shrinks).
+        let slot = unsafe { self.slots.get_unchecked_mut(index) };
         debug_assert!(slot.is_none(), "cookie slot filled twice");
         *slot = Some(sink);
     }
