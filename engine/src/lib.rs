@@ -33,9 +33,9 @@
 //!
 //! User memory comes in as [`SendBuffer`] and [`RecvBuffer`], raw `(ptr, len)` pairs whose
 //! `unsafe` constructors carry the contract: valid and untouched by others until the operation
-//! completes. A buffer may carry the API's [`Cookie`] for its operation (the address of the
-//! request's record), which the operation's completion hands back, so the API finds the request
-//! without a lookup by [`OpId`].
+//! completes. A buffer may carry the API's [`Cookie`] for its operation (what leads to the
+//! request's record: the zcx worker uses a slot index), which the operation's completion hands
+//! back, so the API finds the request without a lookup by [`OpId`].
 //!
 //! # Outputs
 //!

@@ -144,7 +144,8 @@ impl Context {
         let mut members: Vec<SetMember> = Vec::new();
         // Zero-copy from this size on, by the members that can do it; the DPDK member (added
         // below) has its own (`ZCX_DPDK_ZCOPY_THRESH`, usize::MAX on a port without chained
-        // mbufs), which must not change it for the others. Bulk sends use their link's (`rndv`).
+        // mbufs), which must not change it for the others. The engine's borrowed payloads go
+        // zero-copy from their own link's threshold (`state::send_transmit`).
         let mut zcopy_threshold = 0;
         if config.transport_enabled("shm") {
             match ShmTransport::new(&ShmConfig::default()) {
