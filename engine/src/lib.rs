@@ -98,9 +98,10 @@
 //! happens under that lock.
 //!
 //! - Commands: an endpoint or worker call translates its buffer into a [`SendBuffer`] /
-//!   [`RecvBuffer`] (the request cell owns the buffer) and calls the engine. A tag or stream
-//!   send asks for its frame back ([`Engine::tag_send_now`], [`Engine::stream_send_now`]) and
-//!   sends it itself; [`Start::Done`] returns a finished request without a request cell.
+//!   [`RecvBuffer`] (the request cell owns the buffer) and calls the engine. A tag send (not a
+//!   synchronous one) or a stream send asks for its frame back ([`Engine::tag_send_now`],
+//!   [`Engine::stream_send_now`]) and, when it gets it, sends it itself; [`Start::Done`] returns
+//!   a finished request without a request cell.
 //! - Draining: after each input the worker sends the outbox into the transport set (`send` or
 //!   `send_placed` per transmit; a borrowed payload goes zero-copy from the link's zero-copy
 //!   threshold and is answered with `send_done` on the transport's `SendDone`, a shorter one is
