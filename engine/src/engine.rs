@@ -22,7 +22,8 @@ pub struct EngineConfig {
     /// Borrowed fragments one operation may have in the caller's hands at once: a small message
     /// sent meanwhile waits behind this many fragments at most.
     pub fragment_window: u32,
-    /// Send a keepalive on an idle endpoint (error mode peer) this often; `None`: never.
+    /// Send a keepalive on an endpoint idle this long (every endpoint: its peer may watch it);
+    /// `None`: never, and nothing times out.
     pub keepalive_interval: Option<Duration>,
     /// Fail an endpoint (error mode peer) that received nothing for this long.
     pub keepalive_timeout: Duration,

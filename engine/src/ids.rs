@@ -60,8 +60,9 @@ impl fmt::Display for EndpointId {
 
 /// The API's own name for an operation, given with the operation's buffer
 /// ([`crate::SendBuffer::with_cookie`], [`crate::RecvBuffer::with_cookie`]) and handed back in its
-/// [`crate::Completion`]: typically the address of the API's record of the request, so that a
-/// completion finds it without a lookup by [`OpId`]. The engine stores it and never reads it.
+/// [`crate::Completion`]: something that leads straight to the API's record of the request (the
+/// zcx worker uses a slot index), so that a completion finds it without a lookup by [`OpId`].
+/// The engine stores it and never reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Cookie(NonZeroUsize);
 

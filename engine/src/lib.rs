@@ -15,23 +15,27 @@
 //!   eager message's frame handed straight back, [`Sent::Now`]), [`Engine::tag_recv`],
 //!   [`Engine::tag_probe`], [`Engine::tag_probe_remove`] with [`Engine::tag_msg_recv`] /
 //!   [`Engine::tag_msg_drop`], [`Engine::stream_send`] (or [`Engine::stream_send_now`]),
-//!   [`Engine::stream_recv`], [`Engine::am_send`] with [`Engine::am_recv_data`] /
-//!   [`Engine::am_decline`], [`Engine::put`], [`Engine::put_nbi`], [`Engine::get`],
-//!   [`Engine::atomic`], [`Engine::flush`], [`Engine::flush_worker`], [`Engine::fence`],
-//!   [`Engine::close`], [`Engine::cancel`];
-//!   endpoints come and go with [`Engine::add_endpoint`], [`Engine::endpoint_ready`] and
-//!   [`Engine::release_endpoint`].
-//! - Transport events: [`Engine::handle_frame`], [`Engine::handle_placed`] then
-//!   [`Engine::place_done`], [`Engine::send_done`], [`Engine::rma_done`],
-//!   [`Engine::link_failed`].
+//!   [`Engine::stream_recv`], [`Engine::am_send`] (or [`Engine::am_send_with`] and an
+//!   [`AmProtocol`]) with [`Engine::am_recv_data`] / [`Engine::am_decline`], [`Engine::put`],
+//!   [`Engine::put_nbi`], [`Engine::get`], [`Engine::atomic`], [`Engine::key_check`],
+//!   [`Engine::flush`], [`Engine::flush_worker`], [`Engine::fence`], [`Engine::close`],
+//!   [`Engine::cancel`]; endpoints come and go with [`Engine::add_endpoint`],
+//!   [`Engine::endpoint_ready`], [`Engine::fail_endpoint`] and [`Engine::release_endpoint`].
+//! - Transport events: [`Engine::handle_frame`], or, for a caller that takes a frame's
+//!   completion straight ([`Engine::handle_frame_direct`]) or can lend an eager active message's
+//!   frame to its handler ([`Engine::handle_frame_lending`]), both at once
+//!   ([`Engine::handle_frame_lending_direct`], which answers with a [`Received`]);
+//!   [`Engine::handle_placed`] then [`Engine::place_done`], [`Engine::send_done`],
+//!   [`Engine::rma_done`], [`Engine::link_failed`], and [`Engine::note_sent`] for frames the
+//!   caller sent to an endpoint's peer by another way.
 //! - Time: [`Engine::handle_timeout`] with the caller's clock reading, and
 //!   [`Engine::poll_timeout`] to know when.
 //!
 //! User memory comes in as [`SendBuffer`] and [`RecvBuffer`], raw `(ptr, len)` pairs whose
 //! `unsafe` constructors carry the contract: valid and untouched by others until the operation
-//! completes. A buffer may carry the API's [`Cookie`] for its operation (the address of the
-//! request's record), which the operation's completion hands back, so the API finds the request
-//! without a lookup by [`OpId`].
+//! completes. A buffer may carry the API's [`Cookie`] for its operation (what leads to the
+//! request's record: the zcx worker uses a slot index), which the operation's completion hands
+//! back, so the API finds the request without a lookup by [`OpId`].
 //!
 //! # Outputs
 //!
@@ -42,16 +46,24 @@
 //!   caller's buffer ([`Payload::Inline`], sent or copied before the command returns to its
 //!   user, which is what lets an eager send be done at once), or a zero-copy reference into an
 //!   operation's buffer ([`Payload::Borrowed`], answered exactly once with
-//!   [`Engine::send_done`]; the operation completes only after that).
+//!   [`Engine::send_done`]; the operation completes only after that). A caller whose transport
+//!   pushed back takes what is already queued with [`Engine::poll_queued_transmit`], which makes
+//!   no new fragments, to send it later in order.
 //! - [`Engine::poll_rma`]: native RMA requests `(link, token, local, remote address, packed
 //!   key)` for links whose caps say native, answered exactly once with [`Engine::rma_done`].
-//! - [`Engine::poll_event`]: completions `(OpId, Status, OpInfo, cookie)`, endpoint errors, active
-//!   message deliveries, handshake frames, links to close.
+//! - [`Engine::poll_event`]: completions `(OpId, Status, OpInfo, cookie)`, endpoints down
+//!   ([`Event::EndpointDown`], for every endpoint that stops carrying traffic) and endpoint
+//!   errors for error handlers ([`Event::EndpointError`]), active message deliveries, handshake
+//!   frames, links to close, and frames of a transport extension ([`Event::Extension`]).
 //!
-//! A command that finishes at once says so ([`Start::Done`]: an eager send, a receive that
-//! found its message waiting) and gets no completion event; anything else completes later
-//! under the [`OpId`] it returned.
-
+//! [`Engine::is_idle`] and [`Engine::has_events`] say whether a drain would find anything, so
+//! a caller skips it cheaply.
+//!
+//! A command that finishes at once says so ([`Start::Done`]: an eager send on an endpoint that
+//! can send, a receive that found its message waiting) and gets no completion event; anything
+//! else completes later under the [`OpId`] it returned (an eager send of a still-connecting
+//! endpoint once [`Engine::endpoint_ready`] releases its held frame).
+//!
 //! # Protocols
 //!
 //! Per link, from its [`LinkCaps`]: messages below the rendezvous threshold that fit a frame go
@@ -79,45 +91,49 @@
 //!
 //! # How the API drives it
 //!
-//! The worker holds the engine behind its lock next to the transport set. A command runs on the
-//! engine, then the worker drains the outbox into the transport (`send` or `send_placed` per
-//! transmit, `rma` per request; a borrowed payload is answered with `send_done` at once when the
-//! transport copied it and on `SendDone` when it went zero-copy; a transmit the transport pushes
-//! back is kept, copied if inline, and sent first next time), and collects events. `progress` polls the transport and feeds
-//! each event to the engine the same way. With the lock released it completes request cells,
-//! wakes wakers and runs AM and error handlers for the collected events; a handler that closes
-//! its endpoint calls [`Engine::close`] under the lock again. The shared-memory fast paths
-//! (the direct lane of eager sends and the rung path of receives) stay beside the engine behind
-//! the transport's shared-memory extension: they carry the same eager frames, and their
-//! receives are fed to [`Engine::handle_frame`] like any other.
+//! The api's worker (`api/src/worker/`) holds the engine behind its lock next to the transport
+//! set, with only the API's own records beside it: endpoint names, handlers and handles, the
+//! request cell of each operation (by the [`Cookie`] its buffer carries, or by [`OpId`] for
+//! commands without a buffer), listeners, AM handlers, loans and put help. Every engine call
+//! happens under that lock.
 //!
-//! # Switching the API over
+//! - Commands: an endpoint or worker call translates its buffer into a [`SendBuffer`] /
+//!   [`RecvBuffer`] (the request cell owns the buffer) and calls the engine. A tag send (not a
+//!   synchronous one) or a stream send asks for its frame back ([`Engine::tag_send_now`],
+//!   [`Engine::stream_send_now`]) and, when it gets it, sends it itself; [`Start::Done`] returns
+//!   a finished request without a request cell.
+//! - Draining: after each input the worker sends the outbox into the transport set (`send` or
+//!   `send_placed` per transmit; a borrowed payload goes zero-copy from the link's zero-copy
+//!   threshold and is answered with `send_done` on the transport's `SendDone`, a shorter one is
+//!   copied and answered at once; a transmit the transport pushes back is kept, with what is
+//!   queued behind it, inline payloads copied, and sent first next time), then acts on the
+//!   events: completions complete request cells, [`Event::EndpointDown`] and
+//!   [`Event::EndpointError`] update the API's records and queue error handlers, [`Event::Am`]
+//!   queues the handler, [`Event::CloseLink`] closes the link after the poll, and
+//!   [`Event::Extension`] is shared memory's put help.
+//! - Transport events: every frame but a handshake (`Hello`, which the API decodes itself) goes
+//!   to [`Engine::handle_frame_lending_direct`] when the poll may lend it and nothing waits to
+//!   run before it, else to [`Engine::handle_frame_direct`]; the completion that comes back
+//!   completes its request cell at once. Placements, `PlaceDone`, `SendDone` and link failures
+//!   go to their entry points.
+//! - Time and connections: the worker's timer calls [`Engine::handle_timeout`], first telling
+//!   the engine of frames its endpoints' send lanes carried ([`Engine::note_sent`]). Its
+//!   handshake code calls [`Engine::add_endpoint`], [`Engine::endpoint_ready`] (on the request's
+//!   link or a faster lane) and, for a rejected or unanswered connection,
+//!   [`Engine::fail_endpoint`].
 //!
-//! What moves out of `api/src/worker/{dispatch,rndv,stream,am,lifecycle,state}.rs` into calls
-//! of this engine, and what stays:
+//! With the lock released the worker runs what it queued: callbacks, wakers, error, AM and
+//! connection handlers.
 //!
-//! - `State`'s protocol fields (`eps`' phases, queues, bulk jobs and stream state, `ops`,
-//!   `tags`, `out`, `bulk_active`, `to_flush`, `to_close`) become one `Engine`; `State` keeps
-//!   the API's own maps: endpoint id → endpoint handle, error handler, user data, names and
-//!   addresses; op id → request cell; listeners; AM handlers; the handshake and lane logic
-//!   (which calls [`Engine::add_endpoint`] and [`Engine::endpoint_ready`]).
-//! - `Endpoint::tag_send` and friends translate their buffers into [`SendBuffer`] /
-//!   [`RecvBuffer`] (the request cell owns the buffer), call the engine, drain its outbox into
-//!   the transport set, and for [`Start::Done`] return `Request::ready` without a request cell,
-//!   as today's eager path does.
-//! - `progress` feeds every `TlEvent` to the engine ([`Engine::handle_frame`],
-//!   [`Engine::handle_placed`], [`Engine::place_done`], [`Engine::send_done`],
-//!   [`Engine::link_failed`]), drains the outbox, calls [`Engine::handle_timeout`] on its tick,
-//!   and, with the lock released, completes request cells and runs AM and error handlers from
-//!   the collected events.
-//! - Stay beside the engine, behind the shared-memory transport extension: the direct lane of
-//!   eager sends (it writes the same `TagEager`/`AmEager`/`Stream` frames, and must only be
-//!   offered while the engine holds nothing queued for the endpoint), the rung path of receives
-//!   (which hands its frames to [`Engine::handle_frame`]), reading eager AMs in place
-//!   ([`Engine::handle_frame_lending`] hands them back as [`LentAm`]s borrowing the frame, for
-//!   the worker's loan of the ring record), `PutHelp` (an [`Event::Extension`]), and the
-//!   same-host direct RMA with its `KeyCheck` (the engine answers `KeyCheck`s; asking them is
-//!   the API's).
+//! The API gives every link the same [`LinkCaps`], from the transport set's caps: sender-push
+//! rendezvous, placed data fragments, and no native RMA. Beside the engine, in the API, stay the
+//! handshake and lanes, and the shared-memory fast paths behind the transport's same-host
+//! extension: the direct lane of eager sends (it writes the same `TagEager`/`AmEager`/`Stream`
+//! frames, and is opened only while the engine has nothing queued), the rung path of receives
+//! (which hands its frame to the same [`Engine::handle_frame_lending_direct`]), eager AMs read
+//! in place ([`LentAm`], borrowing the frame, for the worker's loan of the ring record), put
+//! help, and the same-host direct RMA, whose `KeyCheck` the API asks with [`Engine::key_check`]
+//! (a peer's `KeyCheck` the engine answers).
 
 mod am;
 mod buffer;

@@ -136,8 +136,9 @@ impl Engine {
     }
 
     /// The endpoint failed or closed: everything in flight on it ends with `status` (a close
-    /// with OK), later operations fail with it, and (`report`, error mode peer, not closing) the
-    /// API hears of it once.
+    /// with OK), later operations fail with it, the API hears of it ([`Event::EndpointDown`]),
+    /// and, with `report` on an error-mode-peer endpoint that was not closing, its error handler
+    /// is asked for once ([`Event::EndpointError`]).
     pub(crate) fn fail_ep(&mut self, ep_id: EndpointId, status: Status, report: bool) {
         let Some(ep) = self.eps.get_mut(&ep_id) else { return };
         if matches!(ep.phase, Phase::Dead(_)) {

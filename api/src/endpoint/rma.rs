@@ -1,9 +1,13 @@
 //! One-sided operations: `ucp_put_nbx`, `ucp_get_nbx`, `ucp_atomic_op_nbx`, and the
 //! endpoint-bound remote key of `ucp_ep_rkey_unpack`.
 //!
-//! Over the io_uring transport the target executes them: it checks the access key, the bounds and
-//! the protection against its remote-access table before touching a byte, and answers with the
-//! status. A put completes when the target acknowledged it, so its status is the target's verdict.
+//! Without a vouched same-host key they go to the target, whose protocol engine executes them
+//! (emulated RMA: no link's caps say native today): it checks the access key, the bounds and the
+//! protection against its remote-access table before touching a byte, and answers with the
+//! status. A put completes when the target acknowledged it, so its status is the target's
+//! verdict. Over shared memory, once the owner vouched for the key (a `KeyCheck` asked with
+//! [`zcx_engine::Engine::key_check`]), they are CPU copies and atomics on the peer's region
+//! mapped here, done before the call returns and without the worker's lock (see [`EpRkey`]).
 
 use zcx_dataplane::proto::rma_exec;
 pub use zcx_dataplane::proto::AtomicOp;
@@ -44,12 +48,13 @@ impl AtomicSize {
 ///
 /// Over shared memory the key's region is mapped here and accessed with CPU copies and atomics,
 /// but only once its owner has vouched for the key as a whole: the first operation with it asks
-/// the owner ([`Op::KeyCheck`]), which says yes only when every claim of the key (region, access
-/// key, base, length, protection, memfd locator) equals its own record. Until then, and for good
-/// when the owner says no, operations go to the owner, which checks each one against its record
-/// as over any transport. So the bounds and protection enforced here are always the owner's: a
-/// key edited to be longer, shifted or more permissive never opens a direct view. As in UCP, the
-/// owner must not unmap a region while peers still use keys for it.
+/// the owner ([`KeyCheck`](zcx_dataplane::proto::wire::Op::KeyCheck)), which says yes only when
+/// every claim of the key (region, access key, base, length, protection, memfd locator) equals
+/// its own record. Until then, and for good when the owner says no, operations go to the owner,
+/// which checks each one against its record as over any transport. So the bounds and protection
+/// enforced here are always the owner's: a key edited to be longer, shifted or more permissive
+/// never opens a direct view. As in UCP, the owner must not unmap a region while peers still use
+/// keys for it.
 #[derive(Debug)]
 pub struct EpRkey {
     ep: EndpointId,

@@ -1,8 +1,14 @@
 //! Tag matching: `ucp_tag_send_nbx` (+ sync), `ucp_tag_recv_nbx`, `ucp_tag_probe_nb`,
 //! `ucp_tag_msg_recv_nbx`.
 //!
-//! Messages below the rendezvous threshold travel eagerly (copied into the frame); larger ones are
-//! announced and pulled by the receiver once matched, straight from the sender's buffer.
+//! The protocols are the engine's ([`zcx_engine::Engine::tag_send`] and friends). Messages
+//! below the rendezvous threshold that fit a frame travel eagerly (copied into the frame, or,
+//! over shared memory, written into the ring through the endpoint's direct lane); larger ones are
+//! announced, and once the receiver matched them and answered, the sender pushes them in
+//! fragments from its own buffer (sender-push rendezvous, what every link's caps say today).
+//! Where the link places fragments, the transport writes their payload straight into the
+//! receive buffer; over shared memory it copies a fragment from the zero-copy threshold on
+//! straight out of the sender's buffer, one copy in all.
 
 use std::sync::Arc;
 

@@ -9,6 +9,11 @@
 //!
 //! Over shared memory, an eager message's handler usually reads it where it arrived, in the
 //! receive ring (see [`crate::worker::am_lent`]); `keep` then copies it.
+//!
+//! The protocol is the engine's: a message arrives as an [`zcx_engine::Event::Am`] (or lent,
+//! straight from the frame), a rendezvous one naming the engine operation whose data
+//! [`zcx_engine::Engine::am_recv_data`] takes; an [`AmDesc`] dropped without taking it declines
+//! the data ([`zcx_engine::Engine::am_decline`]), so the sender completes.
 
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
@@ -142,7 +147,7 @@ impl AmPayload {
 /// The bytes of an arrived active message: inline when small, so the common small message
 /// neither takes the worker's buffer pool (a lock on arrival and another on release) nor
 /// allocates; a pooled buffer otherwise; or, for a message its handler reads in place, the
-/// transport's own bytes (see [`LentAm`]).
+/// transport's own bytes (see [`LentAm`](crate::worker::am_lent::LentAm)).
 pub(crate) enum AmBytes {
     Inline {
         len: u8,
@@ -150,8 +155,8 @@ pub(crate) enum AmBytes {
     },
     Pooled(Vec<u8>),
     /// Bytes a transport lent past its poll, valid while the handler runs. Only ever inside the
-    /// delivery [`LentAm::deliver`] builds on its own stack: [`AmDelivery::take_desc`] copies
-    /// them before anything can take them elsewhere.
+    /// delivery [`LentAm::deliver`](crate::worker::am_lent::LentAm::deliver) builds on its own
+    /// stack: [`AmDelivery::take_desc`] copies them before anything can take them elsewhere.
     Lent {
         ptr: NonNull<u8>,
         len: usize,

@@ -1,8 +1,15 @@
 //! What the worker does with each transport event: handshakes and connection bookkeeping are
 //! the API's; every other frame, placement and completion goes to the protocol engine.
 //!
+//! A frame goes to [`zcx_engine::Engine::handle_frame_lending_direct`] when the poll offers to
+//! lend it and nothing of this poll waits to run before it (an eager active message then comes
+//! back lent, for its handler to read in place, see [`crate::worker::am_lent`]), otherwise to
+//! [`zcx_engine::Engine::handle_frame_direct`]. Either way the one completion a frame usually
+//! makes comes straight back and completes its request cell here; anything else the engine
+//! reported is absorbed from its event queue right after (`State::absorb_events`).
+//!
 //! Runs while the transport is being polled, so it cannot send: the engine's transmits and the
-//! handshake answers wait for [`crate::worker::state::Core::drain`] and `send_out`, right after
+//! handshake answers wait for `send_out` and [`crate::worker::state::Core::drain`], right after
 //! the poll. Every frame comes from a peer and is checked before it is acted on.
 
 use zcx_control::{HandshakeWire, TransportAddress};

@@ -1,5 +1,15 @@
 //! Endpoint life as the API sees it: connect (client), accept (server), the lane switch, close
 //! and forgetting; failure and the protocol side of closing are the engine's.
+//!
+//! The handshake is the API's: its frames (`Hello`) never reach the engine. The engine is told
+//! what the handshake decided: an endpoint exists ([`zcx_engine::Engine::add_endpoint`]: a
+//! client's connects, its frames held, until the server's answer; a server's is ready at once,
+//! unless its accept goes out on a faster lane), it may send on its link or on the lane that
+//! replaced it ([`zcx_engine::Engine::endpoint_ready`], here and in `dispatch`), or it never
+//! connected ([`zcx_engine::Engine::fail_endpoint`]: refused in `dispatch`, unanswered in the
+//! worker's timer); a close is [`zcx_engine::Engine::close`].
+//! The API's record of an endpoint goes once the engine reported it down and no handle or
+//! pending error handler refers to it.
 
 use std::net::SocketAddr;
 use std::sync::Weak;

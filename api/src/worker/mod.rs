@@ -1,5 +1,17 @@
-//! `ucp_worker_*`: the progress engine that owns the transports, the endpoints and every
-//! operation in flight.
+//! `ucp_worker_*`: what owns the transports, the protocol engine and the API's records of
+//! endpoints and operations in flight, and moves them forward from `progress`.
+//!
+//! One lock (`Core`: the transport set and [`state::State`], which holds the
+//! [`zcx_engine::Engine`]) covers all of it. Under the lock, `progress` polls the transports
+//! ([`dispatch`] hands each event to the engine, or to the handshake code), sends what the
+//! engine has to send and turns its events into request completions ([`state::Core::drain`]),
+//! and runs the timers; API calls run their engine command and drain the same way. User code
+//! (callbacks, wakers, error, connection and AM handlers, put-help copies) is queued as
+//! [`state::Deferred`] and run by `progress` after it released the lock.
+//!
+//! Two ways skip the general poll: while the worker is quiet, an empty call only looks at the
+//! transports' doorbells without the lock ([`quiet`]), and a doorbell that rang has its one frame
+//! taken and handled on its own ([`rung`]).
 
 pub(crate) mod am;
 pub(crate) mod am_lent;
@@ -132,7 +144,8 @@ impl Context {
         let mut members: Vec<SetMember> = Vec::new();
         // Zero-copy from this size on, by the members that can do it; the DPDK member (added
         // below) has its own (`ZCX_DPDK_ZCOPY_THRESH`, usize::MAX on a port without chained
-        // mbufs), which must not change it for the others. Bulk sends use their link's (`rndv`).
+        // mbufs), which must not change it for the others. The engine's borrowed payloads go
+        // zero-copy from their own link's threshold (`state::send_transmit`).
         let mut zcopy_threshold = 0;
         if config.transport_enabled("shm") {
             match ShmTransport::new(&ShmConfig::default()) {
@@ -481,8 +494,8 @@ impl WorkerShared {
             // A loan whose handler returned is what keeps the usual worker of an active-message
             // exchange from arming (nothing else is left after the handler's call): ended here,
             // and the watch armed without polling when that leaves the worker quiet, for the
-            // doorbells show all a poll would find then. The call after each lent message made a
-            // general poll before: 553 instructions against 325 now (`am-rung` under callgrind).
+            // doorbells show all a poll would find then, and a general poll would cost the call
+            // after each lent message far more.
             if poll
                 && check == quiet::Check::Poll
                 && core.st.lent.is_some()

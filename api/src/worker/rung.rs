@@ -6,27 +6,20 @@
 //! doorbells, each link's bookkeeping (socket checks, queues, placements, closes), the event sink
 //! and the worker's own queues and loans. Here the transport instead offers the frame at the head
 //! of the rung link's ring as it lies there (`SameHostFastPath::take_rung_frame`, given the link
-//! the doorbell names, so no other link is looked at); the worker hands it to
-//! the same dispatch the general poll uses, and the transport releases its room once it is
-//! handled.
+//! the doorbell names, so no other link is looked at); the worker hands it to the same
+//! [`dispatch::on_frame`] the general poll uses, which gives it to the protocol engine
+//! (`handle_frame_lending_direct`: the receive it completes comes straight back), and the
+//! transport releases its room once it is handled.
 //!
 //! The frame is offered for lending as the general poll offers it, so an active message is read
-//! by its handler in place. What is left to the general poll: a worker with a lent message or
-//! deferred work of its own, and a link with more to do than a read. Whenever the frame left work
-//! behind (a handler to run on a lent message, a completion callback, a sync send's
-//! acknowledgement to send, a rendezvous to start), the general poll's tail runs right after it,
-//! under the same lock and without polling again, so that work is done in the same call as
-//! before. Frames of a link are taken in order, and only at its head.
-//!
-//! Measured on one binary with the rung path switched on and off (`scripts/ab-perf.sh`, 9 to 11
-//! rounds, client and server on CPUs 0 and 1): tag_lat 0.84 to 0.92, am_lat 0.91, stream_lat
-//! 0.85, tag_bw 1.00 at 8 B and 1.04 at 1 MiB. Counted under callgrind with the one-thread
-//! ping-pongs that take this path (`benches/endpoint.rs`, `ZCX_PINGPONG_API=am-rung` and
-//! `rung`): an active message costs its receiver 469 instructions here against 733 in the
-//! general poll; a tag message 533 (22 more than when active messages were declined, for the
-//! lend slot). An active message's handler runs straight from here, not from the general poll's
-//! tail, and borrows the handler table rather than counting a reference to it (see `am_lent`):
-//! 538 instructions before.
+//! by its handler in place, and its handler runs straight from here, once the lock is released,
+//! not from the general poll's tail; it borrows the handler table rather than counting a
+//! reference to it (see `am_lent`). What is left to the general poll: a worker with a lent
+//! message or deferred work of its own, and a link with more to do than a read. Whenever the
+//! frame left work behind (a completion callback, a sync send's acknowledgement to send, a
+//! rendezvous to start: anything the engine or the worker's queues hold), the general poll's
+//! tail runs right after it, under the same lock and without polling again, so that work is done
+//! in the same call. Frames of a link are taken in order, and only at its head.
 
 use std::sync::Arc;
 

@@ -2,16 +2,17 @@
 //! beside it (endpoint handles and handlers, request cells, listeners, AM handlers, loans).
 //!
 //! Everything here lives behind the worker's lock and is touched only by the thread holding it.
-//! No user code runs while the lock is held: completions that have a callback, error handlers,
-//! connection handlers and AM handlers are queued as [`Deferred`] and run by `progress` after it
-//! releases the lock, so a callback may call any zcx function.
+//! No user code runs while the lock is held: the callbacks and wakers of completed requests,
+//! error handlers, connection handlers, AM handlers and put-help copies are queued as
+//! [`Deferred`] and run by `progress` after it releases the lock, so a callback may call any zcx
+//! function.
 //!
 //! The protocols themselves (eager and rendezvous, stream, AM, RMA emulation, flush, fence,
 //! close, keepalive) are the engine's ([`zcx_engine::Engine`]): the API turns its calls into
-//! engine commands, feeds the engine every transport event, and drains the engine's outbox into
-//! the transports ([`Core::drain`]). Operations are named by the engine's [`OpId`]s; the request
-//! cell of each waits in [`Sinks`] under the operation's cookie, or by id for the few commands
-//! that carry no buffer.
+//! engine commands, feeds the engine every transport event but handshakes, and drains the
+//! engine's outbox into the transports ([`Core::drain`]). Operations are named by the engine's
+//! [`OpId`]s; the request cell of each waits in [`Sinks`] under the operation's cookie, or by id
+//! for the few commands that carry no buffer.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
