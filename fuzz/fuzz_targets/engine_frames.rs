@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use zcx_engine::{
-    BulkMode, CloseMode, Engine, EngineConfig, Event, LinkCaps, LinkId, OpId, Payload, RecvBuffer,
+    BulkMode, CloseMode, Engine, EngineConfig, Event, LinkCaps, LinkId, OpId, Payload, Received, RecvBuffer,
     SendBuffer, Start, Status,
 };
 
@@ -87,7 +87,11 @@ fuzz_target!(|data: &[u8]| {
         native_atomics: native,
         bulk: if native { BulkMode::ReceiverPull } else { BulkMode::SenderPush },
         placed: mode & 2 != 0,
+        max_placed: if mode & 4 != 0 { 2048 } else { 0 },
     };
+    // How frames are handed over: queued events only, or the direct entry points whose one
+    // completion comes back from the call.
+    let direct = mode & 8 != 0;
     let mut engine = Engine::new(EngineConfig::default(), Arc::new(Default::default()));
     let ep = engine.add_endpoint(LINK, caps, false, true);
     let mut bufs: Vec<Guarded> = (0..4).map(|i| Guarded::new([0, 7, 200, 1000][i])).collect();
@@ -123,6 +127,14 @@ fuzz_target!(|data: &[u8]| {
                 // a live receive buffer until `place_done`.
                 unsafe { std::ptr::write_bytes(placement.dest, 0xEE, payload_len) };
                 engine.place_done(placement.token, Ok(()));
+            }
+        } else if direct {
+            let completion = match engine.handle_frame_lending_direct(LINK, frame) {
+                Received::Completed(c) => Some(c),
+                Received::Lent(_) | Received::Nothing => None,
+            };
+            if let Some(c) = completion {
+                assert!(done.insert(c.op), "{} completed twice", c.op);
             }
         } else {
             engine.handle_frame(LINK, frame);
