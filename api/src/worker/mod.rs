@@ -7,6 +7,8 @@ pub(crate) mod am_lent;
 mod bell_set;
 pub(crate) mod dispatch;
 pub(crate) mod ep_handle;
+#[cfg(test)]
+mod layering;
 pub(crate) mod lifecycle;
 mod pending;
 pub(crate) mod put_help;
