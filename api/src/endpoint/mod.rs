@@ -8,7 +8,7 @@ mod am;
 mod put_help;
 mod rma;
 mod stream;
-pub(crate) mod tag;
+mod tag;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
