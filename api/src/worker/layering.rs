@@ -1,34 +1,42 @@
-//! The worker's place in the crate's layers, checked on its source: the worker sits below the
-//! endpoint and listener modules, which add the application's operations to what it builds and
-//! run on top of it, and it names nothing of theirs. Imports go one way, so a change to the
-//! user-facing layer cannot reach into progress, and the worker can be read (and tested) alone.
+//! The api's layers, checked on its source. From the bottom: the context; request cells, which
+//! know the worker only as a `Completer`; the worker, which drives the engine and runs user
+//! handlers; and on top the endpoint and listener modules, which add the application's
+//! operations to the handles the worker builds. Each names nothing of the layers above it, so
+//! imports go one way: a change to the user-facing layer cannot reach into progress, and each
+//! layer can be read (and tested) without those above.
 
 use std::path::{Path, PathBuf};
 
-/// The modules above the worker.
-const UPPER: [&str; 2] = ["endpoint", "listener"];
+/// Each layer below the top, as the source files it is made of (a folder is all of its files),
+/// with the modules above it.
+const LAYERS: [(&str, &[&str]); 3] = [
+    ("context.rs", &["request", "worker", "endpoint", "listener"]),
+    ("request.rs", &["worker", "endpoint", "listener"]),
+    ("worker", &["endpoint", "listener"]),
+];
 
 /// The worker's modules built only for tests (declared under `#[cfg(test)]` in `mod.rs`): like
 /// tests, they may use the public API.
 const TEST_ONLY: [&str; 2] = ["test_pair", "layering"];
 
-/// Every `.rs` file under `dir`, recursively.
-fn sources(dir: &Path, found: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read the worker's source directory") {
+/// Every `.rs` file at `path`: the file itself, or those under the folder, recursively.
+fn sources(path: &Path, found: &mut Vec<PathBuf>) {
+    if !path.is_dir() {
+        found.push(path.to_owned());
+        return;
+    }
+    for entry in std::fs::read_dir(path).expect("read a source directory") {
         let path = entry.expect("directory entry").path();
-        if path.is_dir() {
+        if path.is_dir() || path.extension().is_some_and(|ext| ext == "rs") {
             sources(&path, found);
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            found.push(path);
         }
     }
 }
 
-fn worker_sources() -> Vec<(PathBuf, String)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/worker");
+/// The files of a layer (see [`LAYERS`]) with their text.
+fn layer_sources(layer: &str) -> Vec<(PathBuf, String)> {
     let mut paths = Vec::new();
-    sources(&dir, &mut paths);
-    assert!(paths.len() > 10, "found only {paths:?} under {}", dir.display());
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(layer), &mut paths);
     paths.into_iter().map(|path| (path.clone(), std::fs::read_to_string(&path).expect("source"))).collect()
 }
 
@@ -88,49 +96,57 @@ fn root_exports_of(module: &str) -> Vec<String> {
 /// in a comment.
 #[test]
 fn the_worker_names_no_endpoint_or_listener_module() {
-    for (path, source) in worker_sources() {
-        for module in UPPER {
+    let sources = layer_sources("worker");
+    assert!(sources.len() > 10, "found only {} files under src/worker", sources.len());
+    for (path, source) in sources {
+        for module in ["endpoint", "listener"] {
             let needle = format!("crate::{module}");
             assert!(!source.contains(&needle), "{} mentions {needle}", path.display());
         }
     }
 }
 
-/// Nor does the worker's code reach them another way: through a `use crate::{...}` group, or
-/// through the crate root's re-exports of their items (`crate::EpParams`). Tests, and the
-/// modules built only for them, may.
+/// No layer's code reaches a layer above it: by the module's path, through a `use crate::{...}`
+/// group, or through the crate root's re-exports of its items (`crate::EpParams`). Tests, and
+/// the modules built only for them, may.
 #[test]
-fn the_worker_reaches_no_endpoint_or_listener_item_through_the_crate_root() {
+fn no_layer_reaches_a_layer_above_it() {
     let modules = include_str!("mod.rs");
     for module in TEST_ONLY {
         let gated =
             [format!("#[cfg(test)]\nmod {module};"), format!("#[cfg(test)]\npub(crate) mod {module};")];
         assert!(gated.iter().any(|decl| modules.contains(decl.as_str())), "{module} is not test-only");
     }
-    let mut forbidden: Vec<String> = UPPER.iter().map(|module| module.to_string()).collect();
-    for module in UPPER {
-        forbidden.extend(root_exports_of(module));
-    }
-    for (path, source) in worker_sources() {
-        if TEST_ONLY.iter().any(|module| path.ends_with(format!("{module}.rs"))) {
-            continue;
+    for (layer, above) in LAYERS {
+        let mut forbidden: Vec<String> = above.iter().map(|module| module.to_string()).collect();
+        for module in above {
+            forbidden.extend(root_exports_of(module));
         }
-        for root in crate_roots(&non_test_code(&source)) {
-            assert!(!forbidden.contains(&root), "{} reaches crate::{root}", path.display());
+        for (path, source) in layer_sources(layer) {
+            if TEST_ONLY.iter().any(|module| path.ends_with(format!("{module}.rs"))) {
+                continue;
+            }
+            for root in crate_roots(&non_test_code(&source)) {
+                assert!(!forbidden.contains(&root), "{} reaches crate::{root}", path.display());
+            }
         }
     }
 }
 
-/// The checks above see what they look for: grouped and plain paths, and the root's list.
+/// The checks above see what they look for: grouped and plain paths, the root's lists, and
+/// where a file's tests begin.
 #[test]
 fn the_layering_checks_see_grouped_paths_and_root_exports() {
+    // Spelled with arguments: this file must pass the check that no worker file names them.
     let code = format!(
-        "use crate::{{status::Status, {}::{{A, B}}}};\nlet x = crate::{}::f(crate::EpParams);",
-        UPPER[0], UPPER[1]
+        "use crate::{{status::Status, {e}::{{A, B}}}};\nlet x = crate::{l}::f(crate::EpParams);",
+        e = "endpoint",
+        l = "listener"
     );
-    assert_eq!(crate_roots(&code), ["status", UPPER[0], UPPER[1], "EpParams"]);
-    assert!(root_exports_of(UPPER[0]).iter().any(|name| name == "EpParams"));
-    assert!(root_exports_of(UPPER[1]).iter().any(|name| name == "ConnRequest"));
+    assert_eq!(crate_roots(&code), ["status", "endpoint", "listener", "EpParams"]);
+    assert!(root_exports_of("endpoint").iter().any(|name| name == "EpParams"));
+    assert!(root_exports_of("listener").iter().any(|name| name == "ConnRequest"));
+    assert!(root_exports_of("worker").iter().any(|name| name == "Worker"));
     let commented =
         "/// See [`crate::EpParams`].\nlet y = 1;\n#[cfg(test)]\nmod tests {\nuse crate::EpParams;";
     assert!(crate_roots(&non_test_code(commented)).is_empty());
