@@ -1,23 +1,27 @@
 //! `ucp_listener_*` and `ucp_conn_request_*`: accepting connections by socket address.
+//!
+//! The worker keeps what a request carries and runs the handlers (`worker::accept`); this module
+//! gives the application its side, registering its connection handler with the worker as one
+//! that makes the [`ConnRequest`] the handler decides on.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use zcx_dataplane::Transport as _;
 
-use zcx_dataplane::{LinkId, ListenerId};
+use zcx_dataplane::ListenerId;
 
 use crate::endpoint::{Endpoint, ServerEpParams};
 use crate::status::{fail_with, Result, Status};
-use crate::worker::lifecycle::{create_server_ep, reject_link};
-use crate::worker::state::{status_of, Deferred, ListenerEntry, State};
+use crate::worker::accept::{reject_request, ConnRequestData, ConnUpcall, ListenerHandlers};
+use crate::worker::lifecycle::create_server_ep;
+use crate::worker::state::{status_of, ListenerEntry};
 use crate::worker::{Worker, WorkerShared};
+
+pub use crate::worker::accept::AcceptHandler;
 
 /// `ucp_listener_conn_handler_t`: decides on each request, by creating an endpoint from it
 /// ([`crate::EpParams::conn_request`]) or rejecting it ([`Listener::reject`], or dropping it).
 pub type ConnHandler = Box<dyn FnMut(ConnRequest) + Send>;
-
-/// `ucp_listener_accept_handler_t`: receives endpoints the listener accepted itself.
-pub type AcceptHandler = Box<dyn FnMut(Endpoint) + Send>;
 
 /// `ucp_listener_params_t`: a sockaddr and exactly one of the two handlers.
 #[derive(Default)]
@@ -30,25 +34,6 @@ pub struct ListenerParams {
     pub accept_handler: Option<AcceptHandler>,
     /// Parameters of the endpoints an accept handler receives.
     pub accept_params: ServerEpParams,
-}
-
-pub(crate) enum ListenerHandlers {
-    Conn(Arc<Mutex<ConnHandler>>),
-    Accept(Arc<Mutex<AcceptHandler>>, ServerEpParams),
-}
-
-/// What the server learned from a client's connection request.
-pub(crate) struct ConnRequestData {
-    pub link: LinkId,
-    pub peer: SocketAddr,
-    pub client_id: u64,
-    pub ep_name: String,
-    pub err_mode_peer: bool,
-    pub client_ep_id: u64,
-    pub client_worker: String,
-    /// The client's shared-memory address when it runs on this host and the request came by
-    /// another transport: the accept then opens a shared-memory link to it.
-    pub client_lane: Option<crate::worker::state::Lane>,
 }
 
 /// `ucp_conn_request_h`: a client waiting to be accepted or rejected. Dropping it unanswered
@@ -93,13 +78,7 @@ impl ConnRequest {
 
     fn reject_with(&mut self, status: Status) {
         if let Some(data) = self.data.take() {
-            let mut core = self.worker.lock();
-            reject_link(&mut core.st, &data, status);
-            core.send_out();
-            let links = std::mem::take(&mut core.st.to_close);
-            for (link, force) in links {
-                core.tl.close(link, force);
-            }
+            reject_request(&self.worker, &data, status);
         }
     }
 }
@@ -165,7 +144,7 @@ impl Worker {
         let sockaddr =
             sockaddr.ok_or_else(|| fail_with(Status::InvalidParam, "a listener needs a sockaddr".into()))?;
         let handlers = match (conn_handler, accept_handler) {
-            (Some(conn), None) => ListenerHandlers::Conn(Arc::new(Mutex::new(conn))),
+            (Some(conn), None) => ListenerHandlers::Conn(Arc::new(Mutex::new(conn_upcall(conn)))),
             (None, Some(accept)) => ListenerHandlers::Accept(Arc::new(Mutex::new(accept)), accept_params),
             _ => {
                 return Err(fail_with(
@@ -185,64 +164,10 @@ impl Worker {
     }
 }
 
-/// A connection request arrived (during the poll): decide who handles it.
-pub(crate) fn on_conn_request(st: &mut State, listener: ListenerId, data: ConnRequestData) {
-    let Some(entry) = st.listeners.get(&listener) else {
-        if listener == ListenerId(0) {
-            // A peer connecting by our worker address: accepted without asking the application.
-            create_server_ep(
-                st,
-                &data,
-                ServerEpParams { err_mode_peer: data.err_mode_peer, ..Default::default() },
-            );
-        } else {
-            reject_link(st, &data, Status::Rejected);
-        }
-        return;
-    };
-    match &entry.handlers {
-        ListenerHandlers::Conn(_) => {
-            st.deferred.push(Deferred::ConnRequest { listener, request: Box::new(data) })
-        }
-        ListenerHandlers::Accept(_, params) => {
-            let params = params.clone();
-            let ep = create_server_ep(st, &data, params);
-            st.deferred.push(Deferred::Accepted { listener, ep });
-        }
-    }
-}
-
-/// Runs a listener's connection handler (from progress, without the lock).
-// Takes the box `Deferred::ConnRequest` holds (boxed there to keep deferred items small), and
-// unboxes it here, off the worker's progress code.
-#[allow(clippy::boxed_local)]
-pub(crate) fn run_conn_handler(shared: &Arc<WorkerShared>, listener: ListenerId, data: Box<ConnRequestData>) {
-    let handler = match shared.lock().st.listeners.get(&listener).map(|e| &e.handlers) {
-        Some(ListenerHandlers::Conn(handler)) => Some(Arc::clone(handler)),
-        _ => None,
-    };
-    let request = ConnRequest { worker: Arc::clone(shared), data: Some(*data) };
-    match handler {
-        Some(handler) => (handler.lock().unwrap_or_else(|p| p.into_inner()))(request),
-        None => drop(request),
-    }
-}
-
-/// Runs a listener's accept handler with the endpoint it accepted.
-pub(crate) fn run_accept_handler(
-    shared: &Arc<WorkerShared>,
-    listener: ListenerId,
-    ep: zcx_engine::EndpointId,
-) {
-    let handler = match shared.lock().st.listeners.get(&listener).map(|e| &e.handlers) {
-        Some(ListenerHandlers::Accept(handler, _)) => Some(Arc::clone(handler)),
-        _ => None,
-    };
-    let endpoint = {
-        let mut core = shared.lock();
-        Endpoint::adopt(shared, &mut core, ep)
-    };
-    if let Some(handler) = handler {
-        (handler.lock().unwrap_or_else(|p| p.into_inner()))(endpoint);
-    }
+/// The application's connection handler as the worker runs it: each request it is given
+/// becomes the [`ConnRequest`] the handler decides on.
+fn conn_upcall(mut handler: ConnHandler) -> ConnUpcall {
+    Box::new(move |worker: &Arc<WorkerShared>, data: ConnRequestData| {
+        handler(ConnRequest { worker: Arc::clone(worker), data: Some(data) })
+    })
 }

@@ -1,13 +1,18 @@
 //! `ucp_am_send_nbx`: active messages with a user header and eager or rendezvous data.
 
 use zcx_dataplane::proto::wire::Op;
-use zcx_engine::{AmProtocol, SendBuffer, Start};
+use zcx_engine::{AmProtocol, Phase, SendBuffer, Start};
 
-use crate::buffer::SendBuf;
+use std::sync::Arc;
+
+use crate::buffer::{RecvBuf, SendBuf};
+use crate::endpoint::tag::recv_into;
 use crate::endpoint::Endpoint;
 use crate::request::{OpInfo, ReqCell, Request, RequestParams};
 use crate::status::{fail_with, Result, Status};
+use crate::worker::am::{AmDesc, AmMessage};
 use crate::worker::state::{op_info, Core};
+use crate::worker::{Worker, WorkerShared};
 
 /// Largest AM user header (UCP guarantees at least 64 bytes; zcx allows 4 KiB).
 pub const MAX_AM_HEADER: usize = 4096;
@@ -113,4 +118,45 @@ impl Endpoint {
         }
         result
     }
+}
+
+impl AmMessage<'_> {
+    /// `ucp_am_recv_data_nbx` from inside the handler: receives the data into `buf`.
+    pub fn recv_data<B: RecvBuf>(&mut self, buf: B) -> Result<Request<B>> {
+        let (worker, desc) =
+            self.take_for_recv().ok_or_else(|| fail_with(Status::NoElem, "AM data already taken".into()))?;
+        am_recv_data(worker, desc, buf)
+    }
+}
+
+impl Worker {
+    /// `ucp_am_recv_data_nbx`: receives a kept message's data into `buf`. Eager data is copied at
+    /// once; rendezvous data is fetched from the sender. A buffer shorter than the data →
+    /// `MESSAGE_TRUNCATED`.
+    pub fn am_recv_data<B: RecvBuf>(&self, desc: AmDesc, buf: B) -> Result<Request<B>> {
+        am_recv_data(&self.shared, desc, buf)
+    }
+}
+
+/// Receives `desc`'s data into `buf` through `shared`: eager data copied at once, rendezvous
+/// data fetched from the sender.
+fn am_recv_data<B: RecvBuf>(shared: &Arc<WorkerShared>, mut desc: AmDesc, mut buf: B) -> Result<Request<B>> {
+    let Some((ep, op)) = desc.take_rndv(shared) else {
+        let data = desc.data().unwrap_or(&[]);
+        let dst = buf.as_mut_bytes();
+        if data.len() > dst.len() {
+            return Err(Status::MessageTruncated);
+        }
+        dst[..data.len()].copy_from_slice(data);
+        let length = data.len();
+        return Ok(Request::ready(buf, OpInfo { length, ..OpInfo::default() }));
+    };
+    recv_into(shared, buf, None, |engine, recv_buf| {
+        // The data went with its endpoint: the endpoint's status says why.
+        match engine.phase(ep) {
+            None => Err(Status::NotConnected),
+            Some(Phase::Dead(status)) => Err(status),
+            Some(_) => engine.am_recv_data(op, recv_buf),
+        }
+    })
 }

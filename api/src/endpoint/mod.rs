@@ -1,36 +1,38 @@
 //! `ucp_ep_*`: endpoints, their parameters, query, flush and close.
+//!
+//! The [`Endpoint`] handle itself is the worker's (`worker::ep_handle`), which builds handles for
+//! the handlers it runs; this module and its children add the operations on it. They depend on
+//! the worker, never the other way (see `worker::layering`).
 
 mod am;
 mod put_help;
 mod rma;
 mod stream;
-pub(crate) mod tag;
+mod tag;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bitflags::bitflags;
 use zcx_control::{TransportAddress, WorkerAddressWire};
-use zcx_dataplane::shm::ShmSendLane;
 use zcx_dataplane::transport_set::member_of;
 use zcx_dataplane::{ConnectTarget, TransportSet};
 use zcx_dataplane::{SameHostFastPath as _, Transport as _};
-use zcx_engine::{EndpointId, Phase};
+use zcx_engine::Phase;
 
 use crate::listener::ConnRequest;
 use crate::request::{OpInfo, ReqCell, Request};
 use crate::status::{fail_with, Result, Status};
+use crate::worker::ep_handle::DirectLane;
 use crate::worker::lifecycle::{self, EpSetup};
-use crate::worker::state::{Core, State};
-use crate::worker::{Worker, WorkerShared};
+use crate::worker::state::State;
+use crate::worker::Worker;
 
+pub use crate::worker::ep_handle::{Endpoint, ErrHandler};
+pub use crate::worker::lifecycle::ServerEpParams;
 pub use am::{AmProto, AmSendParams};
 pub use rma::{AtomicOp, AtomicSize, EpRkey};
 pub use tag::{TagInfo, TagMessage, TagSendParams};
-
-/// An error handler (`ucp_err_handler_cb_t`): runs once per endpoint, from progress, when the
-/// endpoint fails in `ErrMode::Peer`.
-pub type ErrHandler = Arc<dyn Fn(&Endpoint, Status) + Send + Sync>;
 
 /// `ucp_err_handling_mode_t`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -129,20 +131,6 @@ impl std::fmt::Debug for EpParams {
     }
 }
 
-/// The parameters of a server-side endpoint (from `EpParams` with a conn request, or a
-/// listener's accept template).
-#[derive(Clone, Default)]
-pub struct ServerEpParams {
-    /// Endpoint name.
-    pub name: Option<String>,
-    /// Peer error handling.
-    pub err_mode_peer: bool,
-    /// Error handler.
-    pub err_handler: Option<ErrHandler>,
-    /// User data.
-    pub user_data: usize,
-}
-
 /// `ucp_ep_attr_t`, from [`Endpoint::query`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EpAttr {
@@ -160,78 +148,7 @@ pub struct EpAttr {
     pub status: Status,
 }
 
-/// `ucp_ep_h`. Clones are the same endpoint. Dropping the last handle the application holds
-/// closes the endpoint with flush in the background (UCP requires an explicit close; zcx does it
-/// for you).
-#[derive(Clone)]
-pub struct Endpoint {
-    pub(crate) handle: Arc<EpHandle>,
-}
-
-pub(crate) struct EpHandle {
-    pub worker: Arc<WorkerShared>,
-    pub id: EndpointId,
-    owning: bool,
-    /// Set once the endpoint is ready on a shared-memory link: its eager sends skip the worker.
-    direct: OnceLock<DirectLane>,
-}
-
-/// An endpoint's direct way into its shared-memory link's ring (see `ShmSendLane`): an eager
-/// message is written there without the worker's lock, endpoint table or transport set, which
-/// is most of a small send's cost. It carries what decides that a message is eager, as the worker
-/// had it when the lane was opened (neither changes after the worker is created). Whenever the
-/// lane refuses (the endpoint closed or failed, a frame is queued behind a full ring), the send
-/// takes the worker's path, which reports or queues exactly as before.
-pub(crate) struct DirectLane {
-    pub lane: Arc<ShmSendLane>,
-    pub rndv_thresh: usize,
-    pub max_payload: usize,
-}
-
-impl EpHandle {
-    fn new(worker: &Arc<WorkerShared>, id: EndpointId, owning: bool) -> EpHandle {
-        EpHandle { worker: Arc::clone(worker), id, owning, direct: OnceLock::new() }
-    }
-}
-
-impl Drop for EpHandle {
-    fn drop(&mut self) {
-        if !self.owning {
-            return;
-        }
-        let mut core = self.worker.lock();
-        let dead = core.st.engine.phase(self.id).is_none_or(|phase| matches!(phase, Phase::Dead(_)));
-        if dead {
-            core.st.remove_ep(self.id);
-        } else {
-            // Closed with flush in the background; forgotten once down (nobody holds it).
-            lifecycle::begin_close(&mut core, self.id, false);
-        }
-    }
-}
-
 impl Endpoint {
-    /// The application's handle of endpoint `id`, or a non-owning one when it holds none (an
-    /// endpoint created by a peer's connection to the worker address).
-    pub(crate) fn attach(worker: &Arc<WorkerShared>, id: EndpointId) -> Endpoint {
-        let existing = worker.lock().st.eps.get(&id).and_then(|ep| ep.handle.upgrade());
-        let handle = existing.unwrap_or_else(|| Arc::new(EpHandle::new(worker, id, false)));
-        Endpoint { handle }
-    }
-
-    /// A new owning handle for endpoint `id`.
-    pub(crate) fn adopt(worker: &Arc<WorkerShared>, core: &mut Core, id: EndpointId) -> Endpoint {
-        let handle = Arc::new(EpHandle::new(worker, id, true));
-        if let Some(ep) = core.st.eps.get_mut(&id) {
-            ep.handle = Arc::downgrade(&handle);
-        }
-        Endpoint { handle }
-    }
-
-    pub(crate) fn id(&self) -> EndpointId {
-        self.handle.id
-    }
-
     /// The endpoint's direct lane, once it has one (see [`DirectLane`]).
     #[inline]
     pub(crate) fn direct(&self) -> Option<&DirectLane> {
@@ -272,10 +189,6 @@ impl Endpoint {
         };
         lane.hold_streams(ep.stream_jobs > 0);
         let _ = self.handle.direct.set(DirectLane { lane, rndv_thresh, max_payload });
-    }
-
-    pub(crate) fn shared(&self) -> &Arc<WorkerShared> {
-        &self.handle.worker
     }
 
     /// The worker the endpoint belongs to.
@@ -327,12 +240,6 @@ impl Endpoint {
             Some(cell) => Ok(Request::pending(cell)),
             None => Ok(Request::ready((), OpInfo::default())),
         }
-    }
-}
-
-impl std::fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint").field("id", &self.handle.id).finish()
     }
 }
 

@@ -18,14 +18,12 @@
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use zcx_engine::{EndpointId, OpId, Phase};
+use zcx_engine::{EndpointId, OpId};
 
-use crate::buffer::RecvBuf;
-use crate::endpoint::Endpoint;
-use crate::request::{OpInfo, Request};
-use crate::status::{fail_with, Result, Status};
+use crate::status::Status;
+use crate::worker::ep_handle::Endpoint;
 use crate::worker::state::State;
-use crate::worker::WorkerShared;
+use crate::worker::{Worker, WorkerShared};
 
 /// An AM handler (`ucp_am_recv_callback_t`). Returns `OK` when done with the message, or
 /// `INPROGRESS` after [`AmMessage::keep`] to hold on to the data.
@@ -274,6 +272,17 @@ impl AmDesc {
     pub fn is_rndv(&self) -> bool {
         self.payload.is_rndv()
     }
+
+    /// Readies the descriptor for a receive of its data through `shared`, which releases it when
+    /// it was taken inside its handler (lent, without a worker). Eager data stays in it, to be
+    /// copied; for a rendezvous, the endpoint and the engine's id of the waiting data are taken
+    /// out (the descriptor no longer declines it when dropped).
+    pub(crate) fn take_rndv(&mut self, shared: &Arc<WorkerShared>) -> Option<(EndpointId, OpId)> {
+        if self.worker.is_none() && self.payload.needs_worker() {
+            self.worker = Some(Arc::clone(shared));
+        }
+        self.payload.rndv.take().map(|(op, _)| (self.ep, op))
+    }
 }
 
 impl Drop for AmDesc {
@@ -371,18 +380,16 @@ impl AmMessage<'_> {
         Some(self.delivery.take_desc(self.worker, Some(Arc::clone(self.worker))))
     }
 
-    /// `ucp_am_recv_data_nbx` from inside the handler: receives the data into `buf`.
-    pub fn recv_data<B: RecvBuf>(&mut self, buf: B) -> Result<Request<B>> {
+    /// Takes the message's data out for a receive started inside the handler (see the endpoint
+    /// module's `recv_data`): lent, the descriptor gets the worker only if it outlives the call.
+    /// `None` when already taken.
+    pub(crate) fn take_for_recv(&mut self) -> Option<(&Arc<WorkerShared>, AmDesc)> {
         if std::mem::replace(&mut self.taken, true) {
-            return Err(fail_with(Status::NoElem, "AM data already taken".into()));
+            return None;
         }
-        // Lent: `am_recv_data_inner` takes the worker only when the descriptor outlives it.
-        let desc = self.delivery.take_desc(self.worker, None);
-        Worker::am_recv_data_inner(self.worker, desc, buf)
+        Some((self.worker, self.delivery.take_desc(self.worker, None)))
     }
 }
-
-use crate::worker::Worker;
 
 impl Worker {
     /// `ucp_worker_set_am_recv_handler`: runs `handler` for every message with `id`; `None`
@@ -401,43 +408,6 @@ impl Worker {
             // endpoints, whose drop takes the lock.
             core.st.bury(old);
         }
-    }
-
-    /// `ucp_am_recv_data_nbx`: receives a kept message's data into `buf`. Eager data is copied at
-    /// once; rendezvous data is fetched from the sender. A buffer shorter than the data →
-    /// `MESSAGE_TRUNCATED`.
-    pub fn am_recv_data<B: RecvBuf>(&self, desc: AmDesc, buf: B) -> Result<Request<B>> {
-        Worker::am_recv_data_inner(&self.shared, desc, buf)
-    }
-
-    fn am_recv_data_inner<B: RecvBuf>(
-        shared: &Arc<WorkerShared>,
-        mut desc: AmDesc,
-        mut buf: B,
-    ) -> Result<Request<B>> {
-        if desc.worker.is_none() && desc.payload.needs_worker() {
-            // Taken from inside its handler: it is released through this worker.
-            desc.worker = Some(Arc::clone(shared));
-        }
-        let Some((op, _)) = desc.payload.rndv.take() else {
-            let data = desc.data().unwrap_or(&[]);
-            let dst = buf.as_mut_bytes();
-            if data.len() > dst.len() {
-                return Err(Status::MessageTruncated);
-            }
-            dst[..data.len()].copy_from_slice(data);
-            let length = data.len();
-            return Ok(Request::ready(buf, OpInfo { length, ..OpInfo::default() }));
-        };
-        let ep = desc.ep;
-        crate::endpoint::tag::recv_into(shared, buf, None, |engine, recv_buf| {
-            // The data went with its endpoint: the endpoint's status says why.
-            match engine.phase(ep) {
-                None => Err(Status::NotConnected),
-                Some(Phase::Dead(status)) => Err(status),
-                Some(_) => engine.am_recv_data(op, recv_buf),
-            }
-        })
     }
 }
 

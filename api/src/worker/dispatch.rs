@@ -137,7 +137,7 @@ fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
             };
             let client_lane = shm_lane(st, link, &client_address)
                 .or_else(|| dpdk_lane(st, link, &client_address, client_ep_id));
-            let request = crate::listener::ConnRequestData {
+            let request = crate::worker::accept::ConnRequestData {
                 link,
                 peer: incoming.peer,
                 client_id,
@@ -147,7 +147,7 @@ fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                 client_worker: client_address.name,
                 client_lane,
             };
-            crate::listener::on_conn_request(st, incoming.listener, request);
+            crate::worker::accept::on_conn_request(st, incoming.listener, request);
         }
         HandshakeWire::Accept { server_address: _, server_ep_id: _, client_ep_id } => {
             let Some(&ep) = st.connecting.get(&client_ep_id) else {

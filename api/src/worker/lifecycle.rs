@@ -21,10 +21,24 @@ use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
 use zcx_dataplane::{ConnectTarget, LinkId, Payload};
 use zcx_engine::{CloseMode, EndpointId, OpId, Phase};
 
-use crate::endpoint::{ErrHandler, ServerEpParams};
-use crate::listener::ConnRequestData;
 use crate::status::{fail_with, Status};
+use crate::worker::accept::ConnRequestData;
+use crate::worker::ep_handle::ErrHandler;
 use crate::worker::state::{status_of, Core, Deferred, EpState, LaneDial, State};
+
+/// The parameters of a server-side endpoint (from `EpParams` with a conn request, or a
+/// listener's accept template).
+#[derive(Clone, Default)]
+pub struct ServerEpParams {
+    /// Endpoint name.
+    pub name: Option<String>,
+    /// Peer error handling.
+    pub err_mode_peer: bool,
+    /// Error handler.
+    pub err_handler: Option<ErrHandler>,
+    /// User data.
+    pub user_data: usize,
+}
 
 /// What a new endpoint is created with, whichever side it is on.
 pub(crate) struct EpSetup {

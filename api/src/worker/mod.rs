@@ -13,10 +13,14 @@
 //! transports' doorbells without the lock ([`quiet`]), and a doorbell that rang has its one frame
 //! taken and handled on its own ([`rung`]).
 
+pub(crate) mod accept;
 pub(crate) mod am;
 pub(crate) mod am_lent;
 mod bell_set;
 pub(crate) mod dispatch;
+pub(crate) mod ep_handle;
+#[cfg(test)]
+mod layering;
 pub(crate) mod lifecycle;
 mod pending;
 pub(crate) mod put_help;
@@ -43,9 +47,9 @@ use zcx_dataplane::{
 use zcx_hugepages::CpuSet;
 
 use crate::context::Context;
-use crate::endpoint::Endpoint;
 use crate::request::{CancelTarget, Completer, OpInfo, ReqCell, Request, WorkerLocked};
 use crate::status::{fail_with, Result, Status};
+use ep_handle::Endpoint;
 use state::{status_of, Core, Deferred, State};
 use zcx_engine::{OpId, Start};
 
@@ -610,10 +614,8 @@ impl WorkerShared {
                 drop(endpoint);
                 lifecycle::forget_if_unowned(&mut self.lock().st, ep);
             }
-            Deferred::ConnRequest { listener, request } => {
-                crate::listener::run_conn_handler(self, listener, request)
-            }
-            Deferred::Accepted { listener, ep } => crate::listener::run_accept_handler(self, listener, ep),
+            Deferred::ConnRequest { listener, request } => accept::run_conn_handler(self, listener, request),
+            Deferred::Accepted { listener, ep } => accept::run_accept_handler(self, listener, ep),
             Deferred::Am(mut delivery) => match am_handlers {
                 Some(handlers) => am::run_am(self, handlers, &mut delivery),
                 // Cannot happen (queuing one sets `am_queued`); were it to, the message goes the

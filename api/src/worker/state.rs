@@ -31,12 +31,12 @@ use zcx_engine::{
 };
 
 use crate::context::ContextInner;
-use crate::endpoint::{EpHandle, ErrHandler};
-use crate::listener::ListenerHandlers;
 use crate::request::{Callback, OpInfo, OpSink, WorkerLocked};
 use crate::status::Status;
+use crate::worker::accept::{ConnRequestData, ListenerHandlers};
 use crate::worker::am::AmHandlers;
 use crate::worker::am_lent::LentAm;
+use crate::worker::ep_handle::{EpHandle, ErrHandler};
 use crate::worker::pending::PendingConnections;
 
 /// Largest payload of one fragment: the transport's frame minus our header.
@@ -216,7 +216,7 @@ pub(crate) enum Deferred {
     },
     ConnRequest {
         listener: ListenerId,
-        request: Box<crate::listener::ConnRequestData>,
+        request: Box<ConnRequestData>,
     },
     Accepted {
         listener: ListenerId,
