@@ -1,17 +1,17 @@
 //! `ucp_am_send_nbx`: active messages with a user header and eager or rendezvous data.
 
 use zcx_dataplane::proto::wire::Op;
-use zcx_engine::{AmProtocol, Phase, SendBuffer, Start};
+use zcx_engine::{AmProtocol, Phase, SendBuffer};
 
 use std::sync::Arc;
 
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::tag::recv_into;
 use crate::endpoint::Endpoint;
-use crate::request::{OpInfo, ReqCell, Request, RequestParams};
+use crate::request::{OpInfo, Request, RequestParams};
 use crate::status::{fail_with, Result, Status};
 use crate::worker::am::{AmDesc, AmMessage};
-use crate::worker::state::{op_info, Core};
+use crate::worker::state::Core;
 use crate::worker::{Worker, WorkerShared};
 
 /// Largest AM user header (UCP guarantees at least 64 bytes; zcx allows 4 KiB).
@@ -89,28 +89,15 @@ impl Endpoint {
         // cell, which owns it until the operation completes.
         let data = unsafe { SendBuffer::new(ptr, len) }.with_cookie(cookie);
         let started = st.engine.am_send_with(self.id(), id, header, data, params.reply, protocol);
-        let result = match started {
-            Err(status) => {
-                st.sinks.unreserve(cookie);
+        let result = st.cookie_request(shared, cookie, started, buf, params.request.callback, false).map_err(
+            |status| {
                 if status == Status::InvalidParam && params.proto == AmProto::Eager {
-                    Err(fail_with(Status::InvalidParam, "eager AM larger than one frame".into()))
+                    fail_with(Status::InvalidParam, "eager AM larger than one frame".into())
                 } else {
-                    Err(status)
+                    status
                 }
-            }
-            Ok(Start::Done(status, info)) => {
-                st.sinks.unreserve(cookie);
-                match status {
-                    Status::Ok => Ok(Request::ready(buf, op_info(info))),
-                    failure => Err(failure),
-                }
-            }
-            Ok(Start::Pending(_)) => {
-                let cell = ReqCell::new(shared, buf, params.request.callback);
-                st.sinks.fill(cookie, cell.clone());
-                Ok(Request::pending(cell))
-            }
-        };
+            },
+        );
         guard.drain();
         if result.as_ref().is_ok_and(Request::completed_at_once) {
             let Core { tl, st } = &mut *guard;

@@ -12,7 +12,7 @@
 use zcx_dataplane::proto::rma_exec;
 pub use zcx_dataplane::proto::AtomicOp;
 use zcx_dataplane::transport_set::member_of;
-use zcx_engine::{EndpointId, OpId, Phase, RecvBuffer, SendBuffer};
+use zcx_engine::{EndpointId, OpId, Phase, RecvBuffer, SendBuffer, Start};
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -292,27 +292,35 @@ impl Endpoint {
         rkey: &EpRkey,
         params: RequestParams,
     ) -> Result<Request<B>> {
-        rkey.check_claims(remote_addr, len as u64, Prot::REMOTE_WRITE)?;
+        let range = (remote_addr, len as u64, Prot::REMOTE_WRITE);
+        self.emulated(buf, range, rkey, params, |engine, cookie| {
+            // SAFETY: `SendBuf` keeps the bytes in place while the buffer moves into the request
+            // cell, which owns it until the operation completes.
+            let send_buf = unsafe { SendBuffer::new(ptr, len) }.with_cookie(cookie);
+            engine.put(self.id(), send_buf, remote_addr, &rkey.engine_key)
+        })
+    }
+
+    /// Starts an RMA operation for the target to execute on `(remote_addr, len)`, which needs
+    /// `prot`: the key's claims checked here first, the owner asked to vouch for the key when a
+    /// direct view could follow, then `start` with the cookie of the request's slot.
+    fn emulated<B: Send + 'static>(
+        &self,
+        buf: B,
+        (remote_addr, len, prot): (u64, u64, Prot),
+        rkey: &EpRkey,
+        params: RequestParams,
+        start: impl FnOnce(&mut zcx_engine::Engine, zcx_engine::Cookie) -> Result<OpId>,
+    ) -> Result<Request<B>> {
+        rkey.check_claims(remote_addr, len, prot)?;
         let shared = self.shared();
         let mut guard = shared.lock();
         let st = &mut guard.st;
         st.usable_ep(self.id())?;
         Self::ask_vouch(st, self.id(), rkey);
         let cookie = st.sinks.reserve();
-        // SAFETY: `SendBuf` keeps the bytes in place while the buffer moves into the request
-        // cell, which owns it until the operation completes.
-        let send_buf = unsafe { SendBuffer::new(ptr, len) }.with_cookie(cookie);
-        let result = match st.engine.put(self.id(), send_buf, remote_addr, &rkey.engine_key) {
-            Ok(_) => {
-                let cell = ReqCell::new(shared, buf, params.callback);
-                st.sinks.fill(cookie, cell.clone());
-                Ok(Request::pending(cell))
-            }
-            Err(status) => {
-                st.sinks.unreserve(cookie);
-                Err(status)
-            }
-        };
+        let started = start(&mut st.engine, cookie).map(Start::Pending);
+        let result = st.cookie_request(shared, cookie, started, buf, params.callback, false);
         guard.drain();
         result
     }
@@ -401,29 +409,13 @@ impl Endpoint {
         rkey: &EpRkey,
         params: RequestParams,
     ) -> Result<Request<B>> {
-        rkey.check_claims(remote_addr, len as u64, Prot::REMOTE_READ)?;
-        let shared = self.shared();
-        let mut guard = shared.lock();
-        let st = &mut guard.st;
-        st.usable_ep(self.id())?;
-        Self::ask_vouch(st, self.id(), rkey);
-        let cookie = st.sinks.reserve();
-        // SAFETY: `RecvBuf` keeps the bytes in place and writable while the buffer moves into
-        // the request cell, which owns it until the operation completes.
-        let recv_buf = unsafe { RecvBuffer::new(ptr, len) }.with_cookie(cookie);
-        let result = match st.engine.get(self.id(), recv_buf, remote_addr, &rkey.engine_key) {
-            Ok(_) => {
-                let cell = ReqCell::new(shared, buf, params.callback);
-                st.sinks.fill(cookie, cell.clone());
-                Ok(Request::pending(cell))
-            }
-            Err(status) => {
-                st.sinks.unreserve(cookie);
-                Err(status)
-            }
-        };
-        guard.drain();
-        result
+        let range = (remote_addr, len as u64, Prot::REMOTE_READ);
+        self.emulated(buf, range, rkey, params, |engine, cookie| {
+            // SAFETY: `RecvBuf` keeps the bytes in place and writable while the buffer moves
+            // into the request cell, which owns it until the operation completes.
+            let recv_buf = unsafe { RecvBuffer::new(ptr, len) }.with_cookie(cookie);
+            engine.get(self.id(), recv_buf, remote_addr, &rkey.engine_key)
+        })
     }
 
     /// `ucp_atomic_op_nbx`: `op` on the 32- or 64-bit word at `remote_addr`. The completion's

@@ -18,9 +18,9 @@ use zcx_engine::{EndpointId, OpId, RecvBuffer, SendBuffer, Sent, Start};
 
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::Endpoint;
-use crate::request::{Callback, CancelTarget, OpInfo, ReqCell, Request, RequestParams};
+use crate::request::{Callback, OpInfo, Request, RequestParams};
 use crate::status::{Result, Status};
-use crate::worker::state::{op_info, status_of_cold, Core};
+use crate::worker::state::{status_of_cold, Core};
 use crate::worker::{Worker, WorkerShared};
 
 /// Parameters of a tag send.
@@ -218,25 +218,7 @@ pub(crate) fn recv_into<B: RecvBuf>(
     // which owns it until the operation completes; nothing else touches them meanwhile.
     let recv_buf = unsafe { RecvBuffer::new(ptr, cap) }.with_cookie(cookie);
     let started = start(&mut st.engine, recv_buf);
-    let result = match started {
-        Err(status) => {
-            st.sinks.unreserve(cookie);
-            Err(status)
-        }
-        Ok(Start::Done(status, info)) => {
-            st.sinks.unreserve(cookie);
-            match status {
-                Status::Ok => Ok(Request::ready(buf, op_info(info))),
-                failure => Err(failure),
-            }
-        }
-        Ok(Start::Pending(op)) => {
-            let cell = ReqCell::new(shared, buf, callback);
-            st.sinks.fill(cookie, cell.clone());
-            cell.set_cancel(st.held(), CancelTarget::Receive(op.raw()));
-            Ok(Request::pending(cell))
-        }
-    };
+    let result = st.cookie_request(shared, cookie, started, buf, callback, true);
     // A receive sends nothing but a synchronous send's acknowledgement or a rendezvous answer.
     if guard.st.engine.has_output() {
         guard.drain();

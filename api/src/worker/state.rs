@@ -501,6 +501,42 @@ impl State {
         }
     }
 
+    /// The request of a command the engine started with `cookie` in its buffer: done at once
+    /// (the cookie's slot goes back), failed, or a cell in the slot that the operation's
+    /// completion finds; `cancellable`: a receive that `Request::cancel` withdraws.
+    #[inline(always)]
+    pub fn cookie_request<B: Send + 'static>(
+        &mut self,
+        worker: &Arc<crate::worker::WorkerShared>,
+        cookie: Cookie,
+        started: std::result::Result<Start, Status>,
+        buf: B,
+        callback: Option<Callback>,
+        cancellable: bool,
+    ) -> crate::status::Result<crate::request::Request<B>> {
+        match started {
+            Err(status) => {
+                self.sinks.unreserve(cookie);
+                Err(status)
+            }
+            Ok(Start::Done(status, info)) => {
+                self.sinks.unreserve(cookie);
+                match status {
+                    Status::Ok => Ok(crate::request::Request::ready(buf, op_info(info))),
+                    failure => Err(failure),
+                }
+            }
+            Ok(Start::Pending(op)) => {
+                let cell = crate::request::ReqCell::new(worker, buf, callback);
+                self.sinks.fill(cookie, cell.clone());
+                if cancellable {
+                    cell.set_cancel(&self.held, crate::request::CancelTarget::Receive(op.raw()));
+                }
+                Ok(crate::request::Request::pending(cell))
+            }
+        }
+    }
+
     /// The request of a command the engine started without a cookie: done at once, or a cell
     /// that the operation's completion finds by its id.
     pub fn request_for<B: Send + 'static>(
