@@ -101,7 +101,9 @@ impl Endpoint {
         guard.drain();
         if result.as_ref().is_ok_and(Request::completed_at_once) {
             let Core { tl, st } = &mut *guard;
-            self.offer_direct(tl, st);
+            if let Some(link) = st.engine.link_of(self.id()) {
+                self.offer_direct(tl, st, link);
+            }
         }
         result
     }

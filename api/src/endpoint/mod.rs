@@ -16,7 +16,7 @@ use std::sync::Arc;
 use bitflags::bitflags;
 use zcx_control::{TransportAddress, WorkerAddressWire};
 use zcx_dataplane::transport_set::member_of;
-use zcx_dataplane::{ConnectTarget, TransportSet};
+use zcx_dataplane::{ConnectTarget, LinkId, TransportSet};
 use zcx_dataplane::{SameHostFastPath as _, Transport as _};
 use zcx_engine::Phase;
 
@@ -156,22 +156,21 @@ impl Endpoint {
         self.handle.direct.get()
     }
 
-    /// Called after an eager send went through the worker: gives this handle the endpoint's
-    /// direct lane when it can have one (ready, nothing queued, on a shared-memory link). Cheap
-    /// when it cannot: the lane is only asked for on a shared-memory link.
+    /// Called after an eager send went through the worker on `link`: gives this handle the
+    /// endpoint's direct lane when it can have one (ready, nothing queued, on a shared-memory
+    /// link). Cheap when it cannot: nothing is looked up for a link of another transport.
     #[inline]
-    pub(crate) fn offer_direct(&self, tl: &mut TransportSet, st: &mut State) {
-        if self.handle.direct.get().is_none() {
-            self.open_direct(tl, st);
+    pub(crate) fn offer_direct(&self, tl: &mut TransportSet, st: &mut State, link: LinkId) {
+        if self.handle.direct.get().is_none() && st.shm_member == Some(member_of(link)) {
+            self.open_direct(tl, st, link);
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn open_direct(&self, tl: &mut TransportSet, st: &mut State) {
-        let (rndv_thresh, max_payload, shm) = (st.rndv_thresh, st.max_payload, st.shm_member);
-        let Some(link) = st.engine.link_of(self.id()) else { return };
-        if st.engine.phase(self.id()) != Some(Phase::Ready) || shm != Some(member_of(link)) {
+    fn open_direct(&self, tl: &mut TransportSet, st: &mut State, link: LinkId) {
+        let (rndv_thresh, max_payload) = (st.rndv_thresh, st.max_payload);
+        if st.engine.phase(self.id()) != Some(Phase::Ready) || st.engine.link_of(self.id()) != Some(link) {
             return;
         }
         // The lane writes the ring directly: nothing the worker holds may be left behind it.

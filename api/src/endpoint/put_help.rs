@@ -65,7 +65,9 @@ impl Endpoint {
                 // it here, once.
                 let mut guard = self.shared().lock();
                 let crate::worker::state::Core { tl, st } = &mut *guard;
-                self.offer_direct(tl, st);
+                if let Some(link) = st.engine.link_of(self.id()) {
+                    self.offer_direct(tl, st, link);
+                }
                 drop(guard);
                 self.direct()?
             }

@@ -40,7 +40,7 @@ impl Endpoint {
             Sent::Now(transmit) => {
                 tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(bytes))
                     .map_err(status_of_cold)?;
-                self.offer_direct(tl, st);
+                self.offer_direct(tl, st, transmit.link);
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
             Sent::Queued(started) => {

@@ -55,7 +55,7 @@ impl Endpoint {
             Sent::Now(transmit) => {
                 tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(bytes))
                     .map_err(status_of_cold)?;
-                self.offer_direct(tl, st);
+                self.offer_direct(tl, st, transmit.link);
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
             Sent::Queued(started) => {
@@ -94,7 +94,7 @@ impl Endpoint {
                     Sent::Now(transmit) => {
                         tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(data))
                             .map_err(status_of_cold)?;
-                        self.offer_direct(tl, st);
+                        self.offer_direct(tl, st, transmit.link);
                         let info = OpInfo { length: data.len(), ..OpInfo::default() };
                         return Ok(Request::ready(Vec::new(), info));
                     }
