@@ -166,6 +166,22 @@ impl Endpoint {
         }
     }
 
+    /// Sends the frame an eager send got back from the engine (`Sent::Now`), whose payload is
+    /// the caller's `bytes`, then offers the endpoint's lane for the sends after it.
+    #[inline(always)]
+    pub(crate) fn send_now(
+        &self,
+        tl: &mut TransportSet,
+        st: &mut State,
+        transmit: &zcx_engine::Transmit,
+        bytes: &[u8],
+    ) -> Result<()> {
+        tl.send(transmit.link, transmit.header.as_bytes(), zcx_dataplane::Payload::Copy(bytes))
+            .map_err(crate::worker::state::status_of_cold)?;
+        self.offer_direct(tl, st, transmit.link);
+        Ok(())
+    }
+
     #[cold]
     #[inline(never)]
     fn open_direct(&self, tl: &mut TransportSet, st: &mut State, link: LinkId) {

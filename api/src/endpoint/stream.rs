@@ -2,7 +2,6 @@
 //! `UCP_STREAM_RECV_FLAG_WAITALL`).
 
 use zcx_dataplane::proto::wire::STREAM_HEADER;
-use zcx_dataplane::{Payload, Transport as _};
 use zcx_engine::{SendBuffer, Sent, Start};
 
 use crate::buffer::{RecvBuf, SendBuf};
@@ -10,7 +9,7 @@ use crate::endpoint::tag::recv_into;
 use crate::endpoint::Endpoint;
 use crate::request::{OpInfo, Request, RequestParams};
 use crate::status::Result;
-use crate::worker::state::{status_of_cold, Core};
+use crate::worker::state::Core;
 
 impl Endpoint {
     /// `ucp_stream_send_nbx`: appends `buf` to the endpoint's byte stream.
@@ -38,9 +37,7 @@ impl Endpoint {
         };
         match started {
             Sent::Now(transmit) => {
-                tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(bytes))
-                    .map_err(status_of_cold)?;
-                self.offer_direct(tl, st, transmit.link);
+                self.send_now(tl, st, &transmit, bytes)?;
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
             Sent::Queued(started) => {

@@ -13,14 +13,13 @@
 use std::sync::Arc;
 
 use zcx_dataplane::proto::wire::Op;
-use zcx_dataplane::{Payload, Transport as _};
 use zcx_engine::{EndpointId, OpId, RecvBuffer, SendBuffer, Sent, Start};
 
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::Endpoint;
 use crate::request::{Callback, OpInfo, Request, RequestParams};
 use crate::status::{Result, Status};
-use crate::worker::state::{status_of_cold, Core};
+use crate::worker::state::Core;
 use crate::worker::{Worker, WorkerShared};
 
 /// Parameters of a tag send.
@@ -53,9 +52,7 @@ impl Endpoint {
         };
         match started {
             Sent::Now(transmit) => {
-                tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(bytes))
-                    .map_err(status_of_cold)?;
-                self.offer_direct(tl, st, transmit.link);
+                self.send_now(tl, st, &transmit, bytes)?;
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
             Sent::Queued(started) => {
@@ -92,9 +89,7 @@ impl Endpoint {
                 let send_buf = unsafe { SendBuffer::new(data.as_ptr(), data.len()) };
                 match st.engine.tag_send_now(self.id(), send_buf, tag)? {
                     Sent::Now(transmit) => {
-                        tl.send(transmit.link, transmit.header.as_bytes(), Payload::Copy(data))
-                            .map_err(status_of_cold)?;
-                        self.offer_direct(tl, st, transmit.link);
+                        self.send_now(tl, st, &transmit, data)?;
                         let info = OpInfo { length: data.len(), ..OpInfo::default() };
                         return Ok(Request::ready(Vec::new(), info));
                     }
