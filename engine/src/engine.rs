@@ -11,6 +11,7 @@ use zcx_dataplane::{FastMap, FastSet, LinkId, RemoteAccessTable};
 
 use crate::buffer::{RecvBuffer, SendBuffer};
 use crate::caps::LinkCaps;
+use crate::endpoints::EndpointTable;
 use crate::ids::{Cookie, EndpointId, IdSource, OpId};
 use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaRequest, Transmit};
 use crate::stream::StreamRx;
@@ -240,9 +241,8 @@ pub(crate) enum Unexpected {
 pub struct Engine {
     pub(crate) config: EngineConfig,
     pub(crate) access: Arc<RemoteAccessTable>,
-    pub(crate) ep_ids: IdSource,
     pub(crate) op_ids: IdSource,
-    pub(crate) eps: FastMap<EndpointId, Endpoint>,
+    pub(crate) eps: EndpointTable<Endpoint>,
     pub(crate) link_eps: FastMap<LinkId, EndpointId>,
     pub(crate) ops: FastMap<OpId, Operation>,
     pub(crate) tags: TagMatcher<(OpId, RecvBuffer), Unexpected>,
@@ -271,9 +271,8 @@ impl Engine {
         Engine {
             config,
             access,
-            ep_ids: IdSource::new(),
             op_ids: IdSource::new(),
-            eps: FastMap::default(),
+            eps: EndpointTable::default(),
             link_eps: FastMap::default(),
             ops: FastMap::default(),
             tags: TagMatcher::new(),
@@ -298,7 +297,6 @@ impl Engine {
         connecting: bool,
         err_mode_peer: bool,
     ) -> EndpointId {
-        let id = EndpointId::from_raw(self.ep_ids.next());
         let ep = Endpoint {
             link,
             caps,
@@ -318,7 +316,7 @@ impl Engine {
             last_rx: None,
             last_tx: None,
         };
-        self.eps.insert(id, ep);
+        let id = self.eps.insert(ep);
         self.link_eps.insert(link, id);
         id
     }

@@ -139,6 +139,7 @@ mod am;
 mod buffer;
 mod bulk;
 mod caps;
+mod endpoints;
 mod engine;
 mod ids;
 mod lifecycle;

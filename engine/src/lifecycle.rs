@@ -89,7 +89,7 @@ impl Engine {
         let timeout = self.config.keepalive_timeout;
         let mut expired = Vec::new();
         let mut probe = Vec::new();
-        for (&id, ep) in self.eps.iter_mut() {
+        for (id, ep) in self.eps.iter_mut() {
             if !matches!(ep.phase, Phase::Ready | Phase::Closing) || !ep.answered {
                 continue;
             }

@@ -233,7 +233,7 @@ impl Engine {
             .eps
             .iter()
             .filter(|(_, ep)| matches!(ep.phase, Phase::Ready | Phase::Connecting))
-            .map(|(&id, _)| id)
+            .map(|(id, _)| id)
             .collect();
         if eps.is_empty() {
             return Start::Done(Status::Ok, OpInfo::default());

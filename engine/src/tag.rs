@@ -143,10 +143,11 @@ impl Engine {
         }
         // A waiting receive, found by a walk of the matcher or of the endpoints' stream queues:
         // cancelling is rare, and the message path keeps no index of receives by id for it.
-        let stream_ep = |(id, ep): (&EndpointId, &crate::engine::Endpoint)| {
-            ep.stream.posted.iter().any(|recv| recv.op == op_id).then_some(*id)
+        let stream_ep = |(id, ep): (EndpointId, &crate::engine::Endpoint)| {
+            ep.stream.posted.iter().any(|recv| recv.op == op_id).then_some(id)
         };
-        if let Some(ep) = self.eps.iter().find_map(stream_ep) {
+        let stream_owner = self.eps.iter().find_map(stream_ep);
+        if let Some(ep) = stream_owner {
             return self.cancel_stream_recv(ep, op_id);
         }
         let Some(recv_id) = self.tags.find_expected(|(op, _)| *op == op_id) else { return false };

@@ -1,0 +1,177 @@
+//! The engine's endpoints, by id: a slab whose id names the slot and the slot's generation, so
+//! that finding the endpoint of every frame and every send is an index and a compare, not a
+//! hash.
+//!
+//! An id is `generation << 32 | slot`. A slot's generation grows each time the slot is freed,
+//! so an id is never issued twice; a slot whose generation would wrap is retired instead.
+//! Generations start at one, so no id is zero (see [`crate::ids`]). An id from anywhere (a
+//! stale one, one from another engine, any `u64`) finds its endpoint or nothing.
+
+use crate::ids::EndpointId;
+
+/// The endpoints (the engine's `Endpoint` records) by [`EndpointId`].
+#[derive(Debug)]
+pub(crate) struct EndpointTable<T> {
+    slots: Vec<Slot<T>>,
+    /// Free slots, reused last-freed first.
+    free: Vec<u32>,
+    len: usize,
+}
+
+#[derive(Debug)]
+struct Slot<T> {
+    generation: u32,
+    ep: Option<T>,
+}
+
+fn split(id: EndpointId) -> (usize, u32) {
+    let raw = id.raw();
+    ((raw & u64::from(u32::MAX)) as usize, (raw >> 32) as u32)
+}
+
+fn join(slot: usize, generation: u32) -> EndpointId {
+    EndpointId::from_raw(u64::from(generation) << 32 | slot as u64)
+}
+
+impl<T> Default for EndpointTable<T> {
+    fn default() -> Self {
+        EndpointTable { slots: Vec::new(), free: Vec::new(), len: 0 }
+    }
+}
+
+impl<T> EndpointTable<T> {
+    /// Stores `ep` under a new id.
+    pub(crate) fn insert(&mut self, ep: T) -> EndpointId {
+        self.len += 1;
+        if let Some(index) = self.free.pop() {
+            let slot = &mut self.slots[index as usize];
+            slot.ep = Some(ep);
+            return join(index as usize, slot.generation);
+        }
+        let index = self.slots.len();
+        assert!(index < u32::MAX as usize, "more than 2^32 - 1 endpoints at once");
+        self.slots.push(Slot { generation: 1, ep: Some(ep) });
+        join(index, 1)
+    }
+
+    /// The endpoint of `id`, if it is still here.
+    #[inline]
+    pub(crate) fn get(&self, id: &EndpointId) -> Option<&T> {
+        let (index, generation) = split(*id);
+        let slot = self.slots.get(index)?;
+        if slot.generation != generation {
+            return None;
+        }
+        slot.ep.as_ref()
+    }
+
+    /// The endpoint of `id`, if it is still here, to change.
+    #[inline]
+    pub(crate) fn get_mut(&mut self, id: &EndpointId) -> Option<&mut T> {
+        let (index, generation) = split(*id);
+        let slot = self.slots.get_mut(index)?;
+        if slot.generation != generation {
+            return None;
+        }
+        slot.ep.as_mut()
+    }
+
+    /// Takes the endpoint of `id` out; its id is never valid again.
+    pub(crate) fn remove(&mut self, id: &EndpointId) -> Option<T> {
+        let (index, generation) = split(*id);
+        let slot = self.slots.get_mut(index)?;
+        if slot.generation != generation {
+            return None;
+        }
+        let ep = slot.ep.take()?;
+        self.len -= 1;
+        if slot.generation < u32::MAX {
+            slot.generation += 1;
+            self.free.push(index as u32);
+        }
+        Some(ep)
+    }
+
+    /// How many endpoints are here.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Every endpoint with its id, in slot order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (EndpointId, &T)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(index, slot)| slot.ep.as_ref().map(|ep| (join(index, slot.generation), ep)))
+    }
+
+    /// Every endpoint with its id, in slot order, to change.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (EndpointId, &mut T)> {
+        self.slots.iter_mut().enumerate().filter_map(|(index, slot)| {
+            let generation = slot.generation;
+            slot.ep.as_mut().map(|ep| (join(index, generation), ep))
+        })
+    }
+
+    /// Every endpoint.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().filter_map(|slot| slot.ep.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_removed_endpoints_id_finds_nothing_even_when_its_slot_is_reused() {
+        let mut table = EndpointTable::default();
+        let first = table.insert("first");
+        assert_eq!(table.remove(&first), Some("first"));
+        let second = table.insert("second");
+        assert_ne!(first, second, "an id is never issued twice");
+        assert_eq!(table.get(&first), None);
+        assert_eq!(table.get_mut(&first), None);
+        assert_eq!(table.remove(&first), None);
+        assert_eq!(table.get(&second), Some(&"second"));
+        assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn any_forged_id_finds_nothing() {
+        let mut table = EndpointTable::default();
+        let id = table.insert(7u32);
+        let raw = id.raw();
+        for forged in [0, 1, raw + 1, raw ^ (1 << 32), u64::MAX, raw & u64::from(u32::MAX), 1 << 32 | 5] {
+            assert_eq!(table.get(&EndpointId::from_raw(forged)), None, "forged id {forged:#x}");
+        }
+        assert_eq!(table.get(&id), Some(&7));
+    }
+
+    #[test]
+    fn no_id_is_zero_and_iteration_sees_each_endpoint_once() {
+        let mut table = EndpointTable::default();
+        let ids: Vec<_> = (0..5u32).map(|n| table.insert(n)).collect();
+        assert!(ids.iter().all(|id| id.raw() != 0));
+        table.remove(&ids[2]);
+        let seen: Vec<_> = table.iter().map(|(id, &n)| (id, n)).collect();
+        assert_eq!(seen, vec![(ids[0], 0), (ids[1], 1), (ids[3], 3), (ids[4], 4)]);
+        for (_, n) in table.iter_mut() {
+            *n += 10;
+        }
+        assert_eq!(table.values().copied().collect::<Vec<_>>(), vec![10, 11, 13, 14]);
+    }
+
+    #[test]
+    fn a_slot_whose_generation_would_wrap_is_retired() {
+        let mut table = EndpointTable::default();
+        let id = table.insert(1u8);
+        table.slots[0].generation = u32::MAX;
+        let last = join(0, u32::MAX);
+        assert_eq!(table.get(&id), None);
+        assert_eq!(table.remove(&last), Some(1));
+        let next = table.insert(2u8);
+        assert_ne!(split(next).0, 0, "the retired slot is not reused");
+        assert_eq!(table.get(&last), None);
+    }
+}
