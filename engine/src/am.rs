@@ -6,9 +6,10 @@
 use zcx_dataplane::proto::wire::Op;
 
 use crate::buffer::{RecvBuffer, SendBuffer};
-use crate::engine::{Engine, OpKind, Start};
+use crate::caps::LinkCaps;
+use crate::engine::{Engine, OpKind, Phase, Sent, Start};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{AmDelivery, Event, Payload};
+use crate::output::{AmDelivery, Event, Header, Payload, Transmit};
 use crate::rndv::{choose, Proto};
 use crate::Status;
 
@@ -27,7 +28,59 @@ pub enum AmProtocol {
     Rendezvous,
 }
 
+/// How an active message of `header_len` header bytes and `data` goes on a link of `caps`.
+#[inline]
+fn am_proto(
+    caps: &LinkCaps,
+    header_len: usize,
+    data: &SendBuffer,
+    protocol: AmProtocol,
+) -> Result<Proto, Status> {
+    let whole = header_len + data.len();
+    Ok(match protocol {
+        AmProtocol::Auto => choose(caps, whole, data),
+        AmProtocol::Eager if whole <= caps.max_payload() => Proto::Eager,
+        AmProtocol::Eager => return Err(Status::InvalidParam),
+        AmProtocol::Rendezvous => match choose(caps, usize::MAX, data) {
+            Proto::Eager => Proto::Push,
+            other => other,
+        },
+    })
+}
+
 impl Engine {
+    /// `ucp_am_send_nbx` for a caller that sends at once, as [`Engine::tag_send_now`] is for
+    /// tag sends: an eager message on a ready endpoint, with nothing in the outbox it must not
+    /// overtake, comes back as [`Sent::Now`] without a trip through the outbox. Its frame's
+    /// payload is `header` followed by the transmit's payload (`data`'s bytes): the caller
+    /// sends (or copies) both now. Anything else goes as [`Engine::am_send_with`] sends it
+    /// ([`Sent::Queued`]).
+    #[inline]
+    pub fn am_send_now(
+        &mut self,
+        ep_id: EndpointId,
+        am_id: u16,
+        header: &[u8],
+        data: SendBuffer,
+        reply: bool,
+        protocol: AmProtocol,
+    ) -> Result<Sent, Status> {
+        if self.transmits.is_empty() && header.len() <= MAX_AM_HEADER {
+            if let Some(ep) = self.eps.get_mut(&ep_id) {
+                if ep.phase == Phase::Ready
+                    && ep.answered
+                    && matches!(am_proto(&ep.caps, header.len(), &data, protocol), Ok(Proto::Eager))
+                {
+                    ep.tx_seen = true;
+                    let header = Header::am_eager(am_id, reply, header.len() as u16);
+                    let payload = Payload::Inline { ptr: data.at(0), len: data.len() };
+                    return Ok(Sent::Now(Transmit { link: ep.link, header, payload, placed: false }));
+                }
+            }
+        }
+        self.am_send_with(ep_id, am_id, header, data, reply, protocol).map(Sent::Queued)
+    }
+
     /// `ucp_am_send_nbx`: sends `header` and `data` to handler `am_id` of the peer. The header is
     /// copied; an eager send is done at once, a rendezvous once the peer has the data.
     pub fn am_send(
@@ -57,17 +110,7 @@ impl Engine {
         let caps = self.usable(ep_id)?.caps;
         let header_len = header.len() as u16;
         let len = data.len();
-        let whole = header.len() + len;
-        let proto = match protocol {
-            AmProtocol::Auto => choose(&caps, whole, &data),
-            AmProtocol::Eager if whole <= caps.max_payload() => Proto::Eager,
-            AmProtocol::Eager => return Err(Status::InvalidParam),
-            AmProtocol::Rendezvous => match choose(&caps, usize::MAX, &data) {
-                Proto::Eager => Proto::Push,
-                other => other,
-            },
-        };
-        match proto {
+        match am_proto(&caps, header.len(), &data, protocol)? {
             Proto::Eager => {
                 let frame = Op::AmEager { am_id, reply, header_len };
                 let payload = if header.is_empty() {

@@ -75,14 +75,15 @@ pub enum Start {
     Pending(OpId),
 }
 
-/// What [`crate::Engine::tag_send_now`] did with a message.
+/// What [`crate::Engine::tag_send_now`] or [`crate::Engine::am_send_now`] did with a message.
 #[derive(Debug)]
 pub enum Sent {
     /// The message goes eagerly and nothing the engine holds must leave before it: this is its
-    /// frame, whose payload is the caller's bytes ([`crate::Payload::Inline`]), to send (or copy)
-    /// before the command returns to its user. The send is done; no completion follows.
+    /// frame, whose payload is the caller's bytes ([`crate::Payload::Inline`]; an active
+    /// message's user header goes before them), to send (or copy) before the command returns to
+    /// its user. The send is done; no completion follows.
     Now(Transmit),
-    /// What [`crate::Engine::tag_send`] returns: its frames go through the outbox.
+    /// What the queued form of the send returns: its frames go through the outbox.
     Queued(Start),
 }
 

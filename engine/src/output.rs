@@ -32,6 +32,15 @@ impl Header {
         Header { bytes, len: head.len() as u8 }
     }
 
+    /// The header of an eager active message, without the general encoder.
+    #[inline]
+    pub(crate) fn am_eager(am_id: u16, reply: bool, header_len: u16) -> Header {
+        let mut bytes = [0u8; MAX_HEADER_LEN];
+        let head = Op::am_eager_header(am_id, reply, header_len);
+        bytes[..head.len()].copy_from_slice(&head);
+        Header { bytes, len: head.len() as u8 }
+    }
+
     /// The header's bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]

@@ -1,7 +1,7 @@
 //! `ucp_am_send_nbx`: active messages with a user header and eager or rendezvous data.
 
 use zcx_dataplane::proto::wire::Op;
-use zcx_engine::{AmProtocol, Phase, SendBuffer};
+use zcx_engine::{AmProtocol, Phase, SendBuffer, Sent};
 
 use std::sync::Arc;
 
@@ -83,29 +83,51 @@ impl Endpoint {
         };
         let shared = self.shared();
         let mut guard = shared.lock();
-        let st = &mut guard.st;
-        let cookie = st.sinks.reserve();
+        let Core { tl, st } = &mut *guard;
         // SAFETY: `SendBuf` keeps the bytes in place while the buffer moves into the request
         // cell, which owns it until the operation completes.
-        let data = unsafe { SendBuffer::new(ptr, len) }.with_cookie(cookie);
-        let started = st.engine.am_send_with(self.id(), id, header, data, params.reply, protocol);
-        let result = st.cookie_request(shared, cookie, started, buf, params.request.callback, false).map_err(
-            |status| {
-                if status == Status::InvalidParam && params.proto == AmProto::Eager {
-                    fail_with(Status::InvalidParam, "eager AM larger than one frame".into())
+        let data = unsafe { SendBuffer::new(ptr, len) };
+        let started = if st.stalled.is_empty() {
+            st.engine.am_send_now(self.id(), id, header, data, params.reply, protocol)
+        } else {
+            st.engine.am_send_with(self.id(), id, header, data, params.reply, protocol).map(Sent::Queued)
+        };
+        let started = started.map_err(|status| {
+            if status == Status::InvalidParam && params.proto == AmProto::Eager {
+                fail_with(Status::InvalidParam, "eager AM larger than one frame".into())
+            } else {
+                status
+            }
+        })?;
+        match started {
+            Sent::Now(transmit) => {
+                if header.is_empty() {
+                    self.send_now(tl, st, &transmit, bytes)?;
                 } else {
-                    status
+                    // One frame of the user header and the data, joined in a copy (the
+                    // transport copies an eager frame anyway).
+                    let mut frame_payload = std::mem::take(&mut st.am_scratch);
+                    frame_payload.clear();
+                    frame_payload.extend_from_slice(header);
+                    frame_payload.extend_from_slice(bytes);
+                    let sent = self.send_now(tl, st, &transmit, &frame_payload);
+                    st.am_scratch = frame_payload;
+                    sent?;
                 }
-            },
-        );
-        guard.drain();
-        if result.as_ref().is_ok_and(Request::completed_at_once) {
-            let Core { tl, st } = &mut *guard;
-            if let Some(link) = st.engine.link_of(self.id()) {
-                self.offer_direct(tl, st, link);
+                Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
+            }
+            Sent::Queued(started) => {
+                let request = st.request_for(shared, started, buf, params.request.callback);
+                guard.drain();
+                if request.as_ref().is_ok_and(Request::completed_at_once) {
+                    let Core { tl, st } = &mut *guard;
+                    if let Some(link) = st.engine.link_of(self.id()) {
+                        self.offer_direct(tl, st, link);
+                    }
+                }
+                request
             }
         }
-        result
     }
 }
 

@@ -332,6 +332,9 @@ pub(crate) struct State {
     pub next_tick: Instant,
     /// Reused byte buffers (AM copies), so the steady state does not allocate.
     pub pool: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// Where an active message sent at once joins its user header and data into one payload:
+    /// kept, so that sending one allocates nothing.
+    pub am_scratch: Vec<u8>,
     /// Endpoints that went down in the events being absorbed.
     pub gone: Vec<EndpointId>,
     /// Links to close after the poll.
@@ -432,6 +435,7 @@ impl State {
             gone: Vec::new(),
             address,
             graveyard: Vec::new(),
+            am_scratch: Vec::new(),
             // SAFETY: a `State` is made only by `create_worker`, which moves it into the worker's
             // `Mutex<Core>` before any request of the worker exists; the token is a private field
             // that never moves out of it and is lent (`held`) only for as long as the state is

@@ -2,8 +2,8 @@
 
 use zcx_dataplane::proto::wire::Op;
 
-use super::pair::{pattern, pending, recv_buf, send_buf, Net, Pair, LINK, RNDV};
-use crate::{Start, Status, MAX_AM_HEADER};
+use super::pair::{pattern, pending, recv_buf, send_buf, Net, Pair, Who, LINK, RNDV};
+use crate::{AmProtocol, Sent, Start, Status, MAX_AM_HEADER};
 
 #[test]
 fn eager_am_delivers_header_and_data_to_the_handler_id() {
@@ -22,6 +22,67 @@ fn eager_am_delivers_header_and_data_to_the_handler_id() {
     assert_eq!(am.data(), &data[..]);
     assert!(am.rndv.is_none());
     assert_eq!((p.b.ams[1].am_id, p.b.ams[1].header(), p.b.ams[1].data()), (13, &b""[..], &data[..]));
+    p.assert_no_leaks();
+}
+
+/// A small active message on an idle, ready endpoint comes back as its frame, header and all;
+/// one that must rendezvous, or that frames in the outbox are ahead of, queues; an eager-only
+/// one too large for a frame is refused without touching the outbox.
+#[test]
+fn an_am_send_now_comes_back_as_its_frame_only_when_it_may_go_now() {
+    let mut p = Pair::new(Net::emulated());
+    let data = pattern(40, 5);
+    let Ok(Sent::Now(transmit)) =
+        p.a.engine.am_send_now(p.a.ep, 9, b"user-hdr", send_buf(&data), true, AmProtocol::Auto)
+    else {
+        panic!("a small active message on an idle endpoint went through the outbox");
+    };
+    let frame = [transmit.header.as_bytes(), b"user-hdr"].concat();
+    assert_eq!(Op::decode(&frame).map(|(op, _)| op), Ok(Op::AmEager { am_id: 9, reply: true, header_len: 8 }));
+    p.send_now_after(Who::A, transmit, b"user-hdr");
+    let big = pattern(3000, 6);
+    let Ok(Sent::Queued(start)) =
+        p.a.engine.am_send_now(p.a.ep, 9, b"h", send_buf(&big), false, AmProtocol::Auto)
+    else {
+        panic!("a rendezvous-sized message came back as one frame");
+    };
+    let rndv = p.a.track(start);
+    let behind = match p.a.engine.am_send_now(p.a.ep, 9, b"", send_buf(&data), false, AmProtocol::Auto) {
+        Ok(Sent::Queued(start)) => p.a.track(start),
+        other => panic!("a message overtook the frame in the outbox: {other:?}"),
+    };
+    let forced = p.a.engine.am_send_now(p.a.ep, 9, b"", send_buf(&data), false, AmProtocol::Rendezvous);
+    assert!(matches!(forced, Ok(Sent::Queued(Start::Pending(_)))), "{forced:?}");
+    let forced = p.a.track(
+        forced
+            .map(|sent| match sent {
+                Sent::Queued(start) => start,
+                Sent::Now(_) => unreachable!(),
+            })
+            .unwrap(),
+    );
+    let huge = pattern(1 << 20, 7);
+    let refused = p.a.engine.am_send_now(p.a.ep, 9, b"", send_buf(&huge), false, AmProtocol::Eager);
+    assert!(matches!(refused, Err(Status::InvalidParam)), "{refused:?}");
+    p.drive();
+    assert_eq!(p.b.ams.len(), 4);
+    let first = &p.b.ams[0];
+    assert_eq!(
+        (first.am_id, first.reply, first.header(), first.data()),
+        (9, true, &b"user-hdr"[..], &data[..])
+    );
+    assert!(first.rndv.is_none());
+    assert!(p.b.ams[1].rndv.is_some(), "the large message announced a rendezvous");
+    assert_eq!(p.b.ams[2].data(), &data[..], "the message behind the outbox came after it");
+    assert!(p.b.ams[3].rndv.is_some(), "a rendezvous asked for is a rendezvous");
+    assert_eq!(p.a.status(behind), Status::Ok);
+    while let Some(am) = p.b.ams.pop() {
+        if let Some((desc, _)) = am.rndv {
+            p.b.engine.am_decline(desc).unwrap();
+        }
+    }
+    p.drive();
+    assert_eq!((p.a.status(rndv), p.a.status(forced)), (Status::Ok, Status::Ok));
     p.assert_no_leaks();
 }
 

@@ -396,8 +396,15 @@ impl Pair {
     /// Sends a transmit a command handed back at once ([`crate::Sent::Now`]) on `from`'s link,
     /// as the caller does before the command returns.
     pub fn send_now(&mut self, from: Who, transmit: crate::Transmit) {
+        self.send_now_after(from, transmit, &[]);
+    }
+
+    /// [`Pair::send_now`] for an active message's transmit, whose frame carries the user
+    /// `header` between the transmit's header and payload.
+    pub fn send_now_after(&mut self, from: Who, transmit: crate::Transmit, header: &[u8]) {
         assert!(matches!(transmit.payload, Payload::Inline { .. }), "{transmit:?}");
         let mut bytes = transmit.header.as_bytes().to_vec();
+        bytes.extend_from_slice(header);
         // SAFETY: the command that made the transmit has not returned to its user yet.
         bytes.extend_from_slice(unsafe { transmit.payload.bytes() });
         if self.up && !self.closed_by.contains(&from) {
