@@ -410,10 +410,8 @@ impl Engine {
     /// nothing.
     #[inline]
     pub fn is_idle(&self) -> bool {
-        self.transmits.is_empty()
-            && self.rmas.is_empty()
-            && self.events.is_empty()
-            && self.bulk_active.is_empty()
+        // Asked after every poll, and almost always true: one branch, not four.
+        (self.transmits.len() | self.rmas.len() | self.events.len() | self.bulk_active.len()) == 0
     }
 
     /// A transmit, RMA request or event is waiting to be drained (fragments still to be made
