@@ -13,7 +13,6 @@
 //! the poll. Every frame comes from a peer and is checked before it is acted on.
 
 use zcx_control::{HandshakeWire, TransportAddress};
-use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::{LendSlot, LinkId, PlaceTarget, TlEvent};
 use zcx_engine::{OpId, Received};
 
@@ -62,15 +61,11 @@ pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>, lend: Option<&LendSlo
     }
 }
 
-/// A whole frame arrived on `link`: a handshake is the worker's, anything else the engine's. An
-/// eager active message is read in place when the poll lends its frame and nothing of this poll
+/// A whole frame arrived on `link`: the engine's to judge (a handshake comes back as its
+/// `Event::Handshake`, for [`on_hello`]). An eager active message is read in place when the poll lends its frame and nothing of this poll
 /// waits to run before its handler.
 #[inline]
 pub(crate) fn on_frame(st: &mut State, link: LinkId, bytes: &[u8], lend: Option<&LendSlot>) {
-    if bytes.first() == Some(&Op::Hello.code()) {
-        on_handshake_frame(st, link, bytes);
-        return;
-    }
     match lend {
         Some(slot) if st.deferred.is_empty() && !st.engine.has_events() => {
             match st.engine.handle_frame_lending_direct(link, bytes) {
@@ -97,17 +92,6 @@ pub(crate) fn on_frame(st: &mut State, link: LinkId, bytes: &[u8], lend: Option<
     st.absorb_events();
 }
 
-/// A frame whose first byte says handshake: decoded once from a copy, then acted on.
-#[cold]
-fn on_handshake_frame(st: &mut State, link: LinkId, bytes: &[u8]) {
-    match Op::decode(bytes) {
-        Ok((Op::Hello, payload)) => on_hello(st, link, payload),
-        // The first byte changed under us: the engine decodes (and judges) it again.
-        _ => st.engine.handle_frame(link, bytes),
-    }
-    st.absorb_events();
-}
-
 /// A peer broke the handshake: fail whatever uses the link and drop the connection.
 fn protocol_violation(st: &mut State, link: LinkId) {
     st.incoming.remove(&link);
@@ -115,12 +99,11 @@ fn protocol_violation(st: &mut State, link: LinkId) {
     st.to_close.push((link, true));
 }
 
-fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
-    // A lent frame's bytes may still change under us (see `TlEvent::Frame`), and the handshake
-    // is decoded field by field, lengths first: decoded from a copy of ours, taken once. One
-    // handshake a connection: the allocation does not matter.
-    let payload = payload.to_vec();
-    let hello = match HandshakeWire::decode(&payload) {
+/// A handshake frame arrived on `link` (the engine hands it over as `Event::Handshake`).
+/// `payload` is the engine's copy: a lent frame's bytes may still change under us (see
+/// `TlEvent::Frame`), and the handshake is decoded field by field, lengths first.
+pub(crate) fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
+    let hello = match HandshakeWire::decode(payload) {
         Ok(hello) => hello,
         Err(err) => {
             tracing::warn!(?link, %err, "malformed handshake; closing the link");

@@ -654,11 +654,7 @@ impl State {
                 self.deferred.push(Deferred::Am(delivery));
                 self.am_queued = true;
             }
-            Event::Handshake { link, .. } => {
-                // The worker reads handshakes before the engine sees a frame (`dispatch`).
-                tracing::warn!(?link, "handshake frame past the worker; closing the link");
-                self.to_close.push((link, true));
-            }
+            Event::Handshake { link, payload } => crate::worker::dispatch::on_hello(self, link, &payload),
             Event::CloseLink { link, force } => self.to_close.push((link, force)),
             Event::Extension(extension) => {
                 let zcx_engine::Extension { ep, link, op, payload } = *extension;
