@@ -495,7 +495,7 @@ impl State {
     }
 
     /// Completes a request and queues its callback.
-    #[inline]
+    #[inline(always)]
     pub fn complete_sink(&mut self, sink: &Arc<dyn OpSink>, status: Status, info: OpInfo) {
         self.events += 1;
         let after = sink.complete(&self.held, status, info);
