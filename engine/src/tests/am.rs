@@ -38,7 +38,10 @@ fn an_am_send_now_comes_back_as_its_frame_only_when_it_may_go_now() {
         panic!("a small active message on an idle endpoint went through the outbox");
     };
     let frame = [transmit.header.as_bytes(), b"user-hdr"].concat();
-    assert_eq!(Op::decode(&frame).map(|(op, _)| op), Ok(Op::AmEager { am_id: 9, reply: true, header_len: 8 }));
+    assert_eq!(
+        Op::decode(&frame).map(|(op, _)| op),
+        Ok(Op::AmEager { am_id: 9, reply: true, header_len: 8 })
+    );
     p.send_now_after(Who::A, transmit, b"user-hdr");
     let big = pattern(3000, 6);
     let Ok(Sent::Queued(start)) =
