@@ -16,7 +16,7 @@
 //!   [`Engine::tag_probe`], [`Engine::tag_probe_remove`] with [`Engine::tag_msg_recv`] /
 //!   [`Engine::tag_msg_drop`], [`Engine::stream_send`] (or [`Engine::stream_send_now`]),
 //!   [`Engine::stream_recv`], [`Engine::am_send`] (or [`Engine::am_send_with`] and an
-//!   [`AmProtocol`]) with [`Engine::am_recv_data`] / [`Engine::am_decline`], [`Engine::put`],
+//!   [`AmProtocol`], or [`Engine::am_send_now`]) with [`Engine::am_recv_data`] / [`Engine::am_decline`], [`Engine::put`],
 //!   [`Engine::put_nbi`], [`Engine::get`], [`Engine::atomic`], [`Engine::key_check`],
 //!   [`Engine::flush`], [`Engine::flush_worker`], [`Engine::fence`], [`Engine::close`],
 //!   [`Engine::cancel`]; endpoints come and go with [`Engine::add_endpoint`],
@@ -99,8 +99,9 @@
 //!
 //! - Commands: an endpoint or worker call translates its buffer into a [`SendBuffer`] /
 //!   [`RecvBuffer`] (the request cell owns the buffer) and calls the engine. A tag send (not a
-//!   synchronous one) or a stream send asks for its frame back ([`Engine::tag_send_now`],
-//!   [`Engine::stream_send_now`]) and, when it gets it, sends it itself; [`Start::Done`] returns
+//!   synchronous one), an active message or a stream send asks for its frame back
+//!   ([`Engine::tag_send_now`], [`Engine::am_send_now`], [`Engine::stream_send_now`]) and, when
+//!   it gets it, sends it itself; [`Start::Done`] returns
 //!   a finished request without a request cell.
 //! - Draining: after each input the worker sends the outbox into the transport set (`send` or
 //!   `send_placed` per transmit; a borrowed payload goes zero-copy from the link's zero-copy
@@ -111,10 +112,10 @@
 //!   [`Event::EndpointError`] update the API's records and queue error handlers, [`Event::Am`]
 //!   queues the handler, [`Event::CloseLink`] closes the link after the poll, and
 //!   [`Event::Extension`] is shared memory's put help.
-//! - Transport events: every frame but a handshake (`Hello`, which the API decodes itself) goes
-//!   to [`Engine::handle_frame_lending_direct`] when the poll may lend it and nothing waits to
+//! - Transport events: every frame goes to [`Engine::handle_frame_lending_direct`] when the poll may lend it and nothing waits to
 //!   run before it, else to [`Engine::handle_frame_direct`]; the completion that comes back
-//!   completes its request cell at once. Placements, `PlaceDone`, `SendDone` and link failures
+//!   completes its request cell at once; a handshake comes back as [`Event::Handshake`], which
+//!   the worker's handshake code decodes. Placements, `PlaceDone`, `SendDone` and link failures
 //!   go to their entry points.
 //! - Time and connections: the worker's timer calls [`Engine::handle_timeout`], first telling
 //!   the engine of frames its endpoints' send lanes carried ([`Engine::note_sent`]). Its
