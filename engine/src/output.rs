@@ -26,18 +26,20 @@ impl Header {
     /// The header of an eager tag message, without the general encoder.
     #[inline]
     pub(crate) fn tag_eager(tag: u64, sync: bool, sender_req: u64) -> Header {
-        let mut bytes = [0u8; MAX_HEADER_LEN];
-        let head = Op::tag_eager_header(tag, sync, sender_req);
-        bytes[..head.len()].copy_from_slice(&head);
-        Header { bytes, len: head.len() as u8 }
+        Header::encoded(&Op::tag_eager_header(tag, sync, sender_req))
     }
 
     /// The header of an eager active message, without the general encoder.
     #[inline]
     pub(crate) fn am_eager(am_id: u16, reply: bool, header_len: u16) -> Header {
+        Header::encoded(&Op::am_eager_header(am_id, reply, header_len))
+    }
+
+    /// A header of the bytes an op's own fast encoder wrote.
+    #[inline(always)]
+    fn encoded(head: &[u8]) -> Header {
         let mut bytes = [0u8; MAX_HEADER_LEN];
-        let head = Op::am_eager_header(am_id, reply, header_len);
-        bytes[..head.len()].copy_from_slice(&head);
+        bytes[..head.len()].copy_from_slice(head);
         Header { bytes, len: head.len() as u8 }
     }
 
