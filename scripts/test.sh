@@ -27,8 +27,8 @@ export RUST_BACKTRACE=1
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 # The DPDK transport is a feature of zcx-dataplane, and endpoints over it a feature of zcx (both off
-# by default, so a plain build needs no DPDK); the suite lints and tests them too.
-features=(--features "zcx-dataplane/dpdk,zcx/dpdk,zcx-cli/dpdk")
+# by default, so a plain build needs no DPDK); so is verbs. The suite lints and tests them too.
+features=(--features "zcx-dataplane/dpdk,zcx/dpdk,zcx-cli/dpdk,zcx-dataplane/verbs,zcx-cli/verbs")
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings
@@ -58,6 +58,10 @@ scripts/sanitizers.sh 2>&1 | tee -a "$log"
 # "skipped: <reason>".
 echo "== DPDK endpoints on PCI NICs in a VM"
 ZCX_VM_TIMEOUT=360 scripts/vm/dpdk-test.sh 2>&1 | tee -a "$log"
+# RDMA verbs exist only in a guest too: Soft-RoCE (rdma_rxe) on two wired virtio-net NICs, one rxe
+# device each; the verbs tests run against them (scripts/vm/verbs-test.sh). About 30 s.
+echo "== verbs on Soft-RoCE in a VM"
+ZCX_VM_TIMEOUT=360 scripts/vm/verbs-test.sh 2>&1 | tee -a "$log"
 
 passed=$(grep -Eo '^test result: [a-z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
 failed=$(grep '^test result: ' "$log" | grep -Eo '[0-9]+ failed' | awk '{s += $1} END {print s + 0}')

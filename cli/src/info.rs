@@ -95,6 +95,68 @@ fn transport_section(out: &mut String, config: &Config) {
     };
     let _ = writeln!(out, "#   uring  compiled  {uring_state}");
     dpdk_lines(out, config);
+    verbs_lines(out);
+}
+
+/// The verbs devices: limits, ports, GIDs (RoCE v2 first), MTU, inline limit, atomics.
+#[cfg(feature = "verbs")]
+fn verbs_lines(out: &mut String) {
+    if let Some(why) = zcx_dataplane::verbs::verbs_missing() {
+        let _ = writeln!(out, "#   verbs  compiled without libibverbs: {why}");
+        return;
+    }
+    let devices = match zcx_dataplane::verbs::devices() {
+        Ok(devices) => devices,
+        Err(why) => {
+            let _ = writeln!(out, "#   verbs  compiled  devices could not be listed: {why}");
+            return;
+        }
+    };
+    let _ = writeln!(out, "#   verbs  compiled  {} device(s)", devices.len());
+    for device in devices {
+        let inline = device.max_inline.map_or("unknown".to_owned(), |n| format!("{n} B"));
+        let max_mr = if device.max_mr_size == u64::MAX {
+            "unlimited".to_owned()
+        } else {
+            human_bytes(device.max_mr_size)
+        };
+        let _ = writeln!(
+            out,
+            "#            {} guid {} fw '{}': atomics {}, inline {inline}, max_mr {max_mr}, rd_atom {}, sge {}, cqe {}",
+            device.name,
+            device.node_guid,
+            device.fw_ver,
+            if device.atomics { "64-bit by the NIC" } else { "none" },
+            device.max_qp_rd_atom,
+            device.max_sge,
+            device.max_cqe
+        );
+        for port in device.ports {
+            let _ = writeln!(
+                out,
+                "#              port {} {} {} mtu {} max_msg {}",
+                port.num,
+                port.state,
+                port.link_layer,
+                port.active_mtu,
+                human_bytes(u64::from(port.max_msg_sz))
+            );
+            for gid in port.gids {
+                let _ = writeln!(
+                    out,
+                    "#                gid {} {} {} ifindex {}",
+                    gid.index,
+                    gid.kind,
+                    gid.as_ipv6(),
+                    gid.ifindex
+                );
+            }
+        }
+    }
+}
+
+#[cfg(not(feature = "verbs"))]
+fn verbs_lines(out: &mut String) {
     let _ = writeln!(out, "#   verbs  not compiled (cargo feature `verbs`)");
 }
 

@@ -42,6 +42,8 @@ pub mod transport;
 pub mod transport_set;
 pub mod uring;
 pub mod uring_probe;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 pub mod wakeup;
 
 pub use access::{AccessError, RegionEntry, RemoteAccess, RemoteAccessTable};

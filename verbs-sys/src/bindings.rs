@@ -389,14 +389,10 @@ pub mod ibv_port_state {
     pub const IBV_PORT_ACTIVE: Type = 4;
     pub const IBV_PORT_ACTIVE_DEFER: Type = 5;
 }
-pub mod _bindgen_ty_13 {
-    #[allow(unused_imports)]
-    use super::*;
-    pub type Type = ::core::ffi::c_uint;
-    pub const IBV_LINK_LAYER_UNSPECIFIED: Type = 0;
-    pub const IBV_LINK_LAYER_INFINIBAND: Type = 1;
-    pub const IBV_LINK_LAYER_ETHERNET: Type = 2;
-}
+pub const IBV_LINK_LAYER_UNSPECIFIED: _bindgen_ty_13 = 0;
+pub const IBV_LINK_LAYER_INFINIBAND: _bindgen_ty_13 = 1;
+pub const IBV_LINK_LAYER_ETHERNET: _bindgen_ty_13 = 2;
+pub type _bindgen_ty_13 = ::core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_port_attr {

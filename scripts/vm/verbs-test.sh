@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# zcx's verbs tests on Soft-RoCE: inside a run.sh guest, one rxe device on each of two virtio-net
+# NICs wired together (rxe0 on eth0, rxe1 on eth1), the verbs test binaries run against them.
+#
+#   scripts/vm/verbs-test.sh
+#
+# Today: the device layer (dataplane/tests/verbs_devices.rs: ports, GIDs, MTU, inline limit) and
+# `zcx info`'s listing. Builds the binaries on the host, then boots one guest. Exits non-zero if a
+# test fails; prints `skipped: <reason>` and exits 0 when QEMU is not installed.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../.."
+
+# Inside the guest (run.sh's command).
+if [ "${1:-}" = --in-guest ]; then
+    devices_test=$2 zcx=$3
+    ip link set eth0 up
+    ip link set eth1 up
+    rdma link add rxe0 type rxe netdev eth0
+    rdma link add rxe1 type rxe netdev eth1
+    # The link-local GIDs appear once IPv6 duplicate-address detection is done (about 2 s).
+    for _ in $(seq 1 50); do
+        if [ -n "$(ip -6 addr show dev eth0 scope link -tentative)" ] &&
+            [ -n "$(ip -6 addr show dev eth1 scope link -tentative)" ]; then
+            break
+        fi
+        sleep 0.2
+    done
+    rdma link show
+    echo "== zcx info (verbs)"
+    "$zcx" info | sed -n '/#   verbs/,/^#$/p'
+    echo "== dataplane verbs device test"
+    ZCX_VERBS_EXPECT=rxe0,rxe1 "$devices_test" --nocapture --test-threads=1
+    exit $?
+fi
+
+if ! command -v qemu-system-x86_64 >/dev/null; then
+    echo "skipped: VM verbs test: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
+    exit 0
+fi
+
+echo "== building the verbs tests for the guest"
+devices_test=$(cargo test -p zcx-dataplane --features verbs --test verbs_devices --no-run --locked --message-format=json |
+    grep '"name":"verbs_devices"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$devices_test" ] || { echo "verbs-test.sh: no test binary found" >&2; exit 1; }
+cargo build -p zcx-cli --features verbs --bin zcx --locked --quiet
+zcx=$(pwd)/target/debug/zcx
+
+echo "== verbs in a VM: rxe0 and rxe1 on two wired virtio-net NICs"
+start=$(date +%s)
+if "$here/run.sh" --nics 2 --driver kernel --module rdma_rxe --timeout "${ZCX_VM_TIMEOUT:-600}" \
+    --log "${ZCX_VM_CACHE:-target/vm}/console-verbs.log" \
+    --env ZCX_REQUIRE_VERBS=1 --env RUST_BACKTRACE=1 -- "$here/verbs-test.sh" --in-guest "$devices_test" "$zcx"; then
+    echo "VM verbs test: passed in $(($(date +%s) - start))s"
+else
+    status=$?
+    echo "VM verbs test: FAILED (exit $status) after $(($(date +%s) - start))s"
+    exit 1
+fi
