@@ -99,6 +99,11 @@ const KNOWN: &[Known] = &[
         default: "",
         doc: "The ethdev the DPDK transport uses, by name (net_memif0); the dpdk transport runs when this is set",
     },
+    Known {
+        name: "VERBS_DEVICE",
+        default: "",
+        doc: "The verbs device and port, name:port (rxe0:1), as UCX_NET_DEVICES; empty: the first device with an active port",
+    },
     Known { name: "DPDK_MTU", default: "1500", doc: "Ethernet payload size of the DPDK transport's frames (at most 2034)" },
     Known {
         name: "DPDK_MBUFS",
@@ -306,6 +311,11 @@ impl Config {
     /// `ZCX_DPDK_PORT`, or `None` when unset (the DPDK transport is then not configured).
     pub fn dpdk_port(&self) -> Option<&str> {
         self.get("DPDK_PORT").filter(|p| !p.is_empty())
+    }
+
+    /// `ZCX_VERBS_DEVICE`, or `None` when unset (the first device with an active port is used).
+    pub fn verbs_device(&self) -> Option<&str> {
+        self.get("VERBS_DEVICE").filter(|d| !d.is_empty())
     }
 
     /// `ZCX_DPDK_MTU`.

@@ -119,7 +119,7 @@ impl Context {
             features: params.features,
             config: config.clone(),
             rcache: RegistrationCache::new(config.rcache_enabled()),
-            domains: memory_domains(pid),
+            domains: memory_domains(pid, config, params.features),
             remote_access: Arc::new(RemoteAccessTable::new()),
             allocations: Mutex::new(BTreeMap::new()),
             help_sources: Default::default(),
@@ -197,19 +197,61 @@ impl ContextInner {
 }
 
 /// The memory domains of a context: same-host sharing always, DPDK external memory in a build
-/// with DPDK (a range registers with it only while this process runs EAL).
-fn memory_domains(pid: u32) -> Vec<Arc<dyn MemoryDomain>> {
+/// with DPDK (a range registers with it only while this process runs EAL), and the protection
+/// domain of the verbs device in a build with verbs, when `ZCX_TLS` allows verbs and a device is
+/// there.
+fn memory_domains(pid: u32, config: &Config, features: Features) -> Vec<Arc<dyn MemoryDomain>> {
     // This process as a same-host peer sees it: what goes into shared-memory locators.
     let same_host = zcx_dataplane::shm::domain::SameHostDomain::new(
         zcx_control::local_boot_id(),
         pid,
         zcx_control::process_start_time(pid).unwrap_or(0),
     );
-    vec![
+    #[allow(unused_mut)]
+    let mut domains: Vec<Arc<dyn MemoryDomain>> = vec![
         Arc::new(same_host),
         #[cfg(feature = "dpdk")]
         Arc::new(zcx_dataplane::dpdk::domain::DpdkDomain),
-    ]
+    ];
+    #[cfg(feature = "verbs")]
+    if let Some(verbs) = verbs_domain(config, features) {
+        domains.push(verbs);
+    }
+    #[cfg(not(feature = "verbs"))]
+    let _ = (config, features);
+    domains
+}
+
+/// The verbs memory domain of the chosen device, or `None` (no device, verbs not allowed, or the
+/// device could not be opened: said in the log, as loudly as `ZCX_TLS` asked for verbs).
+#[cfg(feature = "verbs")]
+fn verbs_domain(config: &Config, features: Features) -> Option<Arc<dyn MemoryDomain>> {
+    use zcx_dataplane::verbs;
+    if !config.transport_enabled("verbs") || verbs::verbs_missing().is_some() {
+        return None;
+    }
+    let opened = verbs::choose(config.verbs_device()).and_then(|chosen| match chosen {
+        Some((name, port)) => verbs::ProtectionDomain::open(&name, port).map(Some),
+        None => Ok(None),
+    });
+    match opened {
+        Ok(Some(pd)) => {
+            let atomics = features.intersects(Features::AMO32 | Features::AMO64);
+            Some(Arc::new(verbs::VerbsDomain::new(Arc::new(pd), atomics)))
+        }
+        Ok(None) => {
+            tracing::debug!("no verbs device; memory is not registered with verbs");
+            None
+        }
+        Err(why) if config.transport_required("verbs") => {
+            tracing::warn!(%why, "ZCX_TLS asks for verbs, but its device cannot be used");
+            None
+        }
+        Err(why) => {
+            tracing::debug!(%why, "verbs device not used");
+            None
+        }
+    }
 }
 
 /// 16 bytes from the kernel's CSPRNG: context ids and access keys must be unguessable.

@@ -95,8 +95,11 @@ pub enum DomainError {
     /// device is not running): operations that would have used the domain fall back to a path
     /// without it (a copy, an emulated access).
     NotApplicable(String),
-    /// Registering failed for a reason the caller must hear about (out of pinnable memory).
+    /// Registering failed for a reason the caller must hear about.
     Failed(String),
+    /// Registering would pass a limit of the process (pinned memory over `RLIMIT_MEMLOCK`):
+    /// `UCS_ERR_EXCEEDS_LIMIT`, with what to raise.
+    ExceedsLimit(String),
     /// A peer's entry for this domain is malformed.
     BadEntry(String),
 }
@@ -106,6 +109,7 @@ impl fmt::Display for DomainError {
         match self {
             DomainError::NotApplicable(why) => write!(f, "not applicable: {why}"),
             DomainError::Failed(why) => write!(f, "registration failed: {why}"),
+            DomainError::ExceedsLimit(why) => write!(f, "registration over a limit: {why}"),
             DomainError::BadEntry(why) => write!(f, "bad remote entry: {why}"),
         }
     }

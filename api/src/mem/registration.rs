@@ -164,6 +164,15 @@ impl Registration {
                 tracing::debug!(domain = %domain.id(), start = self.start, %why, "domain does not apply");
                 Ok(None)
             }
+            Err(DomainError::ExceedsLimit(why)) => Err(fail_with(
+                Status::ExceedsLimit,
+                format!(
+                    "registering {:#x}+{} with the {} domain: {why}",
+                    self.start,
+                    region.len,
+                    domain.id()
+                ),
+            )),
             Err(why) => Err(fail_with(
                 Status::NoResource,
                 format!(

@@ -138,6 +138,39 @@ pub fn devices() -> Result<Vec<DeviceInfo>, String> {
     Ok(out)
 }
 
+/// The device and port the transport and memory domain use: `wanted` as `ZCX_VERBS_DEVICE`
+/// says it (`rxe0:1`, or `rxe0` for port 1), checked to exist with that port active; without
+/// it, the first device with an active port. `Ok(None)`: no device here.
+pub fn choose(wanted: Option<&str>) -> Result<Option<(String, u8)>, String> {
+    let devices = devices()?;
+    let Some(wanted) = wanted else {
+        return Ok(devices
+            .iter()
+            .find_map(|d| d.ports.iter().find(|p| p.active).map(|p| (d.name.clone(), p.num))));
+    };
+    let (name, port) = match wanted.split_once(':') {
+        Some((name, port)) => {
+            let port =
+                port.parse::<u8>().map_err(|_| format!("ZCX_VERBS_DEVICE={wanted}: port is not a number"))?;
+            (name, port)
+        }
+        None => (wanted, 1),
+    };
+    let device = devices.iter().find(|d| d.name == name).ok_or_else(|| {
+        let names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+        format!("ZCX_VERBS_DEVICE={wanted}: no device {name} (devices: {names:?})")
+    })?;
+    let found = device
+        .ports
+        .iter()
+        .find(|p| p.num == port)
+        .ok_or_else(|| format!("ZCX_VERBS_DEVICE={wanted}: {name} has no port {port}"))?;
+    if !found.active {
+        return Err(format!("ZCX_VERBS_DEVICE={wanted}: port {port} of {name} is {}", found.state));
+    }
+    Ok(Some((name.to_owned(), port)))
+}
+
 /// Frees a device list once.
 struct DeviceList(*mut *mut sys::ibv_device);
 

@@ -1,13 +1,18 @@
-//! The RDMA verbs transport's building blocks, over libibverbs (`zcx-verbs-sys`): for now the
-//! devices, their ports and GIDs, as `zcx info` lists them and the transport will choose them.
+//! The RDMA verbs transport's building blocks, over libibverbs (`zcx-verbs-sys`): the devices,
+//! their ports and GIDs, as `zcx info` lists them and the transport will choose them; a device's
+//! protection domain; and the memory domain that registers `mem_map` regions in it.
 //!
 //! Feature `verbs`. Built without libibverbs, [`verbs_missing`] says why and nothing here calls
 //! into it. On this machine no device exists; Soft-RoCE runs in the QEMU guest
 //! (`scripts/vm/verbs-test.sh`).
 
 pub mod device;
+pub mod domain;
+pub mod pd;
 
-pub use device::{devices, DeviceInfo, GidInfo, GidKind, PortInfo};
+pub use device::{choose, devices, DeviceInfo, GidInfo, GidKind, PortInfo};
+pub use domain::{VerbsDomain, VerbsRegistration};
+pub use pd::ProtectionDomain;
 
 /// Why libibverbs is not linked (the crate was built without it), or `None` when it is.
 pub fn verbs_missing() -> Option<&'static str> {

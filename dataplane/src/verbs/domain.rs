@@ -1,0 +1,201 @@
+//! A verbs protection domain as a memory domain: `mem_map` registers the region with
+//! `ibv_reg_mr`, with remote access only as far as the region's `UCP_MEM_MAP_PROT_*` bits allow,
+//! and the packed remote key carries the memory region's rkey for the peer's RDMA requests.
+//!
+//! The NIC enforces the memory region's bounds and access flags on every remote access, but the
+//! region a key names is the owner's whole registration: the narrower range and protection of a
+//! packed key are checked by the initiator before it posts (the transport's job), and a key a
+//! peer forged still reaches only memory the owner registered, with the access it registered.
+//!
+//! Registering pins every page, so a region mapped with NONBLOCK registers at its first use; a
+//! registration the memory-lock limit refuses is [`DomainError::ExceedsLimit`], naming
+//! `RLIMIT_MEMLOCK`.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use zcx_control::{PROT_REMOTE_READ, PROT_REMOTE_WRITE};
+use zcx_verbs_sys as sys;
+
+use super::pd::ProtectionDomain;
+use crate::domain::{DomainError, DomainId, DomainRegistration, MemoryDomain, RegionToRegister};
+
+/// Bytes of this domain's entry in a packed key: the rkey, little-endian.
+pub const ENTRY_LEN: usize = 4;
+
+/// The verbs memory domain of one device.
+#[derive(Debug)]
+pub struct VerbsDomain {
+    pd: Arc<ProtectionDomain>,
+    /// Whether registrations allow remote atomics (the context asked for AMO features).
+    atomics: bool,
+}
+
+impl VerbsDomain {
+    /// The domain of `pd`; `atomics`: regions writable by peers also take their RDMA atomics.
+    pub fn new(pd: Arc<ProtectionDomain>, atomics: bool) -> VerbsDomain {
+        VerbsDomain { pd, atomics }
+    }
+
+    /// The protection domain regions are registered in.
+    pub fn protection_domain(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+}
+
+/// The `ibv_access_flags` for a region mapped with `prot`: local write always (receives and
+/// gets land in it), remote read and write as `prot` allows, remote atomics with remote write
+/// when the context wants atomics.
+pub fn access_flags(prot: u32, atomics: bool) -> u32 {
+    let mut access = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
+    if prot & PROT_REMOTE_READ != 0 {
+        access |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ;
+    }
+    if prot & PROT_REMOTE_WRITE != 0 {
+        access |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
+        if atomics {
+            access |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC;
+        }
+    }
+    access
+}
+
+/// The rkey in a peer's entry for this domain, after checking its length.
+pub fn decode_entry(entry: &[u8]) -> Result<u32, DomainError> {
+    let bytes: [u8; ENTRY_LEN] = entry.try_into().map_err(|_| {
+        DomainError::BadEntry(format!("a verbs entry is {ENTRY_LEN} bytes, not {}", entry.len()))
+    })?;
+    Ok(u32::from_le_bytes(bytes))
+}
+
+impl MemoryDomain for VerbsDomain {
+    fn id(&self) -> DomainId {
+        DomainId::VERBS
+    }
+
+    fn register(&self, region: &RegionToRegister) -> Result<Arc<dyn DomainRegistration>, DomainError> {
+        // A region of a zcx mapping registers the whole mapping, so every handle into the
+        // allocation shares one memory region (and one rkey).
+        let (start, len, keep) = match &region.backing {
+            Some(backing) => (backing.start, backing.len, Some(Arc::clone(&backing.keep))),
+            None => (region.start, region.len, None),
+        };
+        let access = access_flags(region.prot, self.atomics);
+        // SAFETY: `[start, start + len)` is mapped memory that stays mapped while the region is
+        // registered: a zcx mapping is kept alive by `keep`, which the registration holds, and
+        // caller memory by the contract of `MemMapParams::address` (its handles outlive it).
+        let mr = unsafe { sys::zcx_ibv_reg_mr(self.pd.raw_pd(), start as *mut _, len, access) };
+        if mr.is_null() {
+            let err = std::io::Error::last_os_error();
+            let what = format!("ibv_reg_mr of {len} bytes on {}: {err}", self.pd.name());
+            return Err(match err.raw_os_error() {
+                Some(libc::ENOMEM) | Some(libc::EPERM) => DomainError::ExceedsLimit(format!(
+                    "{what}; registered memory is pinned and counts against RLIMIT_MEMLOCK \
+                     (raise it with `ulimit -l`, or run with CAP_IPC_LOCK)"
+                )),
+                _ => DomainError::Failed(what),
+            });
+        }
+        // SAFETY: a memory region just registered.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        Ok(Arc::new(VerbsRegistration { mr, lkey, rkey, start, len, _pd: Arc::clone(&self.pd), _keep: keep }))
+    }
+
+    fn check_remote_entry(&self, entry: &[u8]) -> Result<(), DomainError> {
+        decode_entry(entry).map(|_| ())
+    }
+
+    fn defers_nonblocking(&self) -> bool {
+        true
+    }
+}
+
+/// A memory region registered in a protection domain; deregistered when the last holder (the
+/// handle's registration, or an operation in flight from it) lets go.
+pub struct VerbsRegistration {
+    mr: *mut sys::ibv_mr,
+    lkey: u32,
+    rkey: u32,
+    start: usize,
+    len: usize,
+    /// The protection domain outlives its memory regions.
+    _pd: Arc<ProtectionDomain>,
+    /// The zcx mapping stays mapped while it is registered.
+    _keep: Option<Arc<dyn Send + Sync>>,
+}
+
+// SAFETY: the memory region is only handed to libibverbs calls, which may come from any thread.
+unsafe impl Send for VerbsRegistration {}
+// SAFETY: as above; the keys and bounds are plain values.
+unsafe impl Sync for VerbsRegistration {}
+
+impl VerbsRegistration {
+    /// The key local work requests name the region's bytes with.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// The key peers' RDMA requests name the region with.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The registered range `(start, len)` (a zcx mapping's whole range).
+    pub fn range(&self) -> (usize, usize) {
+        (self.start, self.len)
+    }
+}
+
+impl DomainRegistration for VerbsRegistration {
+    fn remote_entry(&self, _addr: usize, _len: usize) -> Option<Vec<u8>> {
+        Some(self.rkey.to_le_bytes().to_vec())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for VerbsRegistration {
+    fn drop(&mut self) {
+        // SAFETY: registered in `register`, deregistered once; the protection domain is alive
+        // (held by this value).
+        let rc = unsafe { sys::ibv_dereg_mr(self.mr) };
+        if rc != 0 {
+            tracing::warn!(rc, start = self.start, len = self.len, "ibv_dereg_mr failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zcx_control::{PROT_LOCAL_READ, PROT_LOCAL_WRITE};
+
+    use sys::ibv_access_flags::{
+        IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as ATOMIC,
+        IBV_ACCESS_REMOTE_READ as READ, IBV_ACCESS_REMOTE_WRITE as WRITE,
+    };
+
+    #[test]
+    fn remote_access_is_granted_only_as_prot_allows() {
+        let local = PROT_LOCAL_READ | PROT_LOCAL_WRITE;
+        assert_eq!(access_flags(local, true), LOCAL_WRITE, "a local-only region takes no remote access");
+        assert_eq!(access_flags(local | PROT_REMOTE_READ, true), LOCAL_WRITE | READ);
+        assert_eq!(access_flags(local | PROT_REMOTE_WRITE, false), LOCAL_WRITE | WRITE);
+        assert_eq!(access_flags(local | PROT_REMOTE_WRITE, true), LOCAL_WRITE | WRITE | ATOMIC);
+        assert_eq!(
+            access_flags(local | PROT_REMOTE_READ | PROT_REMOTE_WRITE, true),
+            LOCAL_WRITE | READ | WRITE | ATOMIC
+        );
+        assert_eq!(access_flags(PROT_REMOTE_READ, true) & (WRITE | ATOMIC), 0, "read-only stays read-only");
+    }
+
+    #[test]
+    fn an_entry_is_exactly_an_rkey() {
+        assert_eq!(decode_entry(&0x1234_5678u32.to_le_bytes()), Ok(0x1234_5678));
+        for bad in [&[][..], &[1, 2, 3], &[1, 2, 3, 4, 5], &[0; 64]] {
+            assert!(matches!(decode_entry(bad), Err(DomainError::BadEntry(_))), "{bad:?}");
+        }
+    }
+}
