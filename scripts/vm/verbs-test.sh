@@ -5,7 +5,8 @@
 #   scripts/vm/verbs-test.sh
 #
 # Today: the device layer (dataplane/tests/verbs_devices.rs: ports, GIDs, MTU, inline limit),
-# `zcx info`'s listing, and memory registration (api/tests/verbs_memory.rs), once as root and once
+# `zcx info`'s listing, queue pairs between the two devices (dataplane/tests/verbs_qp.rs: RDMA
+# write, read, atomics, send/receive, forged keys), and memory registration (api/tests/verbs_memory.rs), once as root and once
 # as an unprivileged user with a 64 KiB RLIMIT_MEMLOCK. Builds the binaries on the host, then boots one guest. Exits non-zero if a
 # test fails; prints `skipped: <reason>` and exits 0 when QEMU is not installed.
 set -euo pipefail
@@ -14,7 +15,7 @@ cd "$here/../.."
 
 # Inside the guest (run.sh's command).
 if [ "${1:-}" = --in-guest ]; then
-    devices_test=$2 zcx=$3 memory_test=$4
+    devices_test=$2 zcx=$3 memory_test=$4 qp_test=$5
     ip link set eth0 up
     ip link set eth1 up
     rdma link add rxe0 type rxe netdev eth0
@@ -32,6 +33,8 @@ if [ "${1:-}" = --in-guest ]; then
     "$zcx" info | sed -n '/#   verbs/,/^#$/p'
     echo "== dataplane verbs device test"
     ZCX_VERBS_EXPECT=rxe0,rxe1 "$devices_test" --nocapture --test-threads=1
+    echo "== dataplane verbs queue-pair test"
+    ZCX_VERBS_EXPECT=rxe0,rxe1 "$qp_test" --nocapture --test-threads=1
     echo "== api verbs memory test"
     ZCX_VERBS_EXPECT=rxe0,rxe1 "$memory_test" --skip registering_past_the_memlock_limit --nocapture --test-threads=1
     echo "== api verbs memory test, unprivileged, RLIMIT_MEMLOCK 64 KiB"
@@ -52,6 +55,9 @@ echo "== building the verbs tests for the guest"
 devices_test=$(cargo test -p zcx-dataplane --features verbs --test verbs_devices --no-run --locked --message-format=json |
     grep '"name":"verbs_devices"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$devices_test" ] || { echo "verbs-test.sh: no test binary found" >&2; exit 1; }
+qp_test=$(cargo test -p zcx-dataplane --features verbs --test verbs_qp --no-run --locked --message-format=json |
+    grep '"name":"verbs_qp"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$qp_test" ] || { echo "verbs-test.sh: no queue-pair test binary found" >&2; exit 1; }
 memory_test=$(cargo test -p zcx --features verbs --test verbs_memory --no-run --locked --message-format=json |
     grep '"name":"verbs_memory"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$memory_test" ] || { echo "verbs-test.sh: no memory test binary found" >&2; exit 1; }
@@ -62,7 +68,7 @@ echo "== verbs in a VM: rxe0 and rxe1 on two wired virtio-net NICs"
 start=$(date +%s)
 if "$here/run.sh" --nics 2 --driver kernel --module rdma_rxe --timeout "${ZCX_VM_TIMEOUT:-600}" \
     --log "${ZCX_VM_CACHE:-target/vm}/console-verbs.log" \
-    --env ZCX_REQUIRE_VERBS=1 --env RUST_BACKTRACE=1 -- "$here/verbs-test.sh" --in-guest "$devices_test" "$zcx" "$memory_test"; then
+    --env ZCX_REQUIRE_VERBS=1 --env RUST_BACKTRACE=1 -- "$here/verbs-test.sh" --in-guest "$devices_test" "$zcx" "$memory_test" "$qp_test"; then
     echo "VM verbs test: passed in $(($(date +%s) - start))s"
 else
     status=$?

@@ -1,18 +1,23 @@
 //! The RDMA verbs transport's building blocks, over libibverbs (`zcx-verbs-sys`): the devices,
 //! their ports and GIDs, as `zcx info` lists them and the transport will choose them; a device's
-//! protection domain; and the memory domain that registers `mem_map` regions in it.
+//! protection domain; the memory domain that registers `mem_map` regions in it; completion
+//! queues; and reliable-connected queue pairs with their work requests.
 //!
 //! Feature `verbs`. Built without libibverbs, [`verbs_missing`] says why and nothing here calls
 //! into it. On this machine no device exists; Soft-RoCE runs in the QEMU guest
 //! (`scripts/vm/verbs-test.sh`).
 
+pub mod cq;
 pub mod device;
 pub mod domain;
 pub mod pd;
+pub mod qp;
 
+pub use cq::{CompletionQueue, WorkCompletion};
 pub use device::{choose, devices, DeviceInfo, GidInfo, GidKind, PortInfo};
 pub use domain::{VerbsDomain, VerbsRegistration};
 pub use pd::ProtectionDomain;
+pub use qp::{Local, QpAddress, QpCaps, RcQueuePair, Remote, RetryPolicy, SendOp};
 
 /// Why libibverbs is not linked (the crate was built without it), or `None` when it is.
 pub fn verbs_missing() -> Option<&'static str> {
