@@ -112,7 +112,12 @@ fn verbs_lines(out: &mut String) {
             return;
         }
     };
-    let _ = writeln!(out, "#   verbs  compiled  {} device(s)", devices.len());
+    let fork = match zcx_dataplane::verbs::fork_safety() {
+        Some(zcx_dataplane::verbs::ForkSafety::Unneeded) => "fork safe (the kernel copies pinned pages)",
+        Some(zcx_dataplane::verbs::ForkSafety::Enabled) => "fork safe (ibv_fork_init was called)",
+        _ => "NOT fork safe: a child must not touch registered memory",
+    };
+    let _ = writeln!(out, "#   verbs  compiled  {} device(s), {fork}", devices.len());
     for device in devices {
         let inline = device.max_inline.map_or("unknown".to_owned(), |n| format!("{n} B"));
         let max_mr = if device.max_mr_size == u64::MAX {

@@ -62,7 +62,7 @@ memory_test=$(cargo test -p zcx --features verbs --test verbs_memory --no-run --
     grep '"name":"verbs_memory"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$memory_test" ] || { echo "verbs-test.sh: no memory test binary found" >&2; exit 1; }
 cargo build -p zcx-cli --features verbs --bin zcx --locked --quiet
-zcx=$(pwd)/target/debug/zcx
+zcx=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/zcx
 
 echo "== verbs in a VM: rxe0 and rxe1 on two wired virtio-net NICs"
 start=$(date +%s)

@@ -171,6 +171,46 @@ pub fn choose(wanted: Option<&str>) -> Result<Option<(String, u8)>, String> {
     Ok(Some((name.to_owned(), port)))
 }
 
+/// Whether a child of `fork()` is safe from this process's registered memory
+/// (`ibv_is_fork_initialized`). zcx never calls `ibv_fork_init`: on kernels that copy pinned
+/// pages for the child (5.13 and later) it is unneeded, and before them it slows every
+/// registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForkSafety {
+    /// The kernel keeps registered pages of the parent intact across a fork: forking is safe.
+    Unneeded,
+    /// `ibv_fork_init` was called (by someone else in the process): forking is safe.
+    Enabled,
+    /// Neither: a child that touches a registered page can corrupt the parent's RDMA.
+    Unsafe,
+}
+
+/// The process's fork safety, or `None` when libibverbs is not linked.
+pub fn fork_safety() -> Option<ForkSafety> {
+    if super::verbs_missing().is_some() {
+        return None;
+    }
+    // SAFETY: reads libibverbs' process-wide state; no arguments.
+    Some(match unsafe { sys::ibv_is_fork_initialized() } {
+        sys::ibv_fork_status::IBV_FORK_UNNEEDED => ForkSafety::Unneeded,
+        sys::ibv_fork_status::IBV_FORK_ENABLED => ForkSafety::Enabled,
+        _ => ForkSafety::Unsafe,
+    })
+}
+
+/// The GID a queue pair on `port` uses: `wanted` (`ZCX_VERBS_GID_INDEX`, as
+/// `UCX_IB_GID_INDEX`) when the port has it, else the first in transport order (RoCE v2 first,
+/// see [`order_gids`]).
+pub fn choose_gid(port: &PortInfo, wanted: Option<u32>) -> Result<GidInfo, String> {
+    match wanted {
+        Some(index) => port.gids.iter().find(|g| g.index == index).copied().ok_or_else(|| {
+            let valid: Vec<u32> = port.gids.iter().map(|g| g.index).collect();
+            format!("ZCX_VERBS_GID_INDEX={index}: port {} has no such GID (valid: {valid:?})", port.num)
+        }),
+        None => port.gids.first().copied().ok_or_else(|| format!("port {} has no GID", port.num)),
+    }
+}
+
 /// Frees a device list once.
 struct DeviceList(*mut *mut sys::ibv_device);
 
@@ -347,6 +387,29 @@ mod tests {
         );
         assert_eq!(mtu_bytes(0), 0);
         assert_eq!(mtu_bytes(6), 0);
+    }
+
+    #[test]
+    fn the_gid_is_the_one_asked_for_or_the_first_roce_v2() {
+        let gid = |index, kind| GidInfo { index, gid: [index as u8; 16], kind, ifindex: 2 };
+        let mut gids = vec![gid(0, GidKind::RoceV1), gid(1, GidKind::RoceV2), gid(3, GidKind::RoceV2)];
+        order_gids(&mut gids);
+        let port = PortInfo {
+            num: 1,
+            state: "active".into(),
+            active: true,
+            link_layer: "Ethernet",
+            active_mtu: 1024,
+            max_msg_sz: 1 << 23,
+            gids,
+        };
+        assert_eq!(choose_gid(&port, None).map(|g| g.index), Ok(1));
+        assert_eq!(choose_gid(&port, Some(0)).map(|g| g.index), Ok(0));
+        assert_eq!(choose_gid(&port, Some(3)).map(|g| g.index), Ok(3));
+        let missing = choose_gid(&port, Some(2)).expect_err("index 2 is not in the table");
+        assert!(missing.contains("ZCX_VERBS_GID_INDEX=2") && missing.contains("[1, 3, 0]"), "{missing}");
+        let empty = PortInfo { gids: Vec::new(), ..port };
+        assert!(choose_gid(&empty, None).is_err());
     }
 
     #[test]

@@ -14,7 +14,9 @@ pub mod pd;
 pub mod qp;
 
 pub use cq::{CompletionQueue, WorkCompletion};
-pub use device::{choose, devices, DeviceInfo, GidInfo, GidKind, PortInfo};
+pub use device::{
+    choose, choose_gid, devices, fork_safety, DeviceInfo, ForkSafety, GidInfo, GidKind, PortInfo,
+};
 pub use domain::{VerbsDomain, VerbsRegistration};
 pub use pd::ProtectionDomain;
 pub use qp::{Local, QpAddress, QpCaps, RcQueuePair, Remote, RetryPolicy, SendOp};
