@@ -1,7 +1,8 @@
 //! Two reliable-connected queue pairs, one on each Soft-RoCE device, connected to each other in
 //! one process: RDMA write, read, fetch-add, compare-swap and send/receive move the right bytes,
-//! and a forged key or an address past the region fails the initiator's request with
-//! CONNECTION_RESET while the target's bytes stay as they were. Run by `scripts/vm/verbs-test.sh`
+//! a forged key or an address past the region fails the initiator's request with
+//! CONNECTION_RESET while the target's bytes stay as they were, and sends land in a shared
+//! receive queue and wake an armed completion channel. Run by `scripts/vm/verbs-test.sh`
 //! inside the guest (`ZCX_VERBS_EXPECT=rxe0,rxe1`); elsewhere it prints `skipped:`.
 #![cfg(feature = "verbs")]
 
@@ -11,8 +12,8 @@ use std::time::{Duration, Instant};
 use zcx_control::{PROT_LOCAL_READ, PROT_LOCAL_WRITE, PROT_REMOTE_READ, PROT_REMOTE_WRITE};
 use zcx_dataplane::domain::{MemoryDomain, RegionToRegister};
 use zcx_dataplane::verbs::{
-    self, CompletionQueue, Local, ProtectionDomain, QpCaps, RcQueuePair, Remote, RetryPolicy, SendOp,
-    VerbsDomain, VerbsRegistration, WorkCompletion,
+    self, CompletionChannel, CompletionQueue, Local, ProtectionDomain, QpCaps, RcQueuePair, Remote,
+    RetryPolicy, SendOp, SharedReceiveQueue, VerbsDomain, VerbsRegistration, WorkCompletion,
 };
 use zcx_dataplane::TlError;
 
@@ -25,8 +26,8 @@ struct Side {
 fn side(device: &str) -> Side {
     let pd = Arc::new(ProtectionDomain::open(device, 1).expect("opens"));
     let cq = CompletionQueue::new(&pd, 256).expect("a CQ");
-    let qp =
-        RcQueuePair::create(&pd, &cq, QpCaps { send_wr: 64, recv_wr: 64, inline: 256 }, 0).expect("a QP");
+    let qp = RcQueuePair::create(&pd, &cq, None, QpCaps { send_wr: 64, recv_wr: 64, inline: 256 }, 0)
+        .expect("a QP");
     Side { domain: VerbsDomain::new(pd, true), cq, qp }
 }
 
@@ -66,18 +67,28 @@ impl Buffer {
     }
 }
 
-/// Waits (at most 10 s) for the completion of `wr_id` on `cq`.
+/// Waits (at most 10 s) for the completion of `wr_id` on `cq`, the only request outstanding on
+/// it (anything else polled meanwhile is dropped).
 fn wait(cq: &CompletionQueue, wr_id: u64) -> WorkCompletion {
+    wait_all(cq, &[wr_id])[0]
+}
+
+/// Waits (at most 10 s) for the completions of every request in `wr_ids` on `cq`, in that order.
+fn wait_all(cq: &CompletionQueue, wr_ids: &[u64]) -> Vec<WorkCompletion> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut out = [WorkCompletion { wr_id: 0, result: Ok(()), status: 0, opcode: 0, byte_len: 0 }; 4];
-    loop {
+    let mut found = std::collections::HashMap::new();
+    while found.len() < wr_ids.len() {
         let n = cq.poll(&mut out).expect("polls");
-        if let Some(done) = out[..n].iter().find(|wc| wc.wr_id == wr_id) {
-            return *done;
+        for done in &out[..n] {
+            if wr_ids.contains(&done.wr_id) {
+                found.insert(done.wr_id, *done);
+            }
         }
-        assert!(Instant::now() < deadline, "no completion for request {wr_id} in 10 s");
+        assert!(Instant::now() < deadline, "{} of {} completions in 10 s", found.len(), wr_ids.len());
         std::thread::yield_now();
     }
+    wr_ids.iter().map(|id| found[id]).collect()
 }
 
 fn connected() -> Option<(Side, Side)> {
@@ -184,4 +195,68 @@ fn a_forged_key_or_an_address_past_the_region_touches_nothing() {
         }
         assert_eq!(target.checksum(), before, "{forge}: bytes changed after the error");
     }
+}
+
+/// Sends into a queue pair whose receives come from a shared receive queue, refilled by one
+/// chained post; and a sleeping side woken through its completion channel by the next message.
+#[test]
+fn sends_land_in_a_shared_receive_queue_and_an_armed_queue_wakes_its_channel() {
+    if let Some(why) = verbs::verbs_missing() {
+        println!("skipped: {why}");
+        return;
+    }
+    if std::env::var_os("ZCX_VERBS_EXPECT").is_none() {
+        println!("skipped: no verbs device here (the VM test sets ZCX_VERBS_EXPECT)");
+        return;
+    }
+    let a = side("rxe0");
+    let pd_b = Arc::new(ProtectionDomain::open("rxe1", 1).expect("opens"));
+    let channel = CompletionChannel::new(&pd_b).expect("a channel");
+    let cq_b = CompletionQueue::with_channel(&pd_b, 256, &channel).expect("a CQ on the channel");
+    let srq = SharedReceiveQueue::new(&pd_b, 128).expect("an SRQ");
+    assert!(srq.capacity() >= 128);
+    let qp_b =
+        RcQueuePair::create(&pd_b, &cq_b, Some(&srq), QpCaps { send_wr: 16, recv_wr: 0, inline: 64 }, 0)
+            .expect("a QP on the SRQ");
+    let b = Side { domain: VerbsDomain::new(Arc::clone(&pd_b), false), cq: Arc::clone(&cq_b), qp: qp_b };
+    a.qp.connect(&b.qp.local_address(), RetryPolicy::default()).unwrap();
+    b.qp.connect(&a.qp.local_address(), RetryPolicy::default()).unwrap();
+
+    const MESSAGES: usize = 40;
+    let inbox = Buffer::new(&b, MESSAGES * 8, 0);
+    let receives: Vec<(u64, Local)> =
+        (0..MESSAGES).map(|i| (1000 + i as u64, inbox.local(i * 8, 64))).collect();
+    // SAFETY: `inbox` is registered and outlives every receive.
+    assert_eq!(unsafe { srq.post_batch(&receives) }, Ok(MESSAGES), "one chained post");
+    let src = Buffer::new(&a, MESSAGES * 8, 0);
+    for i in 0..MESSAGES {
+        // SAFETY: nothing else touches `src` while it is filled.
+        unsafe { std::ptr::write_volatile(src.bytes.as_ptr().add(i * 8).cast_mut(), 0xabc0_0000 + i as u64) };
+        // SAFETY: registered and live until the completion.
+        unsafe { a.qp.post(i as u64, SendOp::Send, src.local(i * 8, 8 * (1 + i as u32 % 8)), true) }.unwrap();
+        assert_eq!(wait(&a.cq, i as u64).result, Ok(()), "send {i}");
+    }
+    let ids: Vec<u64> = (0..MESSAGES).map(|i| 1000 + i as u64).collect();
+    for (i, done) in wait_all(&b.cq, &ids).into_iter().enumerate() {
+        assert_eq!((done.result, done.byte_len), (Ok(()), 8 * (1 + i as u32 % 8)), "receive {i}");
+        assert_eq!(inbox.read(i * 8), 0xabc0_0000 + i as u64, "receive {i} landed in its own buffer");
+    }
+
+    // Asleep: nothing pending, the queue armed, the channel quiet.
+    assert_eq!(channel.take_events(), Ok(0));
+    b.cq.arm().unwrap();
+    let readable = |timeout_ms: i32| {
+        let mut pfd = libc::pollfd { fd: channel.fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, timeout_ms) == 1 }
+    };
+    assert!(!readable(0), "the channel is readable with nothing sent");
+    // SAFETY: `inbox` is registered and outlives the receive.
+    assert_eq!(unsafe { srq.post_batch(&[(2000, inbox.local(0, 64))]) }, Ok(1));
+    // SAFETY: registered and live until the completion.
+    unsafe { a.qp.post(99, SendOp::Send, src.local(0, 8), true) }.unwrap();
+    assert!(readable(10_000), "the message did not wake the channel");
+    assert_eq!(channel.take_events(), Ok(1));
+    assert_eq!(wait(&b.cq, 2000).result, Ok(()));
+    assert_eq!(wait(&a.cq, 99).result, Ok(()));
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use zcx_verbs_sys as sys;
 
+use super::channel::CompletionChannel;
 use super::pd::ProtectionDomain;
 use crate::transport::TlError;
 
@@ -13,6 +14,8 @@ use crate::transport::TlError;
 pub struct CompletionQueue {
     cq: *mut sys::ibv_cq,
     _pd: Arc<ProtectionDomain>,
+    /// The channel its events go to, kept alive as long as the CQ.
+    _channel: Option<Arc<CompletionChannel>>,
 }
 
 // SAFETY: the CQ is only handed to libibverbs calls, which may come from any thread; polling is
@@ -39,10 +42,27 @@ pub struct WorkCompletion {
 impl CompletionQueue {
     /// A completion queue of at least `entries` entries on `pd`'s device.
     pub fn new(pd: &Arc<ProtectionDomain>, entries: i32) -> Result<Arc<CompletionQueue>, String> {
-        // SAFETY: an open context; no channel or context pointer yet.
-        let cq = unsafe {
-            sys::ibv_create_cq(pd.raw_context(), entries, std::ptr::null_mut(), std::ptr::null_mut(), 0)
-        };
+        CompletionQueue::create(pd, entries, None)
+    }
+
+    /// A completion queue whose events, once armed ([`CompletionQueue::arm`]), go to `channel`.
+    pub fn with_channel(
+        pd: &Arc<ProtectionDomain>,
+        entries: i32,
+        channel: &Arc<CompletionChannel>,
+    ) -> Result<Arc<CompletionQueue>, String> {
+        CompletionQueue::create(pd, entries, Some(Arc::clone(channel)))
+    }
+
+    fn create(
+        pd: &Arc<ProtectionDomain>,
+        entries: i32,
+        channel: Option<Arc<CompletionChannel>>,
+    ) -> Result<Arc<CompletionQueue>, String> {
+        let raw_channel = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.raw());
+        // SAFETY: an open context and, if any, a live channel of the same device.
+        let cq =
+            unsafe { sys::ibv_create_cq(pd.raw_context(), entries, std::ptr::null_mut(), raw_channel, 0) };
         if cq.is_null() {
             return Err(format!(
                 "ibv_create_cq({entries}) on {}: {}",
@@ -50,7 +70,7 @@ impl CompletionQueue {
                 std::io::Error::last_os_error()
             ));
         }
-        Ok(Arc::new(CompletionQueue { cq, _pd: Arc::clone(pd) }))
+        Ok(Arc::new(CompletionQueue { cq, _pd: Arc::clone(pd), _channel: channel }))
     }
 
     /// The raw CQ, for creating queue pairs on it.

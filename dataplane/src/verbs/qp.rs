@@ -12,6 +12,7 @@ use zcx_verbs_sys as sys;
 
 use super::cq::CompletionQueue;
 use super::pd::ProtectionDomain;
+use super::srq::SharedReceiveQueue;
 use crate::transport::TlError;
 
 /// What a peer needs to connect its queue pair to this one.
@@ -75,6 +76,7 @@ pub struct RcQueuePair {
     max_inline: u32,
     pd: Arc<ProtectionDomain>,
     _cq: Arc<CompletionQueue>,
+    _srq: Option<Arc<SharedReceiveQueue>>,
 }
 
 // SAFETY: the QP is only handed to libibverbs calls, which may come from any thread; posting is
@@ -122,9 +124,11 @@ pub enum SendOp {
 impl RcQueuePair {
     /// A queue pair in the INIT state on `pd`'s port, sending and receiving through `cq`, with
     /// remote read, write and atomic access allowed (each memory region still decides its own).
+    /// With `srq`, incoming sends take their receives from it (and `caps.recv_wr` is unused).
     pub fn create(
         pd: &Arc<ProtectionDomain>,
         cq: &Arc<CompletionQueue>,
+        srq: Option<&Arc<SharedReceiveQueue>>,
         caps: QpCaps,
         gid_index: u8,
     ) -> Result<RcQueuePair, String> {
@@ -133,9 +137,10 @@ impl RcQueuePair {
         init.send_cq = cq.raw();
         init.recv_cq = cq.raw();
         init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
+        init.srq = srq.map_or(std::ptr::null_mut(), |srq| srq.raw());
         init.cap = sys::ibv_qp_cap {
             max_send_wr: caps.send_wr,
-            max_recv_wr: caps.recv_wr,
+            max_recv_wr: if srq.is_some() { 0 } else { caps.recv_wr },
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: caps.inline,
@@ -153,6 +158,7 @@ impl RcQueuePair {
             max_inline,
             pd: Arc::clone(pd),
             _cq: Arc::clone(cq),
+            _srq: srq.cloned(),
         };
         // SAFETY: a live QP.
         this.local.qpn = unsafe { (*qp).qp_num };
