@@ -279,49 +279,31 @@ impl RcQueuePair {
         wr.sg_list = &mut sge;
         wr.num_sge = i32::from(local.len > 0);
         let mut flags = if signaled { sys::ibv_send_flags::IBV_SEND_SIGNALED } else { 0 };
-        let inline_ok = local.len <= self.max_inline;
-        match op {
-            SendOp::Send => {
-                wr.opcode = sys::ibv_wr_opcode::IBV_WR_SEND;
-                if inline_ok {
-                    flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
-                }
-            }
+        use sys::ibv_wr_opcode::*;
+        let (opcode, may_inline) = match op {
+            SendOp::Send => (IBV_WR_SEND, true),
             SendOp::Write(remote) => {
-                wr.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-                    remote_addr: remote.addr,
-                    rkey: remote.rkey,
-                };
-                if inline_ok {
-                    flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
-                }
+                wr.wr.rdma = rdma(remote);
+                (IBV_WR_RDMA_WRITE, true)
             }
             SendOp::Read(remote) => {
-                wr.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_READ;
-                wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-                    remote_addr: remote.addr,
-                    rkey: remote.rkey,
-                };
+                wr.wr.rdma = rdma(remote);
+                (IBV_WR_RDMA_READ, false)
             }
             SendOp::FetchAdd(remote, add) => {
-                wr.opcode = sys::ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
-                wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
-                    remote_addr: remote.addr,
-                    compare_add: add,
-                    swap: 0,
-                    rkey: remote.rkey,
-                };
+                wr.wr.atomic = atomic(remote, add, 0);
+                (IBV_WR_ATOMIC_FETCH_AND_ADD, false)
             }
             SendOp::CompareSwap(remote, compare, swap) => {
-                wr.opcode = sys::ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
-                wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
-                    remote_addr: remote.addr,
-                    compare_add: compare,
-                    swap,
-                    rkey: remote.rkey,
-                };
+                wr.wr.atomic = atomic(remote, compare, swap);
+                (IBV_WR_ATOMIC_CMP_AND_SWP, false)
             }
+        };
+        wr.opcode = opcode;
+        // Only the bytes a send or write carries out can go inline; a read or an atomic writes
+        // its local entry.
+        if may_inline && local.len <= self.max_inline {
+            flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
         }
         wr.send_flags = flags;
         let mut bad = std::ptr::null_mut();
@@ -347,6 +329,21 @@ impl RcQueuePair {
         // SAFETY: a live QP; the request is copied by the provider.
         let rc = unsafe { sys::zcx_ibv_post_recv(self.qp, &mut wr, &mut bad) };
         post_result(rc)
+    }
+}
+
+/// The RDMA fields of a work request aimed at `remote`.
+fn rdma(remote: Remote) -> sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+    sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: remote.addr, rkey: remote.rkey }
+}
+
+/// The atomic fields of a work request on the 8 bytes at `remote`.
+fn atomic(remote: Remote, compare_add: u64, swap: u64) -> sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+    sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+        remote_addr: remote.addr,
+        compare_add,
+        swap,
+        rkey: remote.rkey,
     }
 }
 
