@@ -64,7 +64,15 @@ pub(crate) fn sample_worker_address() -> WorkerAddressWire {
         boot_id: Some(sample_locator().boot_id),
         transports: vec![
             TransportAddress::Shm { socket_name: b"zcx-4242".to_vec() },
-            TransportAddress::Verbs { gid: [0xFE; 16], qpn: 0x11, lid: 0, mtu: 1024 },
+            TransportAddress::Verbs {
+                gid: [0xFE; 16],
+                qpn: 0x11,
+                psn: 0x22,
+                lid: 0,
+                mtu: 1024,
+                credit_addr: 0x7f00_0000_1000,
+                credit_rkey: 0x33,
+            },
             TransportAddress::Dpdk { mac: [0x02, 0, 0, 0, 0, 0x07], udp_port: 4791 },
             TransportAddress::Uring { addr: SocketAddr::from(([192, 0, 2, 7], 13337)) },
         ],

@@ -49,8 +49,8 @@ const URING_V4_LEN: usize = 1 + 4 + 2;
 const URING_V6_LEN: usize = 1 + 16 + 2 + 4 + 4;
 /// Dpdk body: MAC address, UDP port.
 const DPDK_LEN: usize = 6 + 2;
-/// Verbs body: GID, QPN, LID, MTU.
-const VERBS_LEN: usize = 16 + 4 + 2 + 2;
+/// Verbs body: GID, QPN, PSN, LID, MTU, credit word address and rkey.
+const VERBS_LEN: usize = 16 + 4 + 4 + 2 + 2 + 8 + 4;
 
 /// How to reach a worker over one transport, one entry of a worker address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -77,16 +77,25 @@ pub enum TransportAddress {
         /// The UDP port the worker receives on; not 0.
         udp_port: u16,
     },
-    /// The RoCE / InfiniBand queue pair of the worker's verbs transport.
+    /// The RoCE / InfiniBand end of a reliable connection of the worker's verbs transport: what
+    /// the peer needs to connect its queue pair to this one, carried by the handshake (a worker
+    /// address offers it with `qpn` 0, saying only that the worker has verbs on that GID).
     Verbs {
         /// The port GID.
         gid: [u8; 16],
         /// The queue pair number, below [`VERBS_QPN_LIMIT`].
         qpn: u32,
+        /// The first packet sequence number the queue pair sends with, below
+        /// [`VERBS_QPN_LIMIT`] (PSNs are 24-bit too).
+        psn: u32,
         /// The port LID (0 on RoCE).
         lid: u16,
         /// The path MTU in bytes, one of [`VERBS_MTUS`].
         mtu: u16,
+        /// The address of the 8-byte word the peer writes its receive credits to.
+        credit_addr: u64,
+        /// The rkey of the memory region holding only that word.
+        credit_rkey: u32,
     },
     /// A transport this build does not know, kept so it can be passed on or ignored knowingly;
     /// `kind` is never one of the known kinds.
@@ -139,9 +148,12 @@ impl TransportAddress {
                     return Err(WireError::Invalid("dpdk address has UDP port 0"));
                 }
             }
-            TransportAddress::Verbs { qpn, mtu, .. } => {
+            TransportAddress::Verbs { qpn, psn, mtu, .. } => {
                 if *qpn >= VERBS_QPN_LIMIT {
                     return Err(WireError::Invalid("verbs queue pair number exceeds 24 bits"));
+                }
+                if *psn >= VERBS_QPN_LIMIT {
+                    return Err(WireError::Invalid("verbs packet sequence number exceeds 24 bits"));
                 }
                 if !VERBS_MTUS.contains(mtu) {
                     return Err(WireError::Invalid("verbs MTU is not an InfiniBand path MTU"));
@@ -180,11 +192,14 @@ impl TransportAddress {
                 w.bytes(mac);
                 w.u16(*udp_port);
             }
-            TransportAddress::Verbs { gid, qpn, lid, mtu } => {
+            TransportAddress::Verbs { gid, qpn, psn, lid, mtu, credit_addr, credit_rkey } => {
                 w.bytes(gid);
                 w.u32(*qpn);
+                w.u32(*psn);
                 w.u16(*lid);
                 w.u16(*mtu);
+                w.u64(*credit_addr);
+                w.u32(*credit_rkey);
             }
             TransportAddress::Unknown { bytes, .. } => w.bytes(bytes),
         }
@@ -226,7 +241,15 @@ impl TransportAddress {
                 if body.len() != VERBS_LEN {
                     return Err(WireError::Invalid("verbs address body has the wrong length"));
                 }
-                TransportAddress::Verbs { gid: r.array()?, qpn: r.u32()?, lid: r.u16()?, mtu: r.u16()? }
+                TransportAddress::Verbs {
+                    gid: r.array()?,
+                    qpn: r.u32()?,
+                    psn: r.u32()?,
+                    lid: r.u16()?,
+                    mtu: r.u16()?,
+                    credit_addr: r.u64()?,
+                    credit_rkey: r.u32()?,
+                }
             }
             _ => TransportAddress::Unknown { kind, bytes: body.to_vec() },
         };
@@ -323,7 +346,19 @@ mod tests {
     }
 
     fn verbs() -> TransportAddress {
-        TransportAddress::Verbs { gid: [0xFE; 16], qpn: VERBS_QPN_LIMIT - 1, lid: 0, mtu: 4096 }
+        TransportAddress::Verbs {
+            gid: [0xFE; 16],
+            qpn: VERBS_QPN_LIMIT - 1,
+            psn: VERBS_QPN_LIMIT - 1,
+            lid: 0,
+            mtu: 4096,
+            credit_addr: u64::MAX,
+            credit_rkey: 0x1234_5678,
+        }
+    }
+
+    fn verbs_end(qpn: u32, psn: u32, mtu: u16) -> TransportAddress {
+        TransportAddress::Verbs { gid: [0; 16], qpn, psn, lid: u16::MAX, mtu, credit_addr: 0, credit_rkey: 0 }
     }
 
     fn round_trip(address: TransportAddress) {
@@ -347,7 +382,7 @@ mod tests {
         round_trip(TransportAddress::Uring { addr: "[::ffff:10.0.0.1]:1".parse().unwrap() });
         round_trip(TransportAddress::Shm { socket_name: vec![0xFF; MAX_SHM_SOCKET_NAME_LEN] });
         for mtu in VERBS_MTUS {
-            round_trip(TransportAddress::Verbs { gid: [0; 16], qpn: 0, lid: u16::MAX, mtu });
+            round_trip(verbs_end(0, 0, mtu));
         }
     }
 
@@ -424,11 +459,13 @@ mod tests {
     #[test]
     fn rejects_bad_verbs_addresses() {
         for qpn in [VERBS_QPN_LIMIT, u32::MAX] {
-            let error = rejected(TransportAddress::Verbs { gid: [0; 16], qpn, lid: 1, mtu: 1024 });
+            let error = rejected(verbs_end(qpn, 1, 1024));
             assert!(matches!(error, WireError::Invalid(_)), "{qpn}");
+            let error = rejected(verbs_end(1, qpn, 1024));
+            assert!(matches!(error, WireError::Invalid(_)), "psn {qpn}");
         }
         for mtu in [0, 1, 255, 1500, 4095, 8192, u16::MAX] {
-            let error = rejected(TransportAddress::Verbs { gid: [0; 16], qpn: 1, lid: 1, mtu });
+            let error = rejected(verbs_end(1, 1, mtu));
             assert!(matches!(error, WireError::Invalid(_)), "{mtu}");
         }
     }

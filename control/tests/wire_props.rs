@@ -143,8 +143,17 @@ fn arb_transport_address() -> impl Strategy<Value = TransportAddress> {
         mac[5] |= u8::from(mac == [0; 6]);
         TransportAddress::Dpdk { mac, udp_port }
     });
-    let verbs = (any::<[u8; 16]>(), 0..VERBS_QPN_LIMIT, any::<u16>(), prop::sample::select(&VERBS_MTUS[..]))
-        .prop_map(|(gid, qpn, lid, mtu)| TransportAddress::Verbs { gid, qpn, lid, mtu });
+    let verbs =
+        (
+            any::<[u8; 16]>(),
+            (0..VERBS_QPN_LIMIT, 0..VERBS_QPN_LIMIT),
+            any::<u16>(),
+            prop::sample::select(&VERBS_MTUS[..]),
+            (any::<u64>(), any::<u32>()),
+        )
+            .prop_map(|(gid, (qpn, psn), lid, mtu, (credit_addr, credit_rkey))| {
+                TransportAddress::Verbs { gid, qpn, psn, lid, mtu, credit_addr, credit_rkey }
+            });
     let unknown_body = prop_oneof![
         7 => prop::collection::vec(any::<u8>(), 0..=16),
         1 => prop::collection::vec(any::<u8>(), 0..=MAX_TRANSPORT_ADDRESS_LEN),

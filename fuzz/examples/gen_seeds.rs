@@ -99,7 +99,7 @@ fn worker_addresses() -> Vec<WorkerAddressWire> {
         TransportAddress::Shm { socket_name: b"zcx-shm-1234".to_vec() },
         TransportAddress::Uring { addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 13337)) },
         TransportAddress::Dpdk { mac: [0x02, 0, 0, 0, 0, 1], udp_port: 0x88B5 },
-        TransportAddress::Verbs { gid: [0xfe; 16], qpn: 0x1234, lid: 0, mtu: 1024 },
+        TransportAddress::Verbs { gid: [0xfe; 16], qpn: 0x1234, psn: 0x42, lid: 0, mtu: 1024, credit_addr: 0x1000, credit_rkey: 7 },
         TransportAddress::Unknown { kind: 9, bytes: vec![1, 2, 3] },
     ];
     let v6 = TransportAddress::Uring {

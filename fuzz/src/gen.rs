@@ -133,8 +133,11 @@ pub fn transport_address(u: &mut Unstructured<'_>) -> Result<TransportAddress> {
         3 => TransportAddress::Verbs {
             gid: u.arbitrary()?,
             qpn: if valid { u.int_in_range(0..=(1 << 24) - 1)? } else { u.arbitrary()? },
+            psn: if valid { u.int_in_range(0..=(1 << 24) - 1)? } else { u.arbitrary()? },
             lid: u.arbitrary()?,
             mtu: if valid { *u.choose(&VERBS_MTUS)? } else { u.arbitrary()? },
+            credit_addr: u.arbitrary()?,
+            credit_rkey: u.arbitrary()?,
         },
         _ => {
             let mut kind: u8 = u.arbitrary()?;
