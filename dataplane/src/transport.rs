@@ -408,6 +408,28 @@ pub trait Transport: Send {
     /// at once and are queued until the connection is up.
     fn connect(&mut self, target: ConnectTarget<'_>) -> Result<LinkId, TlError>;
 
+    /// Opens this side of a link whose two ends are joined out of band: a verbs queue pair, to
+    /// be connected once a handshake on another transport brought the peer's end. Returns the
+    /// link, which carries nothing until [`Transport::join_link`], and the address the peer joins
+    /// its own end with. Default: `Unsupported` (the transport connects by itself).
+    fn open_link(&mut self) -> Result<(LinkId, zcx_control::TransportAddress), TlError> {
+        Err(TlError::Unsupported)
+    }
+
+    /// Joins `link`, from [`Transport::open_link`], to the peer's end at `peer` (the address the
+    /// peer's `open_link` returned); frames and one-sided operations may go at once. On an error
+    /// the link is closed. Default: `Unsupported`.
+    fn join_link(&mut self, link: LinkId, peer: &zcx_control::TransportAddress) -> Result<(), TlError> {
+        let _ = (link, peer);
+        Err(TlError::Unsupported)
+    }
+
+    /// What the transport counted so far, by name (work requests posted, RDMA operations, ...),
+    /// for benchmarks and tests that must tell how an operation ran. Default: nothing counted.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// The local and remote socket addresses of a link, when it has them.
     fn link_addrs(&self, link: LinkId) -> (Option<SocketAddr>, Option<SocketAddr>);
 

@@ -157,6 +157,13 @@ impl TransportSet {
         Ok(LinkId(global(member, link.0)))
     }
 
+    /// Opens a link through member `member` ([`Transport::open_link`]).
+    pub fn open_link_with(&mut self, member: usize) -> Result<(LinkId, TransportAddress), TlError> {
+        let tl = self.members.get_mut(member).ok_or(TlError::InvalidParam)?;
+        let (link, address) = with_member!(tl, tl => tl.open_link())?;
+        Ok((LinkId(global(member, link.0)), address))
+    }
+
     /// The notifiers of every member, for the worker's epoll set.
     pub fn event_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.members.iter().filter_map(|m| with_member!(m, t => t.event_fd())).collect()
@@ -290,6 +297,25 @@ impl Transport for TransportSet {
             }
         }
         Err(TlError::Unsupported)
+    }
+
+    fn open_link(&mut self) -> Result<(LinkId, TransportAddress), TlError> {
+        for index in 0..self.members.len() {
+            match self.open_link_with(index) {
+                Err(TlError::Unsupported) => continue,
+                other => return other,
+            }
+        }
+        Err(TlError::Unsupported)
+    }
+
+    fn join_link(&mut self, link: LinkId, peer: &TransportAddress) -> Result<(), TlError> {
+        let (tl, local) = self.member_mut(link.0).ok_or(TlError::InvalidParam)?;
+        with_member!(tl, tl => tl.join_link(LinkId(local), peer))
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.members.iter().flat_map(|m| with_member!(m, t => t.counters())).collect()
     }
 
     fn link_addrs(&self, link: LinkId) -> (Option<SocketAddr>, Option<SocketAddr>) {

@@ -76,7 +76,8 @@ fn wait(cq: &CompletionQueue, wr_id: u64) -> WorkCompletion {
 /// Waits (at most 10 s) for the completions of every request in `wr_ids` on `cq`, in that order.
 fn wait_all(cq: &CompletionQueue, wr_ids: &[u64]) -> Vec<WorkCompletion> {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut out = [WorkCompletion { wr_id: 0, result: Ok(()), status: 0, opcode: 0, byte_len: 0 }; 4];
+    let mut out =
+        [WorkCompletion { wr_id: 0, result: Ok(()), status: 0, opcode: 0, byte_len: 0, qp_num: 0 }; 4];
     let mut found = std::collections::HashMap::new();
     while found.len() < wr_ids.len() {
         let n = cq.poll(&mut out).expect("polls");

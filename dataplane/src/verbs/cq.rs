@@ -37,6 +37,9 @@ pub struct WorkCompletion {
     pub opcode: u32,
     /// Bytes received (receives) or the atomic's width (atomics).
     pub byte_len: u32,
+    /// The queue pair the work request was posted on (for a shared receive queue's
+    /// completions, the one the send arrived on).
+    pub qp_num: u32,
 }
 
 impl CompletionQueue {
@@ -96,6 +99,7 @@ impl CompletionQueue {
                 status: wc.status,
                 opcode: wc.opcode,
                 byte_len: wc.byte_len,
+                qp_num: wc.qp_num,
             };
         }
         Ok(n as usize)

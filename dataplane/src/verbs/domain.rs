@@ -17,7 +17,9 @@ use std::sync::Arc;
 use zcx_control::{PROT_REMOTE_READ, PROT_REMOTE_WRITE};
 use zcx_verbs_sys as sys;
 
+use super::mr::MemoryRegion;
 use super::pd::ProtectionDomain;
+use super::region_index::RegionIndex;
 use crate::domain::{DomainError, DomainId, DomainRegistration, MemoryDomain, RegionToRegister};
 
 /// Bytes of this domain's entry in a packed key: the rkey, little-endian.
@@ -27,6 +29,8 @@ pub const ENTRY_LEN: usize = 4;
 #[derive(Debug)]
 pub struct VerbsDomain {
     pd: Arc<ProtectionDomain>,
+    /// Every region registered here, for the transport's puts and gets from them.
+    index: Arc<RegionIndex>,
     /// Whether registrations allow remote atomics (the context asked for AMO features).
     atomics: bool,
 }
@@ -34,12 +38,17 @@ pub struct VerbsDomain {
 impl VerbsDomain {
     /// The domain of `pd`; `atomics`: regions writable by peers also take their RDMA atomics.
     pub fn new(pd: Arc<ProtectionDomain>, atomics: bool) -> VerbsDomain {
-        VerbsDomain { pd, atomics }
+        VerbsDomain { pd, atomics, index: Arc::new(RegionIndex::default()) }
     }
 
     /// The protection domain regions are registered in.
     pub fn protection_domain(&self) -> &Arc<ProtectionDomain> {
         &self.pd
+    }
+
+    /// The regions registered here, by address.
+    pub fn regions(&self) -> &Arc<RegionIndex> {
+        &self.index
     }
 }
 
@@ -84,21 +93,19 @@ impl MemoryDomain for VerbsDomain {
         // SAFETY: `[start, start + len)` is mapped memory that stays mapped while the region is
         // registered: a zcx mapping is kept alive by `keep`, which the registration holds, and
         // caller memory by the contract of `MemMapParams::address` (its handles outlive it).
-        let mr = unsafe { sys::zcx_ibv_reg_mr(self.pd.raw_pd(), start as *mut _, len, access) };
-        if mr.is_null() {
-            let err = std::io::Error::last_os_error();
+        let mr = unsafe { MemoryRegion::register(&self.pd, start, len, access) }.map_err(|err| {
             let what = format!("ibv_reg_mr of {len} bytes on {}: {err}", self.pd.name());
-            return Err(match err.raw_os_error() {
+            match err.raw_os_error() {
                 Some(libc::ENOMEM) | Some(libc::EPERM) => DomainError::ExceedsLimit(format!(
                     "{what}; registered memory is pinned and counts against RLIMIT_MEMLOCK \
                      (raise it with `ulimit -l`, or run with CAP_IPC_LOCK)"
                 )),
                 _ => DomainError::Failed(what),
-            });
-        }
-        // SAFETY: a memory region just registered.
-        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        Ok(Arc::new(VerbsRegistration { mr, lkey, rkey, start, len, _pd: Arc::clone(&self.pd), _keep: keep }))
+            }
+        })?;
+        let mr = Arc::new(mr);
+        self.index.insert(&mr);
+        Ok(Arc::new(VerbsRegistration { mr, _keep: keep }))
     }
 
     fn check_remote_entry(&self, entry: &[u8]) -> Result<(), DomainError> {
@@ -110,60 +117,38 @@ impl MemoryDomain for VerbsDomain {
     }
 }
 
-/// A memory region registered in a protection domain; deregistered when the last holder (the
+/// A `mem_map` region registered in a protection domain; deregistered when the last holder (the
 /// handle's registration, or an operation in flight from it) lets go.
 pub struct VerbsRegistration {
-    mr: *mut sys::ibv_mr,
-    lkey: u32,
-    rkey: u32,
-    start: usize,
-    len: usize,
-    /// The protection domain outlives its memory regions.
-    _pd: Arc<ProtectionDomain>,
+    mr: Arc<MemoryRegion>,
     /// The zcx mapping stays mapped while it is registered.
     _keep: Option<Arc<dyn Send + Sync>>,
 }
 
-// SAFETY: the memory region is only handed to libibverbs calls, which may come from any thread.
-unsafe impl Send for VerbsRegistration {}
-// SAFETY: as above; the keys and bounds are plain values.
-unsafe impl Sync for VerbsRegistration {}
-
 impl VerbsRegistration {
     /// The key local work requests name the region's bytes with.
     pub fn lkey(&self) -> u32 {
-        self.lkey
+        self.mr.lkey()
     }
 
     /// The key peers' RDMA requests name the region with.
     pub fn rkey(&self) -> u32 {
-        self.rkey
+        self.mr.rkey()
     }
 
     /// The registered range `(start, len)` (a zcx mapping's whole range).
     pub fn range(&self) -> (usize, usize) {
-        (self.start, self.len)
+        (self.mr.start(), self.mr.len())
     }
 }
 
 impl DomainRegistration for VerbsRegistration {
     fn remote_entry(&self, _addr: usize, _len: usize) -> Option<Vec<u8>> {
-        Some(self.rkey.to_le_bytes().to_vec())
+        Some(self.mr.rkey().to_le_bytes().to_vec())
     }
 
     fn as_any(&self) -> &dyn Any {
         self
-    }
-}
-
-impl Drop for VerbsRegistration {
-    fn drop(&mut self) {
-        // SAFETY: registered in `register`, deregistered once; the protection domain is alive
-        // (held by this value).
-        let rc = unsafe { sys::ibv_dereg_mr(self.mr) };
-        if rc != 0 {
-            tracing::warn!(rc, start = self.start, len = self.len, "ibv_dereg_mr failed");
-        }
     }
 }
 

@@ -10,11 +10,16 @@
 
 pub mod channel;
 pub mod cq;
+pub mod credits;
 pub mod device;
 pub mod domain;
+pub mod mr;
 pub mod pd;
 pub mod qp;
+pub mod region_index;
+pub mod slots;
 pub mod srq;
+pub mod transport;
 
 pub use channel::CompletionChannel;
 pub use cq::{CompletionQueue, WorkCompletion};
@@ -22,9 +27,11 @@ pub use device::{
     choose, choose_gid, devices, fork_safety, DeviceInfo, ForkSafety, GidInfo, GidKind, PortInfo,
 };
 pub use domain::{VerbsDomain, VerbsRegistration};
+pub use mr::MemoryRegion;
 pub use pd::ProtectionDomain;
 pub use qp::{Local, QpAddress, QpCaps, RcQueuePair, Remote, RetryPolicy, SendOp};
 pub use srq::SharedReceiveQueue;
+pub use transport::{VerbsConfig, VerbsCounters, VerbsTransport};
 
 /// Why libibverbs is not linked (the crate was built without it), or `None` when it is.
 pub fn verbs_missing() -> Option<&'static str> {

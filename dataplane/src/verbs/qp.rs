@@ -313,6 +313,17 @@ impl RcQueuePair {
         post_result(rc)
     }
 
+    /// Moves the queue pair to the error state: the device stops executing it, and every work
+    /// request still posted completes with a flush error.
+    pub fn to_error(&self) {
+        // SAFETY: plain C struct, all-zero valid.
+        let mut attr: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = sys::ibv_qp_state::IBV_QPS_ERR;
+        if let Err(e) = self.modify(&mut attr, sys::ibv_qp_attr_mask::IBV_QP_STATE, "ERR") {
+            tracing::debug!(%e, "moving a queue pair to the error state failed");
+        }
+    }
+
     /// Posts a receive into `local`.
     ///
     /// # Safety
