@@ -104,6 +104,16 @@ const KNOWN: &[Known] = &[
         default: "",
         doc: "The verbs device and port, name:port (rxe0:1), as UCX_NET_DEVICES; empty: the first device with an active port",
     },
+    Known {
+        name: "VERBS_GID_INDEX",
+        default: "auto",
+        doc: "The GID index queue pairs use, as UCX_IB_GID_INDEX; auto: the first GID in transport order (RoCE v2 first)",
+    },
+    Known {
+        name: "ATOMIC_MODE",
+        default: "guess",
+        doc: "Who executes atomics over verbs, as UCX_ATOMIC_MODE: device (64-bit add and compare-and-swap on the NIC, other atomics UNSUPPORTED), cpu (the target's CPU), guess (device only when the NIC does every atomic, which no verbs device zcx drives does: cpu)",
+    },
     Known { name: "DPDK_MTU", default: "1500", doc: "Ethernet payload size of the DPDK transport's frames (at most 2034)" },
     Known {
         name: "DPDK_MBUFS",
@@ -316,6 +326,18 @@ impl Config {
     /// `ZCX_VERBS_DEVICE`, or `None` when unset (the first device with an active port is used).
     pub fn verbs_device(&self) -> Option<&str> {
         self.get("VERBS_DEVICE").filter(|d| !d.is_empty())
+    }
+
+    /// `ZCX_VERBS_GID_INDEX`, or `None` for automatic.
+    pub fn verbs_gid_index(&self) -> Option<u32> {
+        self.get("VERBS_GID_INDEX").and_then(|v| v.parse().ok())
+    }
+
+    /// `ZCX_ATOMIC_MODE=device`: the NIC executes the atomics it can, and refuses the others.
+    /// `cpu` and `guess` (the default) leave every atomic to the target's CPU, since no verbs
+    /// device does all of UCP's atomics and a word must never be updated by both.
+    pub fn device_atomics(&self) -> bool {
+        self.get("ATOMIC_MODE").is_some_and(|v| v.eq_ignore_ascii_case("device"))
     }
 
     /// `ZCX_DPDK_MTU`.

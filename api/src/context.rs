@@ -59,6 +59,10 @@ pub(crate) struct ContextInner {
     /// The memory domains every `mem_map` region registers with (see
     /// [`zcx_dataplane::domain`]).
     pub domains: Vec<Arc<dyn MemoryDomain>>,
+    /// The verbs memory domain among `domains`, whose protection domain each worker's verbs
+    /// transport shares (a region's rkey and lkey are only valid there).
+    #[cfg(feature = "verbs")]
+    pub verbs: Option<Arc<zcx_dataplane::verbs::VerbsDomain>>,
     /// Regions with remote protection, checked before any emulated put/get/atomic touches memory.
     pub remote_access: Arc<RemoteAccessTable>,
     /// Live allocations (and imports) by start address, to find the memfd behind a registered range.
@@ -113,13 +117,19 @@ impl Context {
             tracing::warn!("context created with no features requested");
         }
         let pid = std::process::id();
+        #[cfg(feature = "verbs")]
+        let verbs = verbs_domain(config, params.features);
+        #[cfg(not(feature = "verbs"))]
+        let verbs: Option<Arc<dyn MemoryDomain>> = None;
         let inner = ContextInner {
             id: random_bytes()?,
             name: params.name.clone().unwrap_or_else(|| format!("zcx-{pid}")),
             features: params.features,
             config: config.clone(),
             rcache: RegistrationCache::new(config.rcache_enabled()),
-            domains: memory_domains(pid, config, params.features),
+            domains: memory_domains(pid, verbs.clone().map(|v| v as Arc<dyn MemoryDomain>)),
+            #[cfg(feature = "verbs")]
+            verbs,
             remote_access: Arc::new(RemoteAccessTable::new()),
             allocations: Mutex::new(BTreeMap::new()),
             help_sources: Default::default(),
@@ -200,7 +210,7 @@ impl ContextInner {
 /// with DPDK (a range registers with it only while this process runs EAL), and the protection
 /// domain of the verbs device in a build with verbs, when `ZCX_TLS` allows verbs and a device is
 /// there.
-fn memory_domains(pid: u32, config: &Config, features: Features) -> Vec<Arc<dyn MemoryDomain>> {
+fn memory_domains(pid: u32, verbs: Option<Arc<dyn MemoryDomain>>) -> Vec<Arc<dyn MemoryDomain>> {
     // This process as a same-host peer sees it: what goes into shared-memory locators.
     let same_host = zcx_dataplane::shm::domain::SameHostDomain::new(
         zcx_control::local_boot_id(),
@@ -213,19 +223,14 @@ fn memory_domains(pid: u32, config: &Config, features: Features) -> Vec<Arc<dyn 
         #[cfg(feature = "dpdk")]
         Arc::new(zcx_dataplane::dpdk::domain::DpdkDomain),
     ];
-    #[cfg(feature = "verbs")]
-    if let Some(verbs) = verbs_domain(config, features) {
-        domains.push(verbs);
-    }
-    #[cfg(not(feature = "verbs"))]
-    let _ = (config, features);
+    domains.extend(verbs);
     domains
 }
 
 /// The verbs memory domain of the chosen device, or `None` (no device, verbs not allowed, or the
 /// device could not be opened: said in the log, as loudly as `ZCX_TLS` asked for verbs).
 #[cfg(feature = "verbs")]
-fn verbs_domain(config: &Config, features: Features) -> Option<Arc<dyn MemoryDomain>> {
+fn verbs_domain(config: &Config, features: Features) -> Option<Arc<zcx_dataplane::verbs::VerbsDomain>> {
     use zcx_dataplane::verbs;
     if !config.transport_enabled("verbs") || verbs::verbs_missing().is_some() {
         return None;

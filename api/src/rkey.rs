@@ -156,3 +156,47 @@ impl std::fmt::Debug for RemoteKey {
             .finish()
     }
 }
+
+/// What a native one-sided operation (a verbs link's) needs of a remote key: the region the key
+/// describes, which the transport checks the access against before posting, and the
+/// transport's own entry (the rkey). The engine carries it as opaque bytes
+/// (`zcx_engine::RemoteKey::packed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NativeKey<'a> {
+    /// The region's first byte, as the key describes it.
+    pub base: u64,
+    /// The region's length.
+    pub len: u64,
+    /// The transport's entry.
+    pub entry: &'a [u8],
+}
+
+impl<'a> NativeKey<'a> {
+    /// The bytes the engine carries.
+    pub fn encode(&self) -> std::sync::Arc<[u8]> {
+        let mut bytes = Vec::with_capacity(16 + self.entry.len());
+        bytes.extend_from_slice(&self.base.to_le_bytes());
+        bytes.extend_from_slice(&self.len.to_le_bytes());
+        bytes.extend_from_slice(self.entry);
+        bytes.into()
+    }
+
+    /// The key of bytes [`NativeKey::encode`] made; `None` for anything shorter.
+    pub fn decode(bytes: &'a [u8]) -> Option<NativeKey<'a>> {
+        let base = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+        let len = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
+        Some(NativeKey { base, len, entry: &bytes[16..] })
+    }
+}
+
+#[cfg(test)]
+mod native_key_tests {
+    use super::NativeKey;
+
+    #[test]
+    fn a_native_key_round_trips_and_short_bytes_are_none() {
+        let key = NativeKey { base: 0x7f00_1000, len: 4096, entry: &[1, 2, 3, 4] };
+        assert_eq!(NativeKey::decode(&key.encode()), Some(key));
+        assert_eq!(NativeKey::decode(&[0; 15]), None);
+    }
+}

@@ -157,6 +157,25 @@ impl TransportSet {
         Ok(LinkId(global(member, link.0)))
     }
 
+    /// The caps of every member but the one named `name`, merged as [`Transport::caps`] merges
+    /// them all: for links that never use that member (its links have caps of their own).
+    pub fn caps_without(&self, name: &str) -> Caps {
+        let mut others =
+            self.members.iter().map(|m| with_member!(m, t => t.caps())).filter(|c| c.name != name);
+        match others.next() {
+            Some(first) => merged_caps(first, others),
+            None => self.caps.clone(),
+        }
+    }
+
+    /// The caps of member `member` (the set's own for an unknown member).
+    pub fn member_caps(&self, member: usize) -> &Caps {
+        match self.members.get(member) {
+            Some(m) => with_member!(m, t => t.caps()),
+            None => &self.caps,
+        }
+    }
+
     /// Opens a link through member `member` ([`Transport::open_link`]).
     pub fn open_link_with(&mut self, member: usize) -> Result<(LinkId, TransportAddress), TlError> {
         let tl = self.members.get_mut(member).ok_or(TlError::InvalidParam)?;

@@ -401,6 +401,12 @@ impl Engine {
         self.rmas.pop_front()
     }
 
+    /// A native RMA request waits for [`Engine::poll_rma`].
+    #[inline]
+    pub fn has_rma(&self) -> bool {
+        !self.rmas.is_empty()
+    }
+
     /// The next event.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()

@@ -15,7 +15,7 @@ cd "$here/../.."
 
 # Inside the guest (run.sh's command).
 if [ "${1:-}" = --in-guest ]; then
-    devices_test=$2 zcx=$3 memory_test=$4 qp_test=$5 transport_test=$6
+    devices_test=$2 zcx=$3 memory_test=$4 qp_test=$5 transport_test=$6 endpoints_test=$7
     ip link set eth0 up
     ip link set eth1 up
     rdma link add rxe0 type rxe netdev eth0
@@ -37,6 +37,8 @@ if [ "${1:-}" = --in-guest ]; then
     ZCX_VERBS_EXPECT=rxe0,rxe1 "$qp_test" --nocapture --test-threads=1
     echo "== dataplane verbs transport test"
     ZCX_VERBS_EXPECT=rxe0,rxe1 "$transport_test" --nocapture --test-threads=1
+    echo "== api endpoints over verbs, one process on each device"
+    ZCX_VERBS_EXPECT=rxe0,rxe1 "$endpoints_test" --nocapture --test-threads=1
     echo "== api verbs memory test"
     ZCX_VERBS_EXPECT=rxe0,rxe1 "$memory_test" --skip registering_past_the_memlock_limit --nocapture --test-threads=1
     echo "== api verbs memory test, unprivileged, RLIMIT_MEMLOCK 64 KiB"
@@ -66,6 +68,9 @@ transport_test=$(cargo test -p zcx-dataplane --features verbs --test verbs_trans
 memory_test=$(cargo test -p zcx --features verbs --test verbs_memory --no-run --locked --message-format=json |
     grep '"name":"verbs_memory"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$memory_test" ] || { echo "verbs-test.sh: no memory test binary found" >&2; exit 1; }
+endpoints_test=$(cargo test -p zcx --features verbs --test verbs_endpoints --no-run --locked --message-format=json |
+    grep '"name":"verbs_endpoints"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$endpoints_test" ] || { echo "verbs-test.sh: no endpoints test binary found" >&2; exit 1; }
 cargo build -p zcx-cli --features verbs --bin zcx --locked --quiet
 zcx=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/zcx
 
@@ -73,7 +78,7 @@ echo "== verbs in a VM: rxe0 and rxe1 on two wired virtio-net NICs"
 start=$(date +%s)
 if "$here/run.sh" --nics 2 --driver kernel --module rdma_rxe --timeout "${ZCX_VM_TIMEOUT:-600}" \
     --log "${ZCX_VM_CACHE:-target/vm}/console-verbs.log" \
-    --env ZCX_REQUIRE_VERBS=1 --env RUST_BACKTRACE=1 -- "$here/verbs-test.sh" --in-guest "$devices_test" "$zcx" "$memory_test" "$qp_test" "$transport_test"; then
+    --env ZCX_REQUIRE_VERBS=1 --env RUST_BACKTRACE=1 -- "$here/verbs-test.sh" --in-guest "$devices_test" "$zcx" "$memory_test" "$qp_test" "$transport_test" "$endpoints_test"; then
     echo "VM verbs test: passed in $(($(date +%s) - start))s"
 else
     status=$?

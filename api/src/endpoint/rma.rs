@@ -174,7 +174,11 @@ impl Endpoint {
             engine_key: zcx_engine::RemoteKey {
                 region: wire.region_id,
                 access_key: wire.access_key,
-                packed: None,
+                // Used on a link whose transport does RMA natively (verbs); elsewhere the
+                // owner's engine executes the operation by region id and access key.
+                packed: rkey.domain_entry(zcx_dataplane::domain::DomainId::VERBS).map(|entry| {
+                    crate::rkey::NativeKey { base: rkey.base(), len: rkey.length(), entry }.encode()
+                }),
             },
             rkey,
             vouch: Arc::new(AtomicU8::new(Vouch::UNASKED)),

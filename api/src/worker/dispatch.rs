@@ -49,9 +49,13 @@ pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>, lend: Option<&LendSlo
             st.engine.send_done(OpId::from_raw(token), result.map_err(status_of));
             st.absorb_events();
         }
-        TlEvent::RmaDone { link, token, .. } => {
-            // No link's caps say native (see `State::new`), so no request of the engine's is out.
-            tracing::debug!(?link, token, "completion of a one-sided operation nobody issued; ignored");
+        TlEvent::RmaDone { token, result, .. } => {
+            let (status, value) = match result {
+                Ok(value) => (Status::Ok, value),
+                Err(e) => (status_of(e), 0),
+            };
+            st.engine.rma_done(OpId::from_raw(token), status, value);
+            st.absorb_events();
         }
         TlEvent::LinkFailed { link, error } => {
             st.incoming.remove(&link);
@@ -119,6 +123,7 @@ pub(crate) fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                 return;
             };
             let client_lane = shm_lane(st, link, &client_address)
+                .or_else(|| verbs_lane(st, &client_address))
                 .or_else(|| dpdk_lane(st, link, &client_address, client_ep_id));
             let request = crate::worker::accept::ConnRequestData {
                 link,
@@ -132,7 +137,7 @@ pub(crate) fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
             };
             crate::worker::accept::on_conn_request(st, incoming.listener, request);
         }
-        HandshakeWire::Accept { server_address: _, server_ep_id: _, client_ep_id } => {
+        HandshakeWire::Accept { server_address, server_ep_id: _, client_ep_id } => {
             let Some(&ep) = st.connecting.get(&client_ep_id) else {
                 tracing::warn!(?link, "handshake answer for no connecting endpoint");
                 protocol_violation(st, link);
@@ -152,7 +157,26 @@ pub(crate) fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                 tracing::debug!(%ep, ?old, lane = ?link, "connected over a faster lane");
             }
             st.connecting.remove(&client_ep_id);
-            st.engine.endpoint_ready(ep, link, st.link_caps);
+            let verbs_link = st.eps.get(&ep).and_then(|state| state.verbs_link);
+            match verbs_link {
+                // Ready once its verbs link is joined, or given up (`lifecycle::join_verbs_lanes`).
+                Some(verbs_link) if old == link => st.verbs_joins.push(crate::worker::state::VerbsJoin {
+                    ep,
+                    link,
+                    verbs_link,
+                    server: server_address.transports.into_iter().find(is_verbs_end),
+                }),
+                _ => {
+                    if let Some(verbs_link) = verbs_link {
+                        // The server moved the endpoint to shared memory instead.
+                        st.to_close.push((verbs_link, true));
+                        if let Some(state) = st.eps.get_mut(&ep) {
+                            state.verbs_link = None;
+                        }
+                    }
+                    st.engine.endpoint_ready(ep, link, st.caps_for(link))
+                }
+            }
         }
         HandshakeWire::Reject { reason_status, client_ep_id } => {
             let Some(&ep) = st.connecting.get(&client_ep_id) else {
@@ -185,6 +209,20 @@ fn shm_lane(
     }
     let target = client.transports.iter().find(|t| zcx_dataplane::ShmTransport::reaches(t)).cloned()?;
     Some(crate::worker::state::Lane { member: shm, target, session: None })
+}
+
+/// True for the verbs end of a link in a handshake (a worker address may offer verbs with no
+/// queue pair, which is no end to join).
+fn is_verbs_end(address: &TransportAddress) -> bool {
+    matches!(address, TransportAddress::Verbs { qpn, .. } if *qpn != 0)
+}
+
+/// The client's verbs lane, when both workers have verbs and the client offered its end of a
+/// link in the request.
+fn verbs_lane(st: &State, client: &zcx_control::WorkerAddressWire) -> Option<crate::worker::state::Lane> {
+    let (member, _) = st.verbs?;
+    let target = client.transports.iter().find(|t| is_verbs_end(t)).cloned()?;
+    Some(crate::worker::state::Lane { member, target, session: None })
 }
 
 /// The client's DPDK lane, when both workers have DPDK (so `ZCX_TLS` allows it on both sides)

@@ -62,6 +62,7 @@ fn new_state(st: &State, id: EndpointId, setup: EpSetup) -> EpState {
         lane: None,
         stream_jobs: 0,
         conn_token: 0,
+        verbs_link: None,
         down: false,
     }
 }
@@ -85,14 +86,29 @@ pub(crate) fn create_client_ep(
     })?;
     let token = conn_token()?;
     let err_mode_peer = setup.err_mode_peer;
-    let id = st.engine.add_endpoint(link, st.link_caps, true, err_mode_peer);
+    let id = st.engine.add_endpoint(link, st.caps_for(link), true, err_mode_peer);
     let mut state = new_state(st, id, setup);
     state.conn_token = token;
+    let mut client_address = st.address.clone();
+    if let Some((member, _)) = st.verbs {
+        // This side's end of a verbs link, offered to the server in the request: the server
+        // joins it, and answers with its own end.
+        match tl.open_link_with(member) {
+            Ok((verbs_link, end))
+                if client_address.transports.len() < zcx_control::MAX_TRANSPORT_ADDRESSES =>
+            {
+                client_address.transports.push(end);
+                state.verbs_link = Some(verbs_link);
+            }
+            Ok((verbs_link, _)) => tl.close(verbs_link, true),
+            Err(e) => tracing::debug!(%e, "no verbs link for this endpoint"),
+        }
+    }
     let hello = HandshakeWire::ConnRequest {
         client_id,
         ep_name: state.name.clone(),
         err_mode_peer,
-        client_address: st.address.clone(),
+        client_address,
         client_ep_id: token,
     };
     let (local, remote) = tl.link_addrs(link);
@@ -107,6 +123,9 @@ pub(crate) fn create_client_ep(
             tl.send(link, &header[..n], Payload::Copy(&bytes)).map_err(status_of)
         });
     if let Err(status) = sent {
+        if let Some(verbs_link) = state.verbs_link {
+            tl.close(verbs_link, true);
+        }
         // Nothing of the endpoint was handed out: the engine forgets it at once.
         st.engine.fail_endpoint(id, status);
         st.engine.release_endpoint(id);
@@ -142,7 +161,7 @@ pub(crate) fn create_server_ep(
         user_data: params.user_data,
     };
     let lane = request.client_lane.is_some();
-    let id = st.engine.add_endpoint(request.link, st.link_caps, lane, err_mode_peer);
+    let id = st.engine.add_endpoint(request.link, st.caps_for(request.link), lane, err_mode_peer);
     let mut state = new_state(st, id, setup);
     state.remote_addr = Some(request.peer);
     let accept = HandshakeWire::Accept {
@@ -151,12 +170,9 @@ pub(crate) fn create_server_ep(
         client_ep_id: request.client_ep_id,
     };
     match &request.client_lane {
-        Some(lane) => st.lane_dials.push(LaneDial {
-            ep: id,
-            request_link: request.link,
-            lane: lane.clone(),
-            accept: accept.encode(),
-        }),
+        Some(lane) => {
+            st.lane_dials.push(LaneDial { ep: id, request_link: request.link, lane: lane.clone(), accept })
+        }
         None => st.send_hello(request.link, accept.encode()),
     }
     st.eps.insert(id, state);
@@ -252,6 +268,11 @@ pub(crate) fn open_lanes(core: &mut Core) {
         if !alive {
             continue;
         }
+        if st.verbs.is_some_and(|(member, _)| member == dial.lane.member) {
+            open_verbs_lane(tl, st, dial);
+            continue;
+        }
+        let accept = dial.accept.encode();
         let target = match dial.lane.session {
             Some(session) => ConnectTarget::Session { address: &dial.lane.target, session },
             None => ConnectTarget::Address(&dial.lane.target),
@@ -260,7 +281,7 @@ pub(crate) fn open_lanes(core: &mut Core) {
         let mut header = [0u8; MAX_HEADER_LEN];
         let n = Op::Hello.encode(&mut header);
         let link = match lane {
-            Ok(lane) if tl.send(lane, &header[..n], Payload::Copy(&dial.accept)).is_ok() => {
+            Ok(lane) if tl.send(lane, &header[..n], Payload::Copy(&accept)).is_ok() => {
                 // The request's link stays open until the client closes it, so the client never
                 // sees it fail before the accept arrives on the new one.
                 if let Some(ep) = st.eps.get_mut(&dial.ep) {
@@ -274,10 +295,83 @@ pub(crate) fn open_lanes(core: &mut Core) {
                     tl.close(lane, true);
                 }
                 tracing::debug!(ep = %dial.ep, "no faster lane to the client; staying on the request's link");
-                let _ = tl.send(old, &header[..n], Payload::Copy(&dial.accept));
+                let _ = tl.send(old, &header[..n], Payload::Copy(&accept));
                 old
             }
         };
-        st.engine.endpoint_ready(dial.ep, link, st.link_caps);
+        st.engine.endpoint_ready(dial.ep, link, st.caps_for(link));
+    }
+}
+
+/// The server's side of a verbs lane: opens this side's end, joins it to the client's end from
+/// the request, and answers on the request's link with its own end in the server's address;
+/// the endpoint then uses the verbs link. When the link cannot be opened or joined, the answer
+/// carries no verbs end and the endpoint stays on the request's link.
+fn open_verbs_lane(tl: &mut zcx_dataplane::TransportSet, st: &mut State, dial: LaneDial) {
+    let old = dial.request_link;
+    let mut accept = dial.accept;
+    let opened = tl.open_link_with(dial.lane.member).and_then(|(link, end)| {
+        match tl.join_link(link, &dial.lane.target) {
+            Ok(()) => Ok((link, end)),
+            Err(e) => {
+                tl.close(link, true);
+                Err(e)
+            }
+        }
+    });
+    let link = match (opened, &mut accept) {
+        (Ok((link, end)), HandshakeWire::Accept { server_address, .. })
+            if server_address.transports.len() < zcx_control::MAX_TRANSPORT_ADDRESSES =>
+        {
+            server_address.transports.push(end);
+            tracing::debug!(ep = %dial.ep, ?old, verbs = ?link, "accepted over verbs");
+            Some(link)
+        }
+        (Ok((link, _)), _) => {
+            tl.close(link, true);
+            None
+        }
+        (Err(e), _) => {
+            tracing::debug!(ep = %dial.ep, %e, "no verbs link to the client; staying on the request's link");
+            None
+        }
+    };
+    let mut header = [0u8; MAX_HEADER_LEN];
+    let n = Op::Hello.encode(&mut header);
+    if let Err(e) = tl.send(old, &header[..n], Payload::Copy(&accept.encode())) {
+        tracing::debug!(ep = %dial.ep, %e, "accept not sent");
+    }
+    if let (Some(ep), Some(_)) = (st.eps.get_mut(&dial.ep), link) {
+        keep_sockaddrs(ep, tl.link_addrs(old));
+    }
+    let link = link.unwrap_or(old);
+    st.engine.endpoint_ready(dial.ep, link, st.caps_for(link));
+}
+
+/// The client's side of a verbs lane, once the server answered: joins the endpoint's verbs
+/// link to the server's end and moves the endpoint to it (the request's link closes), or, when
+/// the server offered none or the join fails, closes the verbs link and stays.
+pub(crate) fn join_verbs_lanes(core: &mut Core) {
+    let Core { tl, st } = core;
+    for join in std::mem::take(&mut st.verbs_joins) {
+        let joined = join.server.as_ref().is_some_and(|server| match tl.join_link(join.verbs_link, server) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(ep = %join.ep, %e, "joining the server's verbs link failed");
+                false
+            }
+        });
+        if let Some(ep) = st.eps.get_mut(&join.ep) {
+            ep.verbs_link = None;
+        }
+        let link = if joined {
+            st.lanes_taken.push((join.ep, join.link));
+            tracing::debug!(ep = %join.ep, old = ?join.link, verbs = ?join.verbs_link, "connected over verbs");
+            join.verbs_link
+        } else {
+            tl.close(join.verbs_link, true);
+            join.link
+        };
+        st.engine.endpoint_ready(join.ep, link, st.caps_for(link));
     }
 }

@@ -169,6 +169,11 @@ impl Context {
         if let Some(dpdk) = dpdk_member(config)? {
             members.push(SetMember::Plain(dpdk));
         }
+        // Verbs after them: endpoints move to it after their handshake (see `dispatch`).
+        #[cfg(feature = "verbs")]
+        if let Some(verbs) = verbs_member(&self.inner, config)? {
+            members.push(SetMember::Plain(verbs));
+        }
         let tl = TransportSet::new(members).map_err(status_of)?;
         let spin_wait = spin_wait::SpinWait::from_config(config.spin_wait()).unwrap_or_else(|| {
             tracing::warn!(
@@ -179,6 +184,7 @@ impl Context {
         });
         let shm_member = tl.member_named("shm");
         let dpdk_member = tl.member_named("dpdk");
+        let verbs_member = tl.member_named("verbs");
         let uid = crate::context::random_bytes()?;
         let name = params.name.clone().unwrap_or_else(|| format!("{}:{}", self.inner.name, hex4(&uid)));
         let address = WorkerAddressWire {
@@ -192,10 +198,15 @@ impl Context {
             .map_err(|e| fail_with(Status::InvalidParam, format!("worker address: {e}")))?;
         let wakeup = Wakeup::new().map_err(|e| fail_with(Status::IoError, format!("eventfd: {e}")))?;
         let epoll = wakeup::epoll_set(&[wakeup.as_fd()], &tl.event_fds())?;
-        let caps = zcx_dataplane::Caps { zcopy_threshold, ..tl.caps().clone() };
+        // A verbs link has caps of its own (`State::verbs_caps`): its smaller frames must not
+        // shrink every other link's.
+        let caps = zcx_dataplane::Caps { zcopy_threshold, ..tl.caps_without("verbs") };
         let mut st = State::new(self.inner.clone(), address, &caps);
         st.shm_member = shm_member;
         st.dpdk_member = dpdk_member;
+        if let Some(member) = verbs_member {
+            st.set_verbs(member, &caps_of_member(&tl, member), config);
+        }
         let pool = Arc::clone(&st.pool);
         tracing::debug!(name, transports = ?tl.names(), ?spin_wait, "worker created");
         Ok(Worker {
@@ -285,11 +296,61 @@ fn dpdk_session_config(config: &crate::Config) -> zcx_dataplane::proto::reliable
     }
 }
 
+/// The caps of member `member` of `tl`.
+fn caps_of_member(tl: &TransportSet, member: usize) -> zcx_dataplane::Caps {
+    tl.member_caps(member).clone()
+}
+
+/// The verbs member of a new worker: a transport on the context's verbs device, in its
+/// protection domain (`ZCX_TLS` allows verbs and the context found a device). When `ZCX_TLS`
+/// names `verbs` itself, a failure to start is the worker's failure; otherwise the worker goes
+/// without it, with a warning.
+#[cfg(feature = "verbs")]
+fn verbs_member(
+    ctx: &crate::context::ContextInner,
+    config: &crate::Config,
+) -> Result<Option<Box<dyn Transport>>> {
+    use zcx_dataplane::verbs::{VerbsConfig, VerbsTransport};
+
+    let Some(domain) = &ctx.verbs else {
+        if config.transport_required("verbs") {
+            return Err(fail_with(
+                Status::NoDevice,
+                "ZCX_TLS names verbs but no verbs device can be used (see ZCX_VERBS_DEVICE)".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let verbs_config = VerbsConfig {
+        gid_index: config.verbs_gid_index(),
+        device_atomics: config.device_atomics(),
+        ..VerbsConfig::default()
+    };
+    let pd = std::sync::Arc::clone(domain.protection_domain());
+    match VerbsTransport::new(pd, std::sync::Arc::clone(domain.regions()), verbs_config) {
+        Ok(transport) => Ok(Some(Box::new(transport))),
+        Err(why) if config.transport_required("verbs") => {
+            Err(fail_with(Status::NoDevice, format!("verbs transport unavailable: {why}")))
+        }
+        Err(why) => {
+            tracing::warn!(%why, "verbs transport unavailable; endpoints use the other transports");
+            Ok(None)
+        }
+    }
+}
+
 fn hex4(bytes: &[u8; 16]) -> String {
     bytes[..4].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Worker {
+    /// Extension (no UCP counterpart): what the worker's transports counted so far, by name:
+    /// for verbs the work requests posted and the RDMA writes, reads and atomics, which tell a
+    /// benchmark or a test whether an operation ran on the NIC or as messages.
+    pub fn transport_counters(&self) -> Vec<(&'static str, u64)> {
+        self.shared.lock().tl.counters()
+    }
+
     /// `ucp_worker_progress`: does all pending work, runs callbacks, and returns the number of
     /// events processed (0 when there was nothing to do).
     #[inline]
@@ -780,6 +841,9 @@ impl Core {
         }
         if !self.st.lane_dials.is_empty() {
             lifecycle::open_lanes(self);
+        }
+        if !self.st.verbs_joins.is_empty() {
+            lifecycle::join_verbs_lanes(self);
         }
         if !self.st.out.is_empty() {
             let Core { tl, st } = self;

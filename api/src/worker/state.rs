@@ -91,6 +91,9 @@ pub(crate) struct EpState {
     /// Client side while connecting: the random token the connection request carries (as its
     /// `client_ep_id`) and the answer must echo, so no other process can answer for the server.
     pub conn_token: u64,
+    /// Client side while connecting: the verbs link opened for the endpoint, whose address the
+    /// connection request carries, joined when the server's answer brings the server's end.
+    pub verbs_link: Option<LinkId>,
     /// The engine reported the endpoint down.
     pub down: bool,
 }
@@ -237,8 +240,20 @@ pub(crate) struct LaneDial {
     pub request_link: LinkId,
     /// Where to dial.
     pub lane: Lane,
-    /// The accept frame's payload.
-    pub accept: Vec<u8>,
+    /// The accept; a verbs lane adds the server's end of the link to its address.
+    pub accept: zcx_control::HandshakeWire,
+}
+
+/// A client endpoint whose server answered: its verbs link is joined to the server's end (the
+/// answer's address carries it), or, without one, closed and the endpoint stays on its link.
+pub(crate) struct VerbsJoin {
+    pub ep: EndpointId,
+    /// The link the answer came on.
+    pub link: LinkId,
+    /// The verbs link the client opened.
+    pub verbs_link: LinkId,
+    /// The server's end, if it has one.
+    pub server: Option<zcx_control::TransportAddress>,
 }
 
 /// A faster transport to a client than the link its connection request came on.
@@ -259,6 +274,38 @@ pub(crate) struct Lane {
 /// the colliding lane's HELLO is then refused and that endpoint times out.
 pub(crate) fn lane_session(token: u64) -> u32 {
     ((token as u32) & 0x7fff_ffff).max(1)
+}
+
+impl State {
+    /// Records the verbs member `member` of the transport set, whose caps are `caps`: its links
+    /// carry frames of its own size, and puts, gets (and, in device atomic mode, 64-bit
+    /// atomics) are the NIC's.
+    pub(crate) fn set_verbs(&mut self, member: usize, caps: &zcx_dataplane::Caps, config: &crate::Config) {
+        let rndv_threshold = self.rndv_thresh.min(max_payload(caps.max_frame));
+        let link_caps = LinkCaps {
+            max_frame: caps.max_frame,
+            rndv_threshold,
+            native_put: caps.rma.put,
+            native_get: caps.rma.get,
+            native_atomics: config.device_atomics() && !caps.rma.atomic64.is_empty(),
+            bulk: match caps.large_payload {
+                zcx_dataplane::LargePayload::ReceiverPull => BulkMode::ReceiverPull,
+                zcx_dataplane::LargePayload::SenderPush => BulkMode::SenderPush,
+            },
+            placed: caps.max_placed > 0,
+            max_placed: caps.max_placed,
+        };
+        self.verbs = Some((member, link_caps));
+    }
+
+    /// What the endpoint on `link` is told of it.
+    #[inline]
+    pub(crate) fn caps_for(&self, link: LinkId) -> LinkCaps {
+        match self.verbs {
+            Some((member, caps)) if zcx_dataplane::transport_set::member_of(link) == member => caps,
+            _ => self.link_caps,
+        }
+    }
 }
 
 /// A handshake frame built while the transport is being polled, sent right after.
@@ -309,6 +356,8 @@ pub(crate) struct State {
     pub out: Vec<OutFrame>,
     /// Accepts to send on a new shared-memory link (see [`LaneDial`]), before `out`.
     pub lane_dials: Vec<LaneDial>,
+    /// Client endpoints whose verbs link is to be joined (or given up) now the server answered.
+    pub verbs_joins: Vec<VerbsJoin>,
     /// Client endpoints that moved to a shared-memory lane during the poll, with the link they
     /// left: its socket addresses are kept for `query`, then it is closed.
     pub lanes_taken: Vec<(EndpointId, LinkId)>,
@@ -325,6 +374,11 @@ pub(crate) struct State {
     pub shm_member: Option<usize>,
     /// The member of the transport set that is DPDK, if this worker has it.
     pub dpdk_member: Option<usize>,
+    /// The member of the transport set that is verbs, if this worker has it, and what its links'
+    /// endpoints are told of them (native RMA, its own frame size).
+    pub verbs: Option<(usize, LinkCaps)>,
+    /// Native one-sided operations the transport pushed back, issued first next time.
+    pub rma_stalled: VecDeque<zcx_engine::RmaRequest>,
     pub events: usize,
     pub rndv_thresh: usize,
     pub max_payload: usize,
@@ -364,6 +418,8 @@ impl State {
         let queued = self.stalled.len()
             | self.out.len()
             | self.lane_dials.len()
+            | self.verbs_joins.len()
+            | self.rma_stalled.len()
             | self.lanes_taken.len()
             | self.to_close.len()
             | self.help_announced.len()
@@ -421,6 +477,7 @@ impl State {
             deferred: Vec::new(),
             out: Vec::new(),
             lane_dials: Vec::new(),
+            verbs_joins: Vec::new(),
             lanes_taken: Vec::new(),
             doorbell_generation: u64::MAX,
             last_tick_coarse: 0,
@@ -429,6 +486,8 @@ impl State {
             connecting: FastMap::default(),
             shm_member: None,
             dpdk_member: None,
+            verbs: None,
+            rma_stalled: VecDeque::new(),
             events: 0,
             max_payload,
             next_tick: Instant::now(),
@@ -461,7 +520,10 @@ impl State {
     /// Removes an endpoint's API state, dropping it after the lock is released; the engine
     /// forgets its side once nothing of it is in flight.
     pub fn remove_ep(&mut self, ep: EndpointId) {
-        if let Some(state) = self.eps.remove(&ep) {
+        if let Some(mut state) = self.eps.remove(&ep) {
+            if let Some(link) = state.verbs_link.take() {
+                self.to_close.push((link, true));
+            }
             state.stop_direct();
             self.bury(state);
         }
@@ -711,13 +773,54 @@ impl Core {
                 st.stalled.push_back(keep_stalled(transmit));
             }
         }
-        while let Some(request) = st.engine.poll_rma() {
-            // No link's caps say native (see `State::new`): a request is a bug, answered so its
-            // operation still completes once.
-            tracing::warn!(link = ?request.link, "native RMA request on a link without native RMA");
-            st.engine.rma_done(request.token, Status::Unsupported, 0);
+        if !st.rma_stalled.is_empty() || st.engine.has_rma() {
+            issue_rmas(tl, st);
         }
         st.absorb_events();
+    }
+}
+
+/// Issues the engine's native one-sided operations (a verbs link's), those the transport pushed
+/// back before first, in order; one it pushes back again waits with those behind it.
+#[inline(never)]
+fn issue_rmas(tl: &mut TransportSet, st: &mut State) {
+    while let Some(request) = st.rma_stalled.pop_front().or_else(|| st.engine.poll_rma()) {
+        let Some(key) = crate::rkey::NativeKey::decode(&request.remote_key) else {
+            st.engine.rma_done(request.token, Status::InvalidParam, 0);
+            continue;
+        };
+        let (op, len) = match request.kind {
+            zcx_engine::RmaKind::Put => (zcx_dataplane::RmaOp::Put, request.len),
+            zcx_engine::RmaKind::Get => (zcx_dataplane::RmaOp::Get, request.len),
+            zcx_engine::RmaKind::Atomic { op, size, value, compare } => {
+                (zcx_dataplane::RmaOp::Atomic { op, fetch: true, value, compare }, usize::from(size))
+            }
+        };
+        let local = if matches!(op, zcx_dataplane::RmaOp::Atomic { .. }) {
+            zcx_dataplane::LocalMem::NONE
+        } else {
+            // SAFETY: the engine keeps the operation's buffer valid, and nobody else's, until
+            // `rma_done` (`RmaRequest::local`).
+            unsafe { zcx_dataplane::LocalMem::new(request.local, request.len) }
+        };
+        let remote = zcx_dataplane::RemoteMem {
+            region_base: key.base,
+            region_len: key.len,
+            addr: request.remote_addr,
+            len,
+            key: key.entry,
+        };
+        match tl.rma(request.link, op, local, remote, request.token.raw()) {
+            Ok(zcx_dataplane::RmaOutcome::Pending) => {}
+            Ok(zcx_dataplane::RmaOutcome::Done { fetched }) => {
+                st.engine.rma_done(request.token, Status::Ok, fetched)
+            }
+            Err(TlError::NoResource) => {
+                st.rma_stalled.push_front(request);
+                break;
+            }
+            Err(e) => st.engine.rma_done(request.token, status_of(e), 0),
+        }
     }
 }
 

@@ -2,10 +2,12 @@
 //! `ibv_reg_mr`, with remote access only as far as the region's `UCP_MEM_MAP_PROT_*` bits allow,
 //! and the packed remote key carries the memory region's rkey for the peer's RDMA requests.
 //!
-//! The NIC enforces the memory region's bounds and access flags on every remote access, but the
-//! region a key names is the owner's whole registration: the narrower range and protection of a
-//! packed key are checked by the initiator before it posts (the transport's job), and a key a
-//! peer forged still reaches only memory the owner registered, with the access it registered.
+//! Each region is a memory region of its own, exactly its bytes with exactly its protection, so
+//! the NIC enforces the owner's record on every remote access. The initiator checks an access
+//! against the packed key before it posts (the transport's job), which turns an honest mistake
+//! into a local error instead of a dead link; a key a peer forged past that check still reaches
+//! only what the owner registered for that region, and the owner's NIC fails the link on
+//! anything else.
 //!
 //! Registering pins every page, so a region mapped with NONBLOCK registers at its first use; a
 //! registration the memory-lock limit refuses is [`DomainError::ExceedsLimit`], naming
@@ -83,12 +85,11 @@ impl MemoryDomain for VerbsDomain {
     }
 
     fn register(&self, region: &RegionToRegister) -> Result<Arc<dyn DomainRegistration>, DomainError> {
-        // A region of a zcx mapping registers the whole mapping, so every handle into the
-        // allocation shares one memory region (and one rkey).
-        let (start, len, keep) = match &region.backing {
-            Some(backing) => (backing.start, backing.len, Some(Arc::clone(&backing.keep))),
-            None => (region.start, region.len, None),
-        };
+        // Exactly the region, with exactly its protection: the NIC then enforces the owner's
+        // record on every access, so a key a peer edited (a longer length, another base) reaches
+        // no byte the region's own handle does not allow, even inside the same allocation.
+        let (start, len) = (region.start, region.len);
+        let keep = region.backing.as_ref().map(|backing| Arc::clone(&backing.keep));
         let access = access_flags(region.prot, self.atomics);
         // SAFETY: `[start, start + len)` is mapped memory that stays mapped while the region is
         // registered: a zcx mapping is kept alive by `keep`, which the registration holds, and
@@ -136,7 +137,7 @@ impl VerbsRegistration {
         self.mr.rkey()
     }
 
-    /// The registered range `(start, len)` (a zcx mapping's whole range).
+    /// The registered range `(start, len)`: the region's own.
     pub fn range(&self) -> (usize, usize) {
         (self.mr.start(), self.mr.len())
     }

@@ -53,7 +53,7 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     /// About half a second per try on rxe; a peer killed mid-transfer is reported in seconds.
     fn default() -> Self {
-        RetryPolicy { timeout: 14, retry_cnt: 6, rnr_retry: 6 }
+        RetryPolicy { timeout: 16, retry_cnt: 6, rnr_retry: 6 }
     }
 }
 

@@ -27,9 +27,13 @@ impl RegionIndex {
     /// The live registration holding all of `[addr, addr + len)`, if any.
     pub fn find(&self, addr: usize, len: usize) -> Option<Arc<MemoryRegion>> {
         let regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
-        // Only the last region starting at or below `addr` is tried: regions rarely overlap
-        // (each is a whole mapping), and a miss only costs the caller a copy or a registration.
-        let (_, weak) = regions.range(..=addr).next_back()?;
-        weak.upgrade().filter(|region| region.contains(addr, len))
+        // Regions may nest (a handle inside an allocation registers on its own), so a few of
+        // those starting at or below `addr` are tried; a miss only costs the caller a copy or a
+        // registration of its own.
+        regions
+            .range(..=addr)
+            .rev()
+            .take(8)
+            .find_map(|(_, weak)| weak.upgrade().filter(|region| region.contains(addr, len)))
     }
 }

@@ -1,0 +1,327 @@
+//! Endpoints over verbs between two processes, one on each Soft-RoCE device of the VM
+//! (`scripts/vm/verbs-test.sh`: rxe0 and rxe1 on two wired NICs). The test runs its own binary
+//! as a server on rxe1 and a client on rxe0; the client connects by sockaddr over loopback TCP
+//! with `ZCX_TLS=verbs,tcp` and `ZCX_ATOMIC_MODE=device`. After the handshake both endpoints
+//! must be on verbs. Tag (small and 1 MiB), stream, AM (eager and rendezvous), puts and gets
+//! (1 MiB, and 20 MiB past the 8 MiB a work request moves) and 64-bit atomics are checked byte
+//! for byte, and the transport counters must show the RMA ran as RDMA writes, reads and atomics.
+//! An access outside the key's region is refused before anything is posted; a key edited to claim
+//! a longer region reaches the server's NIC, which refuses it: the put fails with
+//! CONNECTION_RESET, both sides' error handlers run, and the bytes past the region are unchanged.
+//!
+//! Elsewhere (no device) it prints `skipped:`.
+#![cfg(feature = "verbs")]
+
+#[path = "common/dpdk_pair.rs"]
+mod dpdk_pair;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dpdk_pair::pattern;
+
+use zcx::{
+    AmProto, AmSendParams, AtomicOp, AtomicSize, Context, Endpoint, EpParams, Features, ListenerParams,
+    MemMapParams, Prot, Request, RequestParams, Status, TagSendParams, Worker, WorkerParams,
+};
+
+const TEST: &str = "endpoints_over_verbs_between_two_processes";
+const ROLE_ENV: &str = "ZCX_VERBS_EP_ROLE";
+const DIR_ENV: &str = "ZCX_VERBS_EP_DIR";
+/// Everything one child may take (TCG-emulated NICs are slow).
+const PATIENCE: Duration = Duration::from_secs(120);
+const MIB: usize = 1 << 20;
+
+#[test]
+fn endpoints_over_verbs_between_two_processes() {
+    match std::env::var(ROLE_ENV).as_deref() {
+        Ok("server") => return server(),
+        Ok("client") => return client(),
+        Ok(other) => panic!("unknown {ROLE_ENV}={other}"),
+        Err(_) => {}
+    }
+    if let Some(why) = zcx_dataplane::verbs::verbs_missing() {
+        println!("skipped: {why}");
+        return;
+    }
+    if std::env::var_os("ZCX_VERBS_EXPECT").is_none() {
+        println!("skipped: no verbs device here (the VM test sets ZCX_VERBS_EXPECT)");
+        return;
+    }
+    let dir = dpdk_pair::run_dir("verbs-ep");
+    let configure = |role: &str, command: &mut std::process::Command| {
+        let device = if role == "server" { "rxe1:1" } else { "rxe0:1" };
+        command
+            .env(ROLE_ENV, role)
+            .env(DIR_ENV, &dir)
+            .env("ZCX_TLS", "verbs,tcp")
+            .env("ZCX_VERBS_DEVICE", device)
+            .env("ZCX_VERBS_GID_INDEX", "0")
+            .env("ZCX_ATOMIC_MODE", "device")
+            .env("ZCX_KEEPALIVE_INTERVAL", "2s")
+            .env("ZCX_HUGEPAGES", "no");
+    };
+    let logs = dpdk_pair::run_pair(&dir, TEST, "verbs", PATIENCE, |role| format!("none-{role}"), configure)
+        .expect("both processes ran");
+    assert!(logs.client.contains("client: verified everything over verbs"));
+    assert!(logs.server.contains("server: verified everything over verbs"));
+    assert!(logs.server.contains("server: error handler ran"));
+    assert!(logs.client.contains("client: error handler ran"));
+}
+
+fn dir() -> PathBuf {
+    PathBuf::from(std::env::var(DIR_ENV).unwrap())
+}
+
+fn start() -> Worker {
+    let features = Features::TAG | Features::RMA | Features::AM | Features::STREAM | Features::AMO64;
+    let config = zcx::Config::from_env().expect("config");
+    let ctx = Context::new(&zcx::ContextParams::new(features), &config).expect("context");
+    ctx.create_worker(&WorkerParams::default()).expect("a worker with verbs")
+}
+
+/// One progress call, and the CPU given up when it found nothing: Soft-RoCE is the kernel's
+/// work on the guest's two CPUs, which two busy-polling processes would otherwise starve into
+/// spurious retransmission timeouts.
+fn progress(worker: &Worker) {
+    if worker.progress() == 0 {
+        std::thread::yield_now();
+    }
+}
+
+fn progress_until(worker: &Worker, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        progress(worker);
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    }
+}
+
+fn wait<B: Send + 'static>(worker: &Worker, request: Request<B>) -> zcx::Completion<B> {
+    finish(worker, request).expect("request failed")
+}
+
+fn finish<B: Send + 'static>(worker: &Worker, request: Request<B>) -> Result<zcx::Completion<B>, Status> {
+    let mut request = request;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        request = match request.try_take() {
+            Ok(result) => return result,
+            Err(r) => r,
+        };
+        progress(worker);
+        assert!(Instant::now() < deadline, "request timed out");
+    }
+}
+
+fn recv_tag(worker: &Worker, tag: u64, len: usize) -> Vec<u8> {
+    let done =
+        wait(worker, worker.tag_recv(vec![0u8; len], tag, u64::MAX, RequestParams::default()).unwrap());
+    let mut buf = done.buf;
+    buf.truncate(done.info.length);
+    buf
+}
+
+fn assert_on_verbs(ep: &Endpoint, who: &str) {
+    let attr = ep.query().unwrap();
+    assert_eq!(attr.status, Status::Ok, "{who}: {attr:?}");
+    assert_eq!(attr.transports, ["verbs"], "{who} endpoint is not on verbs: {attr:?}");
+}
+
+fn counter(worker: &Worker, name: &str) -> u64 {
+    worker.transport_counters().into_iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| v)
+}
+
+type AmSeen = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
+
+fn server() {
+    let worker = start();
+    let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
+    let failed: Arc<Mutex<Option<Status>>> = Arc::default();
+    let (slot, fail_slot, w) = (Arc::clone(&accepted), Arc::clone(&failed), worker.clone());
+    let listener = worker
+        .listen(ListenerParams {
+            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+            conn_handler: Some(Box::new(move |request| {
+                let fail_slot = Arc::clone(&fail_slot);
+                let params = EpParams::conn_request(request)
+                    .with_err_handler(move |_, status| *fail_slot.lock().unwrap() = Some(status));
+                *slot.lock().unwrap() = Some(w.create_endpoint(params).unwrap());
+            })),
+            ..Default::default()
+        })
+        .unwrap();
+    let seen: AmSeen = Arc::default();
+    let pending: Arc<Mutex<Vec<Request<Vec<u8>>>>> = Arc::default();
+    let (s, p) = (Arc::clone(&seen), Arc::clone(&pending));
+    worker.set_am_handler(
+        3,
+        Some(Box::new(move |msg: &mut zcx::AmMessage| {
+            let header = msg.header().to_vec();
+            if msg.is_rndv() {
+                let len = msg.data_len();
+                s.lock().unwrap().push((header, Vec::new()));
+                p.lock().unwrap().push(msg.recv_data(vec![0u8; len]).unwrap());
+            } else {
+                s.lock().unwrap().push((header, msg.data().unwrap().to_vec()));
+            }
+            Status::Ok
+        })),
+    );
+    let port_tmp = dir().join("server.port.tmp");
+    std::fs::write(&port_tmp, listener.sockaddr().to_string()).unwrap();
+    std::fs::rename(&port_tmp, dir().join("server.port")).unwrap();
+
+    progress_until(&worker, "the client's endpoint", || accepted.lock().unwrap().is_some());
+    let ep = accepted.lock().unwrap().take().unwrap();
+    let small = recv_tag(&worker, 1, 4096);
+    assert_eq!(small, pattern(100, 1));
+    let big = recv_tag(&worker, 2, 2 * MIB);
+    assert!(big == pattern(MIB, 2), "1 MiB tag message differs");
+    assert_on_verbs(&ep, "server");
+    wait(&worker, ep.tag_send(small, 3, TagSendParams::default()).unwrap());
+    wait(&worker, ep.tag_send(big, 4, TagSendParams::default()).unwrap());
+    let got = wait(&worker, ep.stream_recv(vec![0u8; 300_000], true, RequestParams::default()).unwrap());
+    assert!(got.buf == pattern(300_000, 5), "stream bytes differ");
+    wait(&worker, ep.stream_send(b"stream ok".to_vec(), RequestParams::default()).unwrap());
+    progress_until(&worker, "two AMs", || seen.lock().unwrap().len() == 2);
+    let rndv = pending.lock().unwrap().pop().expect("the rendezvous AM");
+    let rndv = wait(&worker, rndv).buf;
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[0], (b"eager".to_vec(), pattern(1000, 6)));
+        assert_eq!(seen[1].0, b"rndv");
+    }
+    assert!(rndv == pattern(MIB, 7), "rendezvous AM data differs");
+    wait(&worker, ep.tag_send(b"am ok".to_vec(), 5, TagSendParams::default()).unwrap());
+
+    // RMA: the client's target is the first 21 MiB of a 24 MiB allocation, mapped as a region
+    // of its own; the last 3 MiB are another region nobody may reach through the first's key.
+    let ctx = worker.context().clone();
+    let all = ctx.mem_map(&MemMapParams::alloc(24 * MIB)).unwrap();
+    let prot = Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE;
+    // SAFETY: the range lies inside `all`, which outlives `memh`.
+    let memh = ctx
+        .mem_map(&unsafe { MemMapParams::new().length(21 * MIB).address(all.address()) }.prot(prot))
+        .unwrap();
+    let word_off = 20 * MIB + 64;
+    // SAFETY: an 8-byte aligned word inside the region, not yet shared with anyone.
+    unsafe { (memh.address().add(word_off) as *mut u64).write(40) };
+    // SAFETY: the 3 MiB past the region, which nobody else writes.
+    let outside = || unsafe { std::slice::from_raw_parts(all.address().add(21 * MIB), 3 * MIB) };
+    let outside_before = outside().to_vec();
+    let mut key = (memh.address() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(&memh.rkey_pack().unwrap());
+    wait(&worker, ep.tag_send(key, 6, TagSendParams::default()).unwrap());
+    assert_eq!(recv_tag(&worker, 7, 64), b"rma done");
+    // SAFETY: the client is done with the region (it said so after its flush).
+    let there = unsafe { std::slice::from_raw_parts(memh.address(), MIB) };
+    assert!(there == pattern(MIB, 8).as_slice(), "put bytes differ");
+    // SAFETY: as above.
+    let big_there = unsafe { std::slice::from_raw_parts(memh.address().add(MIB), 20 * MIB - 4096) };
+    assert!(big_there == &pattern(20 * MIB, 9)[..20 * MIB - 4096], "20 MiB put bytes differ");
+    // SAFETY: as above.
+    assert_eq!(unsafe { (memh.address().add(word_off) as *const u64).read() }, 77, "fetch-add then swap");
+    assert_on_verbs(&ep, "server");
+    println!("server: verified everything over verbs");
+    wait(&worker, ep.tag_send(b"forge now".to_vec(), 8, TagSendParams::default()).unwrap());
+    // The client's put with a key claiming a longer region reaches this NIC, which refuses it:
+    // the link fails, and the bytes past the region are as they were.
+    progress_until(&worker, "the error handler", || failed.lock().unwrap().is_some());
+    let status = failed.lock().unwrap().unwrap();
+    assert!(
+        matches!(status, Status::EndpointTimeout | Status::ConnectionReset),
+        "error handler status {status:?}"
+    );
+    assert!(outside() == &outside_before[..], "a forged key wrote past its region");
+    println!("server: error handler ran with {status:?}");
+    drop(ep);
+    drop(listener);
+    memh.unmap().unwrap();
+    all.unmap().unwrap();
+}
+
+fn client() {
+    let worker = start();
+    let addr: std::net::SocketAddr =
+        std::fs::read_to_string(dir().join("server.port")).unwrap().trim().parse().unwrap();
+    let failed: Arc<Mutex<Option<Status>>> = Arc::default();
+    let fail_slot = Arc::clone(&failed);
+    let ep = worker
+        .create_endpoint(
+            EpParams::sockaddr(addr)
+                .with_err_handler(move |_, status| *fail_slot.lock().unwrap() = Some(status)),
+        )
+        .unwrap();
+    progress_until(&worker, "the connection", || ep.query().unwrap().status == Status::Ok);
+    assert_on_verbs(&ep, "client");
+    let s = ep.tag_send(pattern(100, 1), 1, TagSendParams::default()).unwrap();
+    let b = ep.tag_send(pattern(MIB, 2), 2, TagSendParams::default()).unwrap();
+    wait(&worker, s);
+    wait(&worker, b);
+    assert_eq!(recv_tag(&worker, 3, 4096), pattern(100, 1));
+    assert!(recv_tag(&worker, 4, 2 * MIB) == pattern(MIB, 2), "1 MiB tag echo differs");
+    wait(&worker, ep.stream_send(pattern(300_000, 5), RequestParams::default()).unwrap());
+    let got = wait(&worker, ep.stream_recv(vec![0u8; 9], true, RequestParams::default()).unwrap());
+    assert_eq!(got.buf, b"stream ok");
+    wait(&worker, ep.am_send(3, b"eager", pattern(1000, 6), AmSendParams::default()).unwrap());
+    let rndv = AmSendParams { proto: AmProto::Rndv, ..Default::default() };
+    wait(&worker, ep.am_send(3, b"rndv", pattern(MIB, 7), rndv).unwrap());
+    assert_eq!(recv_tag(&worker, 5, 64), b"am ok");
+
+    let sends_before_rma = counter(&worker, "verbs_sends");
+    let key = recv_tag(&worker, 6, 4096);
+    let base = u64::from_le_bytes(key[..8].try_into().unwrap());
+    let rkey = ep.rkey_unpack(&key[8..]).unwrap();
+    wait(&worker, ep.put(pattern(MIB, 8), base, &rkey, RequestParams::default()).unwrap());
+    let back = wait(&worker, ep.get(vec![0u8; MIB], base, &rkey, RequestParams::default()).unwrap());
+    assert!(back.buf == pattern(MIB, 8), "get bytes differ");
+    let big = pattern(20 * MIB, 9);
+    let big_at = base + MIB as u64;
+    wait(&worker, ep.put(big[..20 * MIB - 4096].to_vec(), big_at, &rkey, RequestParams::default()).unwrap());
+    let back =
+        wait(&worker, ep.get(vec![0u8; 20 * MIB - 4096], big_at, &rkey, RequestParams::default()).unwrap());
+    assert!(back.buf[..] == big[..20 * MIB - 4096], "20 MiB get bytes differ");
+    let word = base + 20 * MIB as u64 + 64;
+    let atomic =
+        |op, size, value, compare| ep.atomic(op, size, value, compare, word, &rkey, RequestParams::default());
+    assert_eq!(wait(&worker, atomic(AtomicOp::Add, AtomicSize::U64, 2, 0).unwrap()).info.value, 40);
+    assert_eq!(wait(&worker, atomic(AtomicOp::Cswap, AtomicSize::U64, 77, 42).unwrap()).info.value, 42);
+    // Device mode: what the NIC cannot do is refused, never done by a CPU beside it.
+    let refused = atomic(AtomicOp::Swap, AtomicSize::U64, 1, 0).and_then(|r| finish(&worker, r).map(drop));
+    assert_eq!(refused, Err(Status::Unsupported), "swap in device mode");
+    // Starts inside the region and ends past it: refused here, before anything is posted.
+    let posted = counter(&worker, "verbs_posted");
+    for (offset, len) in [(21 * MIB - 8, 16), (21 * MIB, 1)] {
+        let put = ep.put(vec![0xEE; len], base + offset as u64, &rkey, RequestParams::default());
+        assert_eq!(put.err(), Some(Status::InvalidAddr), "put of {len} at +{offset:#x}");
+    }
+    assert_eq!(counter(&worker, "verbs_posted"), posted, "a refused access posted nothing");
+    wait(&worker, ep.flush().unwrap());
+    let (writes, reads, atomics) = (
+        counter(&worker, "verbs_rdma_writes"),
+        counter(&worker, "verbs_rdma_reads"),
+        counter(&worker, "verbs_rdma_atomics"),
+    );
+    println!("client: counters {:?}", worker.transport_counters());
+    assert!(writes >= 4, "puts as RDMA writes (1 MiB, and 20 MiB as three): {writes}");
+    assert!(reads >= 4, "gets as RDMA reads (1 MiB, and 20 MiB as three): {reads}");
+    assert_eq!(atomics, 2, "fetch-add and compare-and-swap as RDMA atomics");
+    assert!(counter(&worker, "verbs_sends") - sends_before_rma < 8, "RMA went as messages");
+    wait(&worker, ep.tag_send(b"rma done".to_vec(), 7, TagSendParams::default()).unwrap());
+    assert_on_verbs(&ep, "client");
+    println!("client: verified everything over verbs");
+
+    // A key edited to claim a region twice as long passes the checks here and reaches the
+    // server's NIC, which refuses the write past the real region.
+    assert_eq!(recv_tag(&worker, 8, 64), b"forge now");
+    let mut longer = zcx_control::RkeyWire::decode(&key[8..]).unwrap();
+    longer.length *= 2;
+    longer.shm = None;
+    let longer = ep.rkey_unpack(&longer.encode()).unwrap();
+    let put = ep.put(vec![0xEE; 4096], base + 22 * MIB as u64, &longer, RequestParams::default()).unwrap();
+    assert_eq!(finish(&worker, put).err(), Some(Status::ConnectionReset), "the NIC refused the forged key");
+    progress_until(&worker, "the error handler", || failed.lock().unwrap().is_some());
+    println!("client: error handler ran with {:?}", failed.lock().unwrap().unwrap());
+}
