@@ -206,6 +206,17 @@ impl ContextInner {
     }
 }
 
+impl ContextInner {
+    /// True when some memory domain's keys are enforced by a NIC over the whole registration
+    /// (verbs): each handle's registration must then be exactly its own range.
+    pub fn nic_enforced_keys(&self) -> bool {
+        #[cfg(feature = "verbs")]
+        return self.verbs.is_some();
+        #[cfg(not(feature = "verbs"))]
+        false
+    }
+}
+
 /// The memory domains of a context: same-host sharing always, DPDK external memory in a build
 /// with DPDK (a range registers with it only while this process runs EAL), and the protection
 /// domain of the verbs device in a build with verbs, when `ZCX_TLS` allows verbs and a device is

@@ -245,6 +245,60 @@ fn puts_gets_and_atomics_run_as_rdma_and_move_the_right_bytes() {
     assert_eq!(counter(&a.tl, "verbs_sends"), 0, "nothing went as a message");
 }
 
+/// A region of `len` bytes of a shared memfd mapping (as zcx's own allocations are), registered
+/// with `side`'s domain; the mapping leaks, as the test process ends soon.
+fn memfd_region(side: &Side, len: usize) -> (u64, [u8; 4], Arc<dyn DomainRegistration>) {
+    // SAFETY: plain syscalls; the mapping is checked and never unmapped.
+    let base = unsafe {
+        let fd = libc::memfd_create(c"zcx-verbs-test".as_ptr(), 0);
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, len as i64), 0);
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        p as usize
+    };
+    let region = RegionToRegister {
+        start: base,
+        len,
+        prot: PROT_LOCAL_READ | PROT_LOCAL_WRITE | PROT_REMOTE_READ | PROT_REMOTE_WRITE,
+        backing: None,
+    };
+    let registration = side.domain.register(&region).expect("registers");
+    let mr: &VerbsRegistration = registration.as_any().downcast_ref().expect("verbs");
+    let key = mr.rkey().to_le_bytes();
+    (base as u64, key, registration)
+}
+
+#[test]
+fn atomics_work_on_shared_memfd_memory_after_large_reads() {
+    let Some((mut a, mut b)) = pair() else { return };
+    let (base, key, _registration) = memfd_region(&b, 24 << 20);
+    let remote = |offset: u64, len: usize| RemoteMem {
+        region_base: base,
+        region_len: 24 << 20,
+        addr: base + offset,
+        len,
+        key: &key,
+    };
+    let mut back = vec![0u8; 20 << 20];
+    // SAFETY: `back` lives until the completion is polled.
+    let local = unsafe { LocalMem::new(back.as_mut_ptr(), back.len()) };
+    a.tl.rma(a.link, RmaOp::Get, local, remote(0, 20 << 20), 1).expect("get");
+    assert_eq!(wait_rma(&mut a, &mut b, 1), Ok(0));
+    let atomic = RmaOp::Atomic { op: AtomicOp::Add, fetch: true, value: 2, compare: 0 };
+    a.tl.rma(a.link, atomic, LocalMem::NONE, remote(20 << 20, 8), 2).expect("fetch-add");
+    assert_eq!(wait_rma(&mut a, &mut b, 2), Ok(0));
+    a.tl.rma(a.link, atomic, LocalMem::NONE, remote(20 << 20, 8), 3).expect("fetch-add");
+    assert_eq!(wait_rma(&mut a, &mut b, 3), Ok(2));
+}
+
 #[test]
 fn a_range_outside_the_key_is_refused_and_a_forged_rkey_fails_the_link_only() {
     let Some((mut a, mut b)) = pair() else { return };

@@ -37,6 +37,11 @@ pub struct LinkCaps {
     /// Largest payload of a placed fragment, when the transport places larger payloads than
     /// it frames (0: `max_payload`).
     pub max_placed: usize,
+    /// The transport itself reports a peer that stopped answering (a verbs queue pair fails
+    /// once its retries of an unacknowledged request run out). The endpoint still sends
+    /// keepalives when idle, so a dead peer is found, but never times out on silence alone:
+    /// the peer may be busy serving this side's RDMA, which carries no frame.
+    pub peer_watched: bool,
 }
 
 impl LinkCaps {

@@ -83,7 +83,8 @@ impl Engine {
     /// Keepalive and liveness: call when [`Engine::poll_timeout`]'s instant has passed (or at
     /// any time). Sends a keepalive on endpoints idle for the interval, and fails (ENDPOINT_TIMEOUT)
     /// those that heard nothing for the timeout. Every endpoint sends keepalives (its peer may
-    /// watch it even when it watches nothing); only error-mode-peer endpoints time out.
+    /// watch it even when it watches nothing); only error-mode-peer endpoints time out, and only
+    /// on links whose transport does not watch the peer itself (`LinkCaps::peer_watched`).
     pub fn handle_timeout(&mut self, now: Instant) {
         let Some(interval) = self.config.keepalive_interval else { return };
         let timeout = self.config.keepalive_timeout;
@@ -99,7 +100,8 @@ impl Engine {
             if std::mem::take(&mut ep.tx_seen) || ep.last_tx.is_none() {
                 ep.last_tx = Some(now);
             }
-            if ep.err_mode_peer && ep.last_rx.is_some_and(|at| now.saturating_duration_since(at) >= timeout) {
+            let watches = ep.err_mode_peer && !ep.caps.peer_watched;
+            if watches && ep.last_rx.is_some_and(|at| now.saturating_duration_since(at) >= timeout) {
                 expired.push((id, ep.link));
             } else if ep.last_tx.is_some_and(|at| now.saturating_duration_since(at) >= interval) {
                 ep.last_tx = Some(now);
@@ -128,7 +130,7 @@ impl Engine {
             .values()
             .filter(|ep| matches!(ep.phase, Phase::Ready | Phase::Closing) && ep.answered)
             .flat_map(|ep| {
-                let rx = ep.last_rx.filter(|_| ep.err_mode_peer);
+                let rx = ep.last_rx.filter(|_| ep.err_mode_peer && !ep.caps.peer_watched);
                 [ep.last_tx.map(|at| at + interval), rx.map(|at| at + timeout)]
             })
             .flatten()

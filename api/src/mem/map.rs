@@ -147,7 +147,12 @@ fn register(
     // A cached registration may not have its pages pinned, so LOCK always registers anew.
     if !lock {
         if let Some(cached) = ctx.rcache.lookup(address, end, prot.bits()) {
-            return Ok(cached);
+            // A device key (verbs) is enforced by the NIC over its whole registration: a handle
+            // reusing a larger one would hand peers a key to the larger range. Such a handle
+            // registers its own range instead.
+            if !ctx.nic_enforced_keys() || (cached.start, cached.end) == (address, end) {
+                return Ok(cached);
+            }
         }
     }
     check_mapped(address, length)?;

@@ -294,6 +294,8 @@ impl State {
             },
             placed: caps.max_placed > 0,
             max_placed: caps.max_placed,
+            // A queue pair's unanswered keepalive fails the link in seconds.
+            peer_watched: true,
         };
         self.verbs = Some((member, link_caps));
     }
@@ -448,6 +450,7 @@ impl State {
             bulk: BulkMode::SenderPush,
             placed: caps.max_placed > 0,
             max_placed: caps.max_placed,
+            peer_watched: false,
         };
         let engine_config = EngineConfig {
             keepalive_interval: Some(keepalive),

@@ -389,6 +389,9 @@ impl VerbsTransport {
             }
         }
         if let Err(error) = result {
+            // A flushed request says only that the queue pair is in the error state, which the
+            // peer's NIC caused (a refused access, a dead responder): for the link, a reset.
+            let error = if error == TlError::Canceled { TlError::ConnectionReset } else { error };
             self.fail(link, error);
         }
         if closing {
@@ -558,6 +561,15 @@ impl VerbsTransport {
             return reported;
         }
         let Some(link) = self.by_qpn.get(&wc.qp_num).copied() else { return 0 };
+        if wc.result.is_err() {
+            tracing::debug!(
+                ?link,
+                status = wc.status,
+                opcode = wc.opcode,
+                seq = wc.wr_id,
+                "work request failed"
+            );
+        }
         self.complete_up_to(link, wc.wr_id, wc.result);
         0
     }

@@ -46,6 +46,7 @@ fn run(seed: u64) {
         rma_later: rng.chance(50),
         payloads_later: rng.chance(50),
         placed: rng.chance(30),
+        peer_watched: rng.chance(50),
     };
     let mut p = Pair::new(net);
     let region_a = p.a.register_rw(1024);

@@ -290,6 +290,32 @@ fn keepalive_probes_an_idle_endpoint_and_a_silent_one_times_out() {
 }
 
 #[test]
+fn a_link_whose_transport_watches_the_peer_probes_but_never_times_out_on_silence() {
+    let config = EngineConfig {
+        keepalive_interval: Some(Duration::from_secs(1)),
+        keepalive_timeout: Duration::from_secs(3),
+        ..EngineConfig::default()
+    };
+    let mut p = Pair::with_config(Net { peer_watched: true, ..Net::emulated() }, config);
+    let t0 = Instant::now();
+    p.a.engine.handle_timeout(t0);
+    p.a.engine.handle_timeout(t0 + Duration::from_millis(1100));
+    p.drive();
+    assert!(matches!(p.log.last(), Some((Who::A, Op::Keepalive))), "no probe on an idle endpoint");
+    // B stays silent far past the timeout (as a peer busy serving A's RDMA would): A probes on,
+    // and only its transport may declare B dead.
+    for second in 2..30 {
+        p.a.engine.handle_timeout(t0 + Duration::from_secs(second) + Duration::from_millis(200));
+        assert!(p.a.errors.is_empty(), "timed out on silence at {second} s");
+    }
+    let next = p.a.engine.poll_timeout().expect("probes stay due");
+    assert!(next <= t0 + Duration::from_secs(31), "only the next probe is due: {next:?}");
+    p.drive();
+    assert!(p.log.iter().filter(|(who, op)| *who == Who::A && matches!(op, Op::Keepalive)).count() > 5);
+    assert!(p.a.errors.is_empty() && p.b.errors.is_empty());
+}
+
+#[test]
 fn connecting_endpoint_holds_its_frames_until_ready_on_the_answering_link() {
     let table = Arc::new(RemoteAccessTable::new());
     let mut engine = Engine::new(EngineConfig::default(), table);

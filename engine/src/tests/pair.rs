@@ -38,12 +38,14 @@ pub struct Net {
     pub payloads_later: bool,
     /// Data fragments are placed straight into receive buffers.
     pub placed: bool,
+    /// The transport reports a dead peer itself (`LinkCaps::peer_watched`).
+    pub peer_watched: bool,
 }
 
 impl Net {
     /// TCP-like: everything emulated, sender push.
     pub fn emulated() -> Net {
-        Net { native: false, rma_later: false, payloads_later: false, placed: false }
+        Net { native: false, rma_later: false, payloads_later: false, placed: false, peer_watched: false }
     }
 
     /// Verbs-like: native RMA, receiver pull.
@@ -62,6 +64,7 @@ impl Net {
             bulk: if self.native { BulkMode::ReceiverPull } else { BulkMode::SenderPush },
             placed: self.placed,
             max_placed: 0,
+            peer_watched: self.peer_watched,
         }
     }
 }
