@@ -52,6 +52,20 @@ if [ "${1:-}" = --in-guest ]; then
         echo "== api endpoints over verbs, one process on each device"
         "$endpoints_test" --nocapture --test-threads=1
     fi
+    if step perf; then
+        echo "== zcx perf over verbs: every test, validated, server on rxe1, client on rxe0"
+        export ZCX_VERBS_GID_INDEX=0 ZCX_ATOMIC_MODE=device ZCX_HUGEPAGES=no
+        # Emulated NICs move a few MB/s: latency tests at 8 bytes, bandwidth tests at 256 KiB.
+        for tests in tag_lat,tag_sync_lat,put_lat,get_lat,atomic_add_lat,fadd_lat,cswap_lat,am_lat,stream_lat \
+            tag_bw,put_bw,get_bw,am_bw,stream_bw; do
+            ZCX_VERBS_DEVICE=rxe1:1 "$zcx" perf --server --tls verbs -p 13337 --no-pin --timeout 60 &
+            server=$!
+            sleep 1
+            ZCX_VERBS_DEVICE=rxe0:1 "$zcx" perf --client 127.0.0.1 --tls verbs -p 13337 --no-pin --timeout 60 \
+                --validate -t "$tests" -s 8,262144 -n 100 -w 10 -b 25
+            wait "$server"
+        done
+    fi
     if step memory; then
         echo "== api verbs memory test"
         "$memory_test" --skip registering_past_the_memlock_limit --nocapture --test-threads=1

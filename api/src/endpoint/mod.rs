@@ -176,10 +176,30 @@ impl Endpoint {
         transmit: &zcx_engine::Transmit,
         bytes: &[u8],
     ) -> Result<()> {
-        tl.send(transmit.link, transmit.header.as_bytes(), zcx_dataplane::Payload::Copy(bytes))
-            .map_err(crate::worker::state::status_of_cold)?;
+        match tl.send(transmit.link, transmit.header.as_bytes(), zcx_dataplane::Payload::Copy(bytes)) {
+            Ok(_) => {}
+            Err(zcx_dataplane::TlError::NoResource) => {
+                Self::stall_copy(st, transmit, bytes);
+                return Ok(());
+            }
+            Err(error) => return Err(crate::worker::state::status_of_cold(error)),
+        }
         self.offer_direct(tl, st, transmit.link);
         Ok(())
+    }
+
+    /// The transport pushed back a frame sent at once (out of credits, verbs): a copy of it
+    /// waits with the worker's stalled transmits and goes first at the next drain, so the
+    /// caller's buffer is free as if it had gone.
+    #[cold]
+    #[inline(never)]
+    fn stall_copy(st: &mut State, transmit: &zcx_engine::Transmit, bytes: &[u8]) {
+        st.stalled.push_back(zcx_engine::Transmit {
+            link: transmit.link,
+            header: transmit.header,
+            payload: zcx_engine::Payload::Owned(bytes.to_vec()),
+            placed: transmit.placed,
+        });
     }
 
     #[cold]

@@ -94,6 +94,13 @@ pub fn run(
         out.print(&report);
         reports.push(report);
     }
+    let counters = session.worker.transport_counters();
+    if out.format == Format::Text && !counters.is_empty() {
+        // What the transports did (verbs: RDMA writes, reads and atomics), so a run shows how
+        // its operations went.
+        let line: Vec<String> = counters.iter().map(|(name, value)| format!("{name}={value}")).collect();
+        println!("# transport counters: {}", line.join(" "));
+    }
     session.send_ctrl(TAG_CTRL, b"done")?;
     session.expect_ctrl("bye")?;
     let close = session.ep.close(CloseMode::Flush).map_err(|s| format!("close failed: {}", detailed(s)))?;
@@ -103,7 +110,8 @@ pub fn run(
 }
 
 /// Prints the transport the endpoint runs on (text output), and fails when `--tls` asked for DPDK
-/// alone (besides the TCP that carries connection setup) and the endpoint is on something else.
+/// or verbs alone (besides the TCP that carries connection setup) and the endpoint is on
+/// something else.
 fn check_transport(session: &Session, out: &Output) -> Result<(), String> {
     let attr = session.ep.query().map_err(|s| format!("cannot query the endpoint: {}", detailed(s)))?;
     let on = attr.transports.join(",");
@@ -115,6 +123,13 @@ fn check_transport(session: &Session, out: &Output) -> Result<(), String> {
     if data == ["dpdk"] && attr.transports != ["dpdk"] {
         return Err(format!(
             "--tls {} asked for DPDK but the endpoint runs on {on} (is ZCX_DPDK_PORT set on both sides?)",
+            out.tls
+        ));
+    }
+    if data == ["verbs"] && attr.transports != ["verbs"] {
+        return Err(format!(
+            "--tls {} asked for verbs but the endpoint runs on {on} (do both sides have a device, and \
+             GIDs that reach each other? see ZCX_VERBS_DEVICE and ZCX_VERBS_GID_INDEX)",
             out.tls
         ));
     }
