@@ -41,34 +41,197 @@ fn endpoints_over_verbs_between_two_processes() {
         Ok(other) => panic!("unknown {ROLE_ENV}={other}"),
         Err(_) => {}
     }
-    if let Some(why) = zcx_dataplane::verbs::verbs_missing() {
-        println!("skipped: {why}");
-        return;
-    }
-    if std::env::var_os("ZCX_VERBS_EXPECT").is_none() {
-        println!("skipped: no verbs device here (the VM test sets ZCX_VERBS_EXPECT)");
+    if !verbs_here() {
         return;
     }
     let dir = dpdk_pair::run_dir("verbs-ep");
-    let configure = |role: &str, command: &mut std::process::Command| {
-        let device = if role == "server" { "rxe1:1" } else { "rxe0:1" };
-        command
-            .env(ROLE_ENV, role)
-            .env(DIR_ENV, &dir)
-            .env("ZCX_TLS", "verbs,tcp")
-            .env("ZCX_VERBS_DEVICE", device)
-            .env("ZCX_VERBS_GID_INDEX", "0")
-            .env("ZCX_ATOMIC_MODE", "device")
-            .env("ZCX_KEEPALIVE_INTERVAL", "2s")
-            .env("ZCX_HUGEPAGES", "no")
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
-    };
+    let configure = |role: &str, command: &mut std::process::Command| configure(role, &dir, command);
     let logs = dpdk_pair::run_pair(&dir, TEST, "verbs", PATIENCE, |role| format!("none-{role}"), configure)
         .expect("both processes ran");
     assert!(logs.client.contains("client: verified everything over verbs"));
     assert!(logs.server.contains("server: verified everything over verbs"));
     assert!(logs.server.contains("server: error handler ran"));
     assert!(logs.client.contains("client: error handler ran"));
+}
+
+/// False, after printing `skipped:`, where the two Soft-RoCE devices are not.
+fn verbs_here() -> bool {
+    if let Some(why) = zcx_dataplane::verbs::verbs_missing() {
+        println!("skipped: {why}");
+        return false;
+    }
+    if std::env::var_os("ZCX_VERBS_EXPECT").is_none() {
+        println!("skipped: no verbs device here (the VM test sets ZCX_VERBS_EXPECT)");
+        return false;
+    }
+    true
+}
+
+/// A child in `role`: the server on rxe1, the client on rxe0, verbs required.
+fn configure(role: &str, dir: &std::path::Path, command: &mut std::process::Command) {
+    let device = if role.starts_with("server") { "rxe1:1" } else { "rxe0:1" };
+    command
+        .env(ROLE_ENV, role)
+        .env(DIR_ENV, dir)
+        .env("ZCX_TLS", "verbs,tcp")
+        .env("ZCX_VERBS_DEVICE", device)
+        .env("ZCX_VERBS_GID_INDEX", "0")
+        .env("ZCX_ATOMIC_MODE", "device")
+        .env("ZCX_KEEPALIVE_INTERVAL", "2s")
+        .env("ZCX_HUGEPAGES", "no")
+        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
+}
+
+const KILL_TEST: &str = "a_peer_killed_mid_put_and_mid_rendezvous_is_an_error_not_a_hang";
+
+/// The server is SIGKILLed while the client's 16 MiB put (RDMA writes) and 4 MiB tag message
+/// (a rendezvous) are in flight: both operations and the error handler must end with an error,
+/// within seconds, not hang.
+#[test]
+fn a_peer_killed_mid_put_and_mid_rendezvous_is_an_error_not_a_hang() {
+    match std::env::var(ROLE_ENV).as_deref() {
+        Ok("server-victim") => return victim(),
+        Ok("client-survivor") => return survivor(),
+        Ok(_) => return,
+        Err(_) => {}
+    }
+    if !verbs_here() {
+        return;
+    }
+    let dir = dpdk_pair::run_dir("verbs-kill");
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |role: &str| {
+        let log = std::fs::File::create(dir.join(format!("{role}.log"))).unwrap();
+        let mut command = std::process::Command::new(&exe);
+        command.args([KILL_TEST, "--exact", "--nocapture", "--test-threads=1"]);
+        command.stdout(log.try_clone().unwrap()).stderr(log);
+        configure(role, &dir, &mut command);
+        command.spawn().unwrap()
+    };
+    let wait_file = |name: &str| {
+        let deadline = Instant::now() + PATIENCE;
+        while !dir.join(name).exists() {
+            assert!(Instant::now() < deadline, "no {name}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let mut victim = spawn("server-victim");
+    wait_file("server.port");
+    let mut survivor = spawn("client-survivor");
+    wait_file("started");
+    // Our own child, by its handle.
+    victim.kill().unwrap();
+    let killed_at = Instant::now();
+    victim.wait().unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = survivor.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = survivor.kill();
+            panic!("the survivor hung after its peer was killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let log = std::fs::read_to_string(dir.join("client-survivor.log")).unwrap();
+    eprintln!("{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.success(), "the survivor failed: {status:?}");
+    assert!(log.contains("survivor: put ended with"), "{log}");
+    assert!(log.contains("survivor: rendezvous ended with"), "{log}");
+    assert!(log.contains("survivor: error handler ran once"), "{log}");
+    println!("the survivor finished {:.1} s after the kill", killed_at.elapsed().as_secs_f64());
+}
+
+/// Maps a region, sends its key, and waits to be killed.
+fn victim() {
+    let worker = start();
+    let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
+    let (slot, w) = (Arc::clone(&accepted), worker.clone());
+    let listener = worker
+        .listen(ListenerParams {
+            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+            conn_handler: Some(Box::new(move |request| {
+                *slot.lock().unwrap() = Some(w.create_endpoint(EpParams::conn_request(request)).unwrap());
+            })),
+            ..Default::default()
+        })
+        .unwrap();
+    let port_tmp = dir().join("server.port.tmp");
+    std::fs::write(&port_tmp, listener.sockaddr().to_string()).unwrap();
+    std::fs::rename(&port_tmp, dir().join("server.port")).unwrap();
+    progress_until(&worker, "the client's endpoint", || accepted.lock().unwrap().is_some());
+    let ep = accepted.lock().unwrap().take().unwrap();
+    let prot = Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE;
+    let memh = worker.context().mem_map(&MemMapParams::alloc(16 * MIB).prot(prot)).unwrap();
+    let mut key = (memh.address() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(&memh.rkey_pack().unwrap());
+    wait(&worker, ep.tag_send(key, 1, TagSendParams::default()).unwrap());
+    // Never posts the receive for the rendezvous; progresses until killed.
+    loop {
+        progress(&worker);
+    }
+}
+
+fn survivor() {
+    let worker = start();
+    let addr: std::net::SocketAddr =
+        std::fs::read_to_string(dir().join("server.port")).unwrap().trim().parse().unwrap();
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&errors);
+    let ep = worker
+        .create_endpoint(
+            EpParams::sockaddr(addr).with_err_handler(move |_, status| seen.lock().unwrap().push(status)),
+        )
+        .unwrap();
+    progress_until(&worker, "the connection", || ep.query().unwrap().status == Status::Ok);
+    assert_on_verbs(&ep, "survivor");
+    let key = recv_tag(&worker, 1, 4096);
+    let base = u64::from_le_bytes(key[..8].try_into().unwrap());
+    let rkey = ep.rkey_unpack(&key[8..]).unwrap();
+    // The victim never posts the receive: the rendezvous waits for it until the kill.
+    let rndv = ep.tag_send(pattern(4 * MIB, 4), 9, TagSendParams::default()).unwrap();
+    // Puts back to back, two in flight, until one fails: the kill lands in the middle of one.
+    let source = pattern(16 * MIB, 3);
+    let put = || ep.put(source.clone(), base, &rkey, RequestParams::default());
+    let mut in_flight = std::collections::VecDeque::from([put().unwrap(), put().unwrap()]);
+    let mut started = None;
+    let put_error = loop {
+        let request = in_flight.pop_front().unwrap();
+        match finish(&worker, request) {
+            Ok(_) => {
+                if started.is_none() {
+                    std::fs::write(dir().join("started"), b"").unwrap();
+                    started = Some(Instant::now());
+                }
+                match put() {
+                    Ok(request) => in_flight.push_back(request),
+                    Err(status) => break status,
+                }
+            }
+            Err(status) => break status,
+        }
+    };
+    let started = started.expect("a put completed before the kill");
+    println!(
+        "survivor: put ended with {put_error:?}, {:.1} s after the first put",
+        started.elapsed().as_secs_f64()
+    );
+    for request in in_flight {
+        assert!(finish(&worker, request).is_err(), "a put in flight to a killed peer succeeded");
+    }
+    let rndv = finish(&worker, rndv);
+    println!("survivor: rendezvous ended with {:?}", rndv.as_ref().err());
+    assert!(matches!(rndv.err(), Some(Status::EndpointTimeout | Status::ConnectionReset)));
+    progress_until(&worker, "the error handler", || !errors.lock().unwrap().is_empty());
+    for _ in 0..1000 {
+        progress(&worker);
+    }
+    let errors = errors.lock().unwrap().clone();
+    assert_eq!(errors.len(), 1, "the error handler ran {errors:?}");
+    println!("survivor: error handler ran once with {:?}", errors[0]);
+    assert!(started.elapsed() < Duration::from_secs(30), "noticed only after {:?}", started.elapsed());
 }
 
 fn dir() -> PathBuf {
