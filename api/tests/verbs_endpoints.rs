@@ -51,6 +51,7 @@ fn endpoints_over_verbs_between_two_processes() {
     assert!(logs.client.contains("client: verified everything over verbs"));
     assert!(logs.server.contains("server: verified everything over verbs"));
     assert!(logs.server.contains("server: error handler ran"));
+    assert!(logs.server.contains("woken by the peer"));
     assert!(logs.client.contains("client: error handler ran"));
 }
 
@@ -291,6 +292,35 @@ fn recv_tag(worker: &Worker, tag: u64, len: usize) -> Vec<u8> {
     buf
 }
 
+/// [`recv_tag`] by `ucp_worker_arm` and a blocking poll of the worker's event fd, with no
+/// timeout of its own: only the verbs completion channel, raised by the peer's traffic, can
+/// wake it. Asserts that it slept and woke.
+fn recv_tag_sleeping(worker: &Worker, tag: u64, len: usize) -> Vec<u8> {
+    use std::os::fd::AsRawFd;
+    let mut request = worker.tag_recv(vec![0u8; len], tag, u64::MAX, RequestParams::default()).unwrap();
+    let (mut slept, deadline) = (0, Instant::now() + PATIENCE);
+    let done = loop {
+        request = match request.try_take() {
+            Ok(result) => break result.expect("the receive"),
+            Err(r) => r,
+        };
+        if worker.arm().is_ok() {
+            let mut fd = libc::pollfd { fd: worker.event_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd.
+            let ready = unsafe { libc::poll(&mut fd, 1, 60_000) };
+            assert_eq!(ready, 1, "the event fd did not wake in 60 s");
+            slept += 1;
+        }
+        worker.progress();
+        assert!(Instant::now() < deadline, "no message");
+    };
+    assert!(slept > 0, "never slept on the event fd");
+    println!("server: slept {slept} times on the event fd, woken by the peer");
+    let mut buf = done.buf;
+    buf.truncate(done.info.length);
+    buf
+}
+
 fn assert_on_verbs(ep: &Endpoint, who: &str) {
     let attr = ep.query().unwrap();
     assert_eq!(attr.status, Status::Ok, "{who}: {attr:?}");
@@ -343,7 +373,7 @@ fn server() {
 
     progress_until(&worker, "the client's endpoint", || accepted.lock().unwrap().is_some());
     let ep = accepted.lock().unwrap().take().unwrap();
-    let small = recv_tag(&worker, 1, 4096);
+    let small = recv_tag_sleeping(&worker, 1, 4096);
     assert_eq!(small, pattern(100, 1));
     let big = recv_tag(&worker, 2, 2 * MIB);
     assert!(big == pattern(MIB, 2), "1 MiB tag message differs");
@@ -424,6 +454,8 @@ fn client() {
         .unwrap();
     progress_until(&worker, "the connection", || ep.query().unwrap().status == Status::Ok);
     assert_on_verbs(&ep, "client");
+    // The server sleeps on its event fd meanwhile (`recv_tag_sleeping`).
+    std::thread::sleep(Duration::from_millis(1500));
     let s = ep.tag_send(pattern(100, 1), 1, TagSendParams::default()).unwrap();
     let b = ep.tag_send(pattern(MIB, 2), 2, TagSendParams::default()).unwrap();
     wait(&worker, s);
