@@ -66,6 +66,32 @@ if [ "${1:-}" = --in-guest ]; then
             wait "$server"
         done
     fi
+    if [[ " ${ZCX_VERBS_STEPS:-} " == *" compare "* ]]; then
+        # Only when asked (TCG timings are indicative only): ucx_perftest over rc_verbs and zcx
+        # perf over verbs, the same tests between the same two devices, one after the other.
+        echo "== side by side: ucx_perftest (rc_verbs) and zcx perf (verbs), server on rxe1, client on rxe0"
+        export UCX_TLS=rc_verbs,ud_verbs UCX_IB_GID_INDEX=0 UCX_RC_VERBS_RETRY_COUNT=6
+        export ZCX_VERBS_GID_INDEX=0 ZCX_ATOMIC_MODE=device ZCX_HUGEPAGES=no
+        for pair in tag_lat:tag_lat:8 ucp_put_lat:put_lat:8 ucp_get:get_lat:8 ucp_fadd:fadd_lat:8 \
+            tag_bw:tag_bw:262144; do
+            IFS=: read -r ucx_test zcx_test size <<<"$pair"
+            iters=1000
+            [ "$size" = 8 ] || iters=200
+            UCX_NET_DEVICES=rxe1:1 ucx_perftest -p 13338 >/dev/null 2>&1 &
+            server=$!
+            sleep 1
+            echo "ucx_perftest $ucx_test size=$size:"
+            UCX_NET_DEVICES=rxe0:1 ucx_perftest 127.0.0.1 -p 13338 -t "$ucx_test" -s "$size" -n "$iters" 2>&1 |
+                grep -E '^ *(Final|#|\|)' | tail -n 3
+            wait "$server" || true
+            ZCX_VERBS_DEVICE=rxe1:1 "$zcx" perf --server --tls verbs -p 13337 --no-pin --timeout 60 >/dev/null &
+            server=$!
+            sleep 1
+            ZCX_VERBS_DEVICE=rxe0:1 "$zcx" perf --client 127.0.0.1 --tls verbs -p 13337 --no-pin --timeout 60 \
+                -t "$zcx_test" -s "$size" -n "$iters" -w 100 | grep -v '^#'
+            wait "$server"
+        done
+    fi
     if step memory; then
         echo "== api verbs memory test"
         "$memory_test" --skip registering_past_the_memlock_limit --nocapture --test-threads=1
@@ -100,8 +126,14 @@ memory_test=$(cargo test -p zcx --features verbs --test verbs_memory --no-run --
 endpoints_test=$(cargo test -p zcx --features verbs --test verbs_endpoints --no-run --locked --message-format=json |
     grep '"name":"verbs_endpoints"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$endpoints_test" ] || { echo "verbs-test.sh: no endpoints test binary found" >&2; exit 1; }
-cargo build -p zcx-cli --features verbs --bin zcx --locked --quiet
-zcx=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/zcx
+if [[ " ${ZCX_VERBS_STEPS:-} " == *" compare "* ]]; then
+    # Timings: the optimised build.
+    cargo build --release -p zcx-cli --features verbs --bin zcx --locked --quiet
+    zcx=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/release/zcx
+else
+    cargo build -p zcx-cli --features verbs --bin zcx --locked --quiet
+    zcx=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/zcx
+fi
 
 echo "== verbs in a VM: rxe0 and rxe1 on two wired virtio-net NICs"
 start=$(date +%s)
