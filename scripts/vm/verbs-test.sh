@@ -4,11 +4,22 @@
 #
 #   scripts/vm/verbs-test.sh
 #
-# Today: the device layer (dataplane/tests/verbs_devices.rs: ports, GIDs, MTU, inline limit),
-# `zcx info`'s listing, queue pairs between the two devices (dataplane/tests/verbs_qp.rs: RDMA
-# write, read, atomics, send/receive, forged keys), and memory registration (api/tests/verbs_memory.rs), once as root and once
-# as an unprivileged user with a 64 KiB RLIMIT_MEMLOCK. Builds the binaries on the host, then boots one guest. Exits non-zero if a
-# test fails; prints `skipped: <reason>` and exits 0 when QEMU is not installed.
+# Steps, in order (`ZCX_VERBS_STEPS="qp endpoints"` runs only those):
+#   info       `zcx info`'s listing of the devices
+#   devices    the device layer (dataplane/tests/verbs_devices.rs: ports, GIDs, MTU, inline limit)
+#   qp         queue pairs between the two devices (dataplane/tests/verbs_qp.rs: RDMA write, read,
+#              atomics, send/receive, forged keys)
+#   transport  the transport (dataplane/tests/verbs_transport.rs: frames under credit flow
+#              control, puts, gets and atomics as RDMA, refusals, a forged rkey)
+#   endpoints  the API between two processes, one per device (api/tests/verbs_endpoints.rs: every
+#              operation, arm/wait, a forged key, a peer killed mid-put and mid-rendezvous)
+#   perf       `zcx perf --tls verbs --validate`, all 14 tests, server on rxe1, client on rxe0
+#   memory     memory registration (api/tests/verbs_memory.rs), as root and as an unprivileged
+#              user with a 64 KiB RLIMIT_MEMLOCK
+#   compare    only when named: ucx_perftest over rc_verbs beside zcx perf over verbs (release
+#              build; emulated NICs, so the figures are indicative only)
+# Builds the binaries on the host, then boots one guest. Exits non-zero if a test fails; prints
+# `skipped: <reason>` and exits 0 when QEMU is not installed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
