@@ -32,6 +32,9 @@ const DIR_ENV: &str = "ZCX_VERBS_EP_DIR";
 /// Everything one child may take (TCG-emulated NICs are slow).
 const PATIENCE: Duration = Duration::from_secs(120);
 const MIB: usize = 1 << 20;
+/// Message sizes every operation is checked at: empty, around a frame and a send buffer, around
+/// the 8 MiB one work request moves, and 64 MiB.
+const SWEEP: [usize; 10] = [0, 1, 4095, 8192, 8193, 65537, 8 * MIB - 1, 8 * MIB + 1, 24 * MIB + 3, 64 * MIB];
 
 #[test]
 fn endpoints_over_verbs_between_two_processes() {
@@ -375,8 +378,10 @@ fn server() {
     let ep = accepted.lock().unwrap().take().unwrap();
     let small = recv_tag_sleeping(&worker, 1, 4096);
     assert_eq!(small, pattern(100, 1));
+    let reads = counter(&worker, "verbs_rdma_reads");
     let big = recv_tag(&worker, 2, 2 * MIB);
     assert!(big == pattern(MIB, 2), "1 MiB tag message differs");
+    assert!(counter(&worker, "verbs_rdma_reads") > reads, "the receiver did not pull the 1 MiB message");
     assert_on_verbs(&ep, "server");
     wait(&worker, ep.tag_send(small, 3, TagSendParams::default()).unwrap());
     wait(&worker, ep.tag_send(big, 4, TagSendParams::default()).unwrap());
@@ -393,6 +398,23 @@ fn server() {
     }
     assert!(rndv == pattern(MIB, 7), "rendezvous AM data differs");
     wait(&worker, ep.tag_send(b"am ok".to_vec(), 5, TagSendParams::default()).unwrap());
+
+    // Every size from 0 B to 64 MiB (past the 8 MiB one work request moves): tag messages
+    // checked here, puts and gets into a 64 MiB region checked by the client's read-back.
+    let prot = Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE;
+    let sweep = worker.context().mem_map(&MemMapParams::alloc(64 * MIB).prot(prot)).unwrap();
+    let mut key = (sweep.address() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(&sweep.rkey_pack().unwrap());
+    wait(&worker, ep.tag_send(key, 10, TagSendParams::default()).unwrap());
+    for (i, &size) in SWEEP.iter().enumerate() {
+        let got = recv_tag(&worker, 100 + i as u64, size.max(1));
+        assert!(got == pattern(size, i as u8), "tag message of {size} bytes differs");
+    }
+    assert_eq!(recv_tag(&worker, 11, 64), b"sweep done");
+    // SAFETY: the client is done with the region; the last put filled all of it.
+    let last = unsafe { std::slice::from_raw_parts(sweep.address(), 64 * MIB) };
+    assert!(last == pattern(64 * MIB, SWEEP.len() as u8 - 1).as_slice(), "the 64 MiB put differs here");
+    println!("server: sweep of {} sizes verified", SWEEP.len());
 
     // RMA: the client's target is the first 21 MiB of a 24 MiB allocation, mapped as a region
     // of its own; the last 3 MiB are another region nobody may reach through the first's key.
@@ -469,6 +491,20 @@ fn client() {
     let rndv = AmSendParams { proto: AmProto::Rndv, ..Default::default() };
     wait(&worker, ep.am_send(3, b"rndv", pattern(MIB, 7), rndv).unwrap());
     assert_eq!(recv_tag(&worker, 5, 64), b"am ok");
+
+    let key = recv_tag(&worker, 10, 4096);
+    let sweep_base = u64::from_le_bytes(key[..8].try_into().unwrap());
+    let sweep_key = ep.rkey_unpack(&key[8..]).unwrap();
+    for (i, &size) in SWEEP.iter().enumerate() {
+        let bytes = pattern(size, i as u8);
+        let tag = ep.tag_send(bytes.clone(), 100 + i as u64, TagSendParams::default()).unwrap();
+        wait(&worker, ep.put(bytes.clone(), sweep_base, &sweep_key, RequestParams::default()).unwrap());
+        let back =
+            wait(&worker, ep.get(vec![0u8; size], sweep_base, &sweep_key, RequestParams::default()).unwrap());
+        assert!(back.buf == bytes, "put then get of {size} bytes differs");
+        wait(&worker, tag);
+    }
+    wait(&worker, ep.tag_send(b"sweep done".to_vec(), 11, TagSendParams::default()).unwrap());
 
     let sends_before_rma = counter(&worker, "verbs_sends");
     let key = recv_tag(&worker, 6, 4096);

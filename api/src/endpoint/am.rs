@@ -87,11 +87,15 @@ impl Endpoint {
         // SAFETY: `SendBuf` keeps the bytes in place while the buffer moves into the request
         // cell, which owns it until the operation completes.
         let data = unsafe { SendBuffer::new(ptr, len) };
+        let (data, offered) = st.offer_pull(self.id(), data, ptr);
         let started = if st.stalled.is_empty() {
             st.engine.am_send_now(self.id(), id, header, data, params.reply, protocol)
         } else {
             st.engine.am_send_with(self.id(), id, header, data, params.reply, protocol).map(Sent::Queued)
         };
+        if let Ok(Sent::Queued(started)) = &started {
+            st.hold_pull(offered, started);
+        }
         let started = started.map_err(|status| {
             if status == Status::InvalidParam && params.proto == AmProto::Eager {
                 fail_with(Status::InvalidParam, "eager AM larger than one frame".into())

@@ -45,11 +45,15 @@ impl Endpoint {
         // SAFETY: `SendBuf` keeps the bytes in place while the buffer moves into the request
         // cell, which owns it until the operation completes.
         let send_buf = unsafe { SendBuffer::new(ptr, len) };
+        let (send_buf, offered) = st.offer_pull(self.id(), send_buf, ptr);
         let started = if params.sync || !st.stalled.is_empty() {
             st.engine.tag_send(self.id(), send_buf, tag, params.sync).map(Sent::Queued)?
         } else {
             st.engine.tag_send_now(self.id(), send_buf, tag)?
         };
+        if let Sent::Queued(started) = &started {
+            st.hold_pull(offered, started);
+        }
         match started {
             Sent::Now(transmit) => {
                 self.send_now(tl, st, &transmit, bytes)?;

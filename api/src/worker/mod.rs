@@ -23,6 +23,7 @@ pub(crate) mod ep_handle;
 mod layering;
 pub(crate) mod lifecycle;
 mod pending;
+pub(crate) mod pull;
 pub(crate) mod put_help;
 pub(crate) mod quiet;
 mod rung;

@@ -379,6 +379,8 @@ pub(crate) struct State {
     /// The member of the transport set that is verbs, if this worker has it, and what its links'
     /// endpoints are told of them (native RMA, its own frame size).
     pub verbs: Option<(usize, LinkCaps)>,
+    /// Regions of large sends a verbs receiver pulls (see `pull`), until each send completes.
+    pub pulls: crate::worker::pull::PullRegions,
     /// Native one-sided operations the transport pushed back, issued first next time.
     pub rma_stalled: VecDeque<zcx_engine::RmaRequest>,
     pub events: usize,
@@ -490,6 +492,7 @@ impl State {
             shm_member: None,
             dpdk_member: None,
             verbs: None,
+            pulls: Default::default(),
             rma_stalled: VecDeque::new(),
             events: 0,
             max_payload,
@@ -672,6 +675,10 @@ impl State {
         };
         if !self.stream_sends.is_empty() {
             self.stream_send_done(done.op);
+        }
+        if !self.pulls.is_empty() {
+            // Before the request hands the buffer back.
+            self.pulls.release(done.op);
         }
         match sink {
             Some(sink) => self.complete_sink(&sink, done.status, op_info(done.info)),

@@ -48,6 +48,16 @@ impl VerbsDomain {
         &self.pd
     }
 
+    /// Registers `[start, start + len)` for peers to read, and nothing else (a large send's
+    /// buffer, pulled by its receiver): the region is the caller's to drop once the peer is done.
+    ///
+    /// # Safety
+    /// The range must stay mapped until the region is dropped.
+    pub unsafe fn register_for_pull(&self, start: usize, len: usize) -> Result<MemoryRegion, std::io::Error> {
+        // SAFETY: the caller's contract.
+        unsafe { MemoryRegion::register(&self.pd, start, len, sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ) }
+    }
+
     /// The regions registered here, by address.
     pub fn regions(&self) -> &Arc<RegionIndex> {
         &self.index
