@@ -28,8 +28,10 @@ const PREFIX: &str = "ZCX_";
 /// `ZCX_` variables that are not configuration: `ZCX_REQUIRE_DPDK` and `ZCX_REQUIRE_VERBS` make a
 /// build or test without DPDK or libibverbs fail instead of skipping (read by the `-sys` crates'
 /// build scripts and tests); `ZCX_VM_NICS` and `ZCX_VM_DRIVER` tell a program it runs in the test
-/// VM (`scripts/vm/run.sh`); `ZCX_VERBS_EXPECT` names the devices the VM's verbs test made.
-const NOT_CONFIG: &[&str] = &["REQUIRE_DPDK", "REQUIRE_VERBS", "VM_NICS", "VM_DRIVER", "VERBS_EXPECT"];
+/// VM (`scripts/vm/run.sh`); `ZCX_VERBS_EXPECT` names the devices the VM's verbs test made, and
+/// `ZCX_VERBS_STEPS` the steps of it to run.
+const NOT_CONFIG: &[&str] =
+    &["REQUIRE_DPDK", "REQUIRE_VERBS", "VM_NICS", "VM_DRIVER", "VERBS_EXPECT", "VERBS_STEPS"];
 
 const KNOWN: &[Known] = &[
     Known {
