@@ -73,7 +73,7 @@ if [ "${1:-}" = --in-guest ]; then
             server=$!
             sleep 1
             ZCX_VERBS_DEVICE=rxe0:1 "$zcx" perf --client 127.0.0.1 --tls verbs -p 13337 --no-pin --timeout 60 \
-                --validate -t "$tests" -s 8,262144 -n 100 -w 10 -b 25
+                --validate -t "$tests" -s 8,262144 -n 50 -w 10 -b 25
             wait "$server"
         done
     fi
