@@ -15,18 +15,20 @@
 //! `ZCX_REQUIRE_DPDK=1` turns a skip into a failure.
 #![cfg(feature = "dpdk")]
 
+#[path = "common/child_ops.rs"]
+mod child_ops;
 #[path = "common/dpdk_pair.rs"]
 mod dpdk_pair;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use child_ops::{assert_on, collect_ams, finish, listen_for_one, progress_until, recv_tag, wait, PATIENCE};
 use dpdk_pair::{pattern, skip};
 
 use zcx::{
-    AmProto, AmSendParams, AtomicOp, AtomicSize, Context, Endpoint, EpParams, Features, ListenerParams,
-    MemMapParams, Prot, Request, RequestParams, Status, TagSendParams, Worker, WorkerParams,
+    AmProto, AmSendParams, AtomicOp, AtomicSize, Context, EpParams, Features, MemMapParams, Prot, Request,
+    RequestParams, Status, TagSendParams, Worker, WorkerParams,
 };
 
 const TEST: &str = "endpoints_over_dpdk_between_two_processes";
@@ -34,8 +36,6 @@ const ROLE_ENV: &str = "ZCX_DPDK_EP_ROLE";
 const DIR_ENV: &str = "ZCX_DPDK_EP_DIR";
 /// The children's `ZCX_KEEPALIVE_INTERVAL` instead of 250 ms, for slow (emulated) machines.
 const KEEPALIVE_ENV: &str = "ZCX_DPDK_EP_KEEPALIVE_INTERVAL";
-/// Everything one child may take (it is not a speed test; 2 shared cores).
-const PATIENCE: Duration = Duration::from_secs(60);
 const MIB: usize = 1 << 20;
 
 #[test]
@@ -115,95 +115,19 @@ fn start() -> Option<Worker> {
     }
 }
 
-fn progress_until(worker: &Worker, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !done() {
-        worker.progress();
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-    }
-}
-
-fn wait<B: Send + 'static>(worker: &Worker, request: Request<B>) -> zcx::Completion<B> {
-    finish(worker, request).expect("request failed")
-}
-
-/// How `request` ends, success or not.
-fn finish<B: Send + 'static>(worker: &Worker, request: Request<B>) -> Result<zcx::Completion<B>, Status> {
-    let mut request = request;
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        request = match request.try_take() {
-            Ok(result) => return result,
-            Err(r) => r,
-        };
-        worker.progress();
-        assert!(Instant::now() < deadline, "request timed out");
-    }
-}
-
-fn recv_tag(worker: &Worker, tag: u64, len: usize) -> Vec<u8> {
-    let done =
-        wait(worker, worker.tag_recv(vec![0u8; len], tag, u64::MAX, RequestParams::default()).unwrap());
-    let mut buf = done.buf;
-    buf.truncate(done.info.length);
-    buf
-}
-
-fn assert_on_dpdk(ep: &Endpoint, who: &str) {
-    let attr = ep.query().unwrap();
-    assert_eq!(attr.status, Status::Ok, "{who}: {attr:?}");
-    assert_eq!(attr.transports, ["dpdk"], "{who} endpoint is not on dpdk: {attr:?}");
-}
-
-type AmSeen = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
-
 fn server() {
     let Some(worker) = start() else { return };
-    let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
-    let failed: Arc<Mutex<Option<Status>>> = Arc::default();
-    let (slot, fail_slot, w) = (Arc::clone(&accepted), Arc::clone(&failed), worker.clone());
-    let listener = worker
-        .listen(ListenerParams {
-            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-            conn_handler: Some(Box::new(move |request| {
-                let fail_slot = Arc::clone(&fail_slot);
-                let params = EpParams::conn_request(request)
-                    .with_err_handler(move |_, status| *fail_slot.lock().unwrap() = Some(status));
-                *slot.lock().unwrap() = Some(w.create_endpoint(params).unwrap());
-            })),
-            ..Default::default()
-        })
-        .unwrap();
+    let accepting = listen_for_one(&worker, &dir());
     // AMs: eager ones kept from the handler, rendezvous ones received into a buffer.
-    let seen: AmSeen = Arc::default();
-    let pending: Arc<Mutex<Vec<Request<Vec<u8>>>>> = Arc::default();
-    let (s, p) = (Arc::clone(&seen), Arc::clone(&pending));
-    worker.set_am_handler(
-        3,
-        Some(Box::new(move |msg: &mut zcx::AmMessage| {
-            let header = msg.header().to_vec();
-            if msg.is_rndv() {
-                let len = msg.data_len();
-                s.lock().unwrap().push((header, Vec::new()));
-                p.lock().unwrap().push(msg.recv_data(vec![0u8; len]).unwrap());
-            } else {
-                s.lock().unwrap().push((header, msg.data().unwrap().to_vec()));
-            }
-            Status::Ok
-        })),
-    );
-    let port_tmp = dir().join("server.port.tmp");
-    std::fs::write(&port_tmp, listener.sockaddr().to_string()).unwrap();
-    std::fs::rename(&port_tmp, dir().join("server.port")).unwrap();
-
-    progress_until(&worker, "the client's endpoint", || accepted.lock().unwrap().is_some());
-    let ep = accepted.lock().unwrap().take().unwrap();
+    let (seen, pending) = collect_ams(&worker, 3);
+    let ep = accepting.endpoint(&worker);
+    let failed = accepting.failed.clone();
     // Tag, both sizes, echoed back.
     let small = recv_tag(&worker, 1, 4096);
     assert_eq!(small, pattern(100, 1));
     let big = recv_tag(&worker, 2, 2 * MIB);
     assert!(big == pattern(MIB, 2), "1 MiB tag message differs");
-    assert_on_dpdk(&ep, "server");
+    assert_on(&ep, "dpdk", "server");
     wait(&worker, ep.tag_send(small, 3, TagSendParams::default()).unwrap());
     wait(&worker, ep.tag_send(big, 4, TagSendParams::default()).unwrap());
     // Stream: 300 KB in, an answer out.
@@ -245,7 +169,7 @@ fn server() {
     // SAFETY: as above.
     let tail = unsafe { std::slice::from_raw_parts(memh.address().add(MIB + 4096), MIB - 4096) };
     assert!(tail.iter().all(|&b| b == 0), "a refused put wrote into the region");
-    assert_on_dpdk(&ep, "server");
+    assert_on(&ep, "dpdk", "server");
     println!("server: verified everything over dpdk");
     // In flight when the client goes: must end with the endpoint's error.
     let mut in_flight = ep.stream_recv(vec![0u8; 16], true, RequestParams::default()).unwrap();
@@ -269,7 +193,7 @@ fn server() {
     assert_eq!(result.err(), Some(status), "the in-flight receive must end with the endpoint's error");
     println!("server: error handler ran with {status:?}");
     drop(ep);
-    drop(listener);
+    drop(accepting);
 }
 
 fn client() {
@@ -278,7 +202,7 @@ fn client() {
         std::fs::read_to_string(dir().join("server.port")).unwrap().trim().parse().unwrap();
     let ep = worker.create_endpoint(EpParams::sockaddr(addr)).unwrap();
     progress_until(&worker, "the connection", || ep.query().unwrap().status == Status::Ok);
-    assert_on_dpdk(&ep, "client");
+    assert_on(&ep, "dpdk", "client");
     // Tag: small and 1 MiB, then both back.
     let s = ep.tag_send(pattern(100, 1), 1, TagSendParams::default()).unwrap();
     let b = ep.tag_send(pattern(MIB, 2), 2, TagSendParams::default()).unwrap();
@@ -326,7 +250,7 @@ fn client() {
     wait(&worker, ep.flush().unwrap());
     wait(&worker, ep.tag_send(b"rma done".to_vec(), 7, TagSendParams::default()).unwrap());
     assert_eq!(recv_tag(&worker, 8, 64), b"exit now");
-    assert_on_dpdk(&ep, "client");
+    assert_on(&ep, "dpdk", "client");
     println!("client: verified everything over dpdk");
     // Gone without closing anything, as a crashed peer would be.
     std::process::exit(0);

@@ -18,26 +18,27 @@
 //! `ZCX_REQUIRE_DPDK=1` turns a skip into a failure.
 #![cfg(feature = "dpdk")]
 
+#[path = "common/child_ops.rs"]
+mod child_ops;
 #[path = "common/dpdk_pair.rs"]
 mod dpdk_pair;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use child_ops::{assert_on, collect_ams, listen_for_one, progress_until, recv_tag, wait, PATIENCE};
 use dpdk_pair::{pattern, skip};
 
 use zcx::{
-    AmProto, AmSendParams, Context, Endpoint, EpParams, Features, ListenerParams, MemHandle, MemMapParams,
-    Prot, Request, RequestParams, Status, TagSendParams, Worker, WorkerParams,
+    AmProto, AmSendParams, Context, EpParams, Features, MemHandle, MemMapParams, Prot, RequestParams, Status,
+    TagSendParams, Worker, WorkerParams,
 };
 use zcx_dataplane::dpdk::extmem;
 
 const ROLE_ENV: &str = "ZCX_DPDK_ZC_ROLE";
 const DIR_ENV: &str = "ZCX_DPDK_ZC_DIR";
 const SCENARIO_ENV: &str = "ZCX_DPDK_ZC_SCENARIO";
-/// Everything one child may take (not a speed test; 2 shared cores, 10 % loss).
-const PATIENCE: Duration = Duration::from_secs(120);
 const MIB: usize = 1 << 20;
 /// Odd sizes: not a multiple of the fragment size, the page size or 8.
 const ODD: usize = MIB + 4097 + 3;
@@ -139,41 +140,6 @@ fn start() -> Option<Worker> {
     }
 }
 
-fn progress_until(worker: &Worker, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !done() {
-        worker.progress();
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-    }
-}
-
-fn wait<B: Send + 'static>(worker: &Worker, request: Request<B>) -> zcx::Completion<B> {
-    let mut request = request;
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        request = match request.try_take() {
-            Ok(result) => return result.expect("request failed"),
-            Err(r) => r,
-        };
-        worker.progress();
-        assert!(Instant::now() < deadline, "request timed out");
-    }
-}
-
-fn recv_tag(worker: &Worker, tag: u64, len: usize) -> Vec<u8> {
-    let done =
-        wait(worker, worker.tag_recv(vec![0u8; len], tag, u64::MAX, RequestParams::default()).unwrap());
-    let mut buf = done.buf;
-    buf.truncate(done.info.length);
-    buf
-}
-
-fn assert_on_dpdk(ep: &Endpoint, who: &str) {
-    let attr = ep.query().unwrap();
-    assert_eq!(attr.status, Status::Ok, "{who}: {attr:?}");
-    assert_eq!(attr.transports, ["dpdk"], "{who} endpoint is not on dpdk: {attr:?}");
-}
-
 /// A region of `len` bytes mapped read-write (remotely too), filled with `fill` from offset 0.
 fn mapped(worker: &Worker, len: usize, fill: &[u8]) -> MemHandle {
     let memh = worker
@@ -197,43 +163,11 @@ fn assert_nothing_more(worker: &Worker, who: &str) {
     assert!(worker.tag_probe(0, 0).is_none(), "{who}: an extra (duplicate?) tag message arrived");
 }
 
-type AmSeen = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
-
 fn server(scenario: &str) {
     let Some(worker) = start() else { return };
-    let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
-    let (slot, w) = (Arc::clone(&accepted), worker.clone());
-    let listener = worker
-        .listen(ListenerParams {
-            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-            conn_handler: Some(Box::new(move |request| {
-                *slot.lock().unwrap() = Some(w.create_endpoint(EpParams::conn_request(request)).unwrap());
-            })),
-            ..Default::default()
-        })
-        .unwrap();
-    let seen: AmSeen = Arc::default();
-    let pending: Arc<Mutex<Vec<Request<Vec<u8>>>>> = Arc::default();
-    let (s, p) = (Arc::clone(&seen), Arc::clone(&pending));
-    worker.set_am_handler(
-        3,
-        Some(Box::new(move |msg: &mut zcx::AmMessage| {
-            let header = msg.header().to_vec();
-            if msg.is_rndv() {
-                let len = msg.data_len();
-                s.lock().unwrap().push((header, Vec::new()));
-                p.lock().unwrap().push(msg.recv_data(vec![0u8; len]).unwrap());
-            } else {
-                s.lock().unwrap().push((header, msg.data().unwrap().to_vec()));
-            }
-            Status::Ok
-        })),
-    );
-    let port_tmp = dir().join("server.port.tmp");
-    std::fs::write(&port_tmp, listener.sockaddr().to_string()).unwrap();
-    std::fs::rename(&port_tmp, dir().join("server.port")).unwrap();
-    progress_until(&worker, "the client's endpoint", || accepted.lock().unwrap().is_some());
-    let ep = accepted.lock().unwrap().take().unwrap();
+    let accepting = listen_for_one(&worker, &dir());
+    let (seen, pending) = collect_ams(&worker, 3);
+    let ep = accepting.endpoint(&worker);
 
     // The target of the client's puts and gets; its address and key go by tag.
     let region = mapped(&worker, 4 * MIB, &pattern(MIB, 20));
@@ -245,7 +179,7 @@ fn server(scenario: &str) {
     assert_eq!(recv_tag(&worker, 2, 2 * MIB), pattern(ODD, 2), "odd-sized tag message differs");
     assert_eq!(recv_tag(&worker, 10, 2 * MIB), pattern(MIB + 1, 10), "the send unmapped in flight differs");
     assert_eq!(recv_tag(&worker, 11, 4096), pattern(100, 11), "small tag message differs");
-    assert_on_dpdk(&ep, "server");
+    assert_on(&ep, "dpdk", "server");
 
     progress_until(&worker, "two AMs", || seen.lock().unwrap().len() == 2);
     let rndv = pending.lock().unwrap().pop().expect("the rendezvous AM");
@@ -297,7 +231,7 @@ fn client(scenario: &str) {
         std::fs::read_to_string(dir().join("server.port")).unwrap().trim().parse().unwrap();
     let ep = worker.create_endpoint(EpParams::sockaddr(addr)).unwrap();
     progress_until(&worker, "the connection", || ep.query().unwrap().status == Status::Ok);
-    assert_on_dpdk(&ep, "client");
+    assert_on(&ep, "dpdk", "client");
     let before = extmem::counters();
 
     // Everything sent below comes from mapped memory, registered with DPDK when mapped.
@@ -373,7 +307,7 @@ fn client(scenario: &str) {
     assert!(frames >= 6, "only {frames} frames left zero-copy: {after:?}");
     assert!(after.zcopy_bytes - before.zcopy_bytes >= (3 * MIB + ODD + 777 + 1 + ODD_PUT) as u64);
     assert!(after.dma_not_needed + after.dma_mapped >= 1, "no device was offered the memory");
-    assert_on_dpdk(&ep, "client");
+    assert_on(&ep, "dpdk", "client");
     drop((a, b, c, d));
     let drops = zcx_dataplane::dpdk::injected_drops();
     println!("client: {scenario}: {drops} received frames dropped by the loss injection");

@@ -12,25 +12,31 @@
 //! Elsewhere (no device) it prints `skipped:`.
 #![cfg(feature = "verbs")]
 
+#[path = "common/child_ops.rs"]
+mod child_ops;
 #[path = "common/dpdk_pair.rs"]
 mod dpdk_pair;
+#[path = "../../dataplane/tests/common/verbs_here.rs"]
+mod verbs_here;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use child_ops::{
+    assert_on, collect_ams, finish, listen_for_one, progress, progress_until, recv_tag, wait, PATIENCE,
+};
 use dpdk_pair::pattern;
+use verbs_here::verbs_here;
 
 use zcx::{
-    AmProto, AmSendParams, AtomicOp, AtomicSize, Context, Endpoint, EpParams, Features, ListenerParams,
-    MemMapParams, Prot, Request, RequestParams, Status, TagSendParams, Worker, WorkerParams,
+    AmProto, AmSendParams, AtomicOp, AtomicSize, Context, EpParams, Features, MemMapParams, Prot,
+    RequestParams, Status, TagSendParams, Worker, WorkerParams,
 };
 
 const TEST: &str = "endpoints_over_verbs_between_two_processes";
 const ROLE_ENV: &str = "ZCX_VERBS_EP_ROLE";
 const DIR_ENV: &str = "ZCX_VERBS_EP_DIR";
-/// Everything one child may take (TCG-emulated NICs are slow).
-const PATIENCE: Duration = Duration::from_secs(120);
 const MIB: usize = 1 << 20;
 /// Message sizes every operation is checked at: empty, around a frame and a send buffer, around
 /// the 8 MiB one work request moves, and 64 MiB.
@@ -56,19 +62,6 @@ fn endpoints_over_verbs_between_two_processes() {
     assert!(logs.server.contains("server: error handler ran"));
     assert!(logs.server.contains("woken by the peer"));
     assert!(logs.client.contains("client: error handler ran"));
-}
-
-/// False, after printing `skipped:`, where the two Soft-RoCE devices are not.
-fn verbs_here() -> bool {
-    if let Some(why) = zcx_dataplane::verbs::verbs_missing() {
-        println!("skipped: {why}");
-        return false;
-    }
-    if std::env::var_os("ZCX_VERBS_EXPECT").is_none() {
-        println!("skipped: no verbs device here (the VM test sets ZCX_VERBS_EXPECT)");
-        return false;
-    }
-    true
 }
 
 /// A child in `role`: the server on rxe1, the client on rxe0, verbs required.
@@ -151,22 +144,8 @@ fn a_peer_killed_mid_put_and_mid_rendezvous_is_an_error_not_a_hang() {
 /// Maps a region, sends its key, and waits to be killed.
 fn victim() {
     let worker = start();
-    let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
-    let (slot, w) = (Arc::clone(&accepted), worker.clone());
-    let listener = worker
-        .listen(ListenerParams {
-            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-            conn_handler: Some(Box::new(move |request| {
-                *slot.lock().unwrap() = Some(w.create_endpoint(EpParams::conn_request(request)).unwrap());
-            })),
-            ..Default::default()
-        })
-        .unwrap();
-    let port_tmp = dir().join("server.port.tmp");
-    std::fs::write(&port_tmp, listener.sockaddr().to_string()).unwrap();
-    std::fs::rename(&port_tmp, dir().join("server.port")).unwrap();
-    progress_until(&worker, "the client's endpoint", || accepted.lock().unwrap().is_some());
-    let ep = accepted.lock().unwrap().take().unwrap();
+    let accepting = listen_for_one(&worker, &dir());
+    let ep = accepting.endpoint(&worker);
     let prot = Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE;
     let memh = worker.context().mem_map(&MemMapParams::alloc(16 * MIB).prot(prot)).unwrap();
     let mut key = (memh.address() as u64).to_le_bytes().to_vec();
@@ -190,7 +169,7 @@ fn survivor() {
         )
         .unwrap();
     progress_until(&worker, "the connection", || ep.query().unwrap().status == Status::Ok);
-    assert_on_verbs(&ep, "survivor");
+    assert_on(&ep, "verbs", "survivor");
     let key = recv_tag(&worker, 1, 4096);
     let base = u64::from_le_bytes(key[..8].try_into().unwrap());
     let rkey = ep.rkey_unpack(&key[8..]).unwrap();
@@ -253,48 +232,6 @@ fn start() -> Worker {
     ctx.create_worker(&WorkerParams::default()).expect("a worker with verbs")
 }
 
-/// One progress call, and the CPU given up when it found nothing: Soft-RoCE is the kernel's
-/// work on the guest's two CPUs, which two busy-polling processes would otherwise starve into
-/// spurious retransmission timeouts.
-fn progress(worker: &Worker) {
-    if worker.progress() == 0 {
-        std::thread::yield_now();
-    }
-}
-
-fn progress_until(worker: &Worker, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !done() {
-        progress(worker);
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-    }
-}
-
-fn wait<B: Send + 'static>(worker: &Worker, request: Request<B>) -> zcx::Completion<B> {
-    finish(worker, request).expect("request failed")
-}
-
-fn finish<B: Send + 'static>(worker: &Worker, request: Request<B>) -> Result<zcx::Completion<B>, Status> {
-    let mut request = request;
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        request = match request.try_take() {
-            Ok(result) => return result,
-            Err(r) => r,
-        };
-        progress(worker);
-        assert!(Instant::now() < deadline, "request timed out");
-    }
-}
-
-fn recv_tag(worker: &Worker, tag: u64, len: usize) -> Vec<u8> {
-    let done =
-        wait(worker, worker.tag_recv(vec![0u8; len], tag, u64::MAX, RequestParams::default()).unwrap());
-    let mut buf = done.buf;
-    buf.truncate(done.info.length);
-    buf
-}
-
 /// [`recv_tag`] by `ucp_worker_arm` and a blocking poll of the worker's event fd, with no
 /// timeout of its own: only the verbs completion channel, raised by the peer's traffic, can
 /// wake it. Asserts that it slept and woke.
@@ -324,65 +261,23 @@ fn recv_tag_sleeping(worker: &Worker, tag: u64, len: usize) -> Vec<u8> {
     buf
 }
 
-fn assert_on_verbs(ep: &Endpoint, who: &str) {
-    let attr = ep.query().unwrap();
-    assert_eq!(attr.status, Status::Ok, "{who}: {attr:?}");
-    assert_eq!(attr.transports, ["verbs"], "{who} endpoint is not on verbs: {attr:?}");
-}
-
 fn counter(worker: &Worker, name: &str) -> u64 {
     worker.transport_counters().into_iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| v)
 }
 
-type AmSeen = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
-
 fn server() {
     let worker = start();
-    let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
-    let failed: Arc<Mutex<Option<Status>>> = Arc::default();
-    let (slot, fail_slot, w) = (Arc::clone(&accepted), Arc::clone(&failed), worker.clone());
-    let listener = worker
-        .listen(ListenerParams {
-            sockaddr: Some("127.0.0.1:0".parse().unwrap()),
-            conn_handler: Some(Box::new(move |request| {
-                let fail_slot = Arc::clone(&fail_slot);
-                let params = EpParams::conn_request(request)
-                    .with_err_handler(move |_, status| *fail_slot.lock().unwrap() = Some(status));
-                *slot.lock().unwrap() = Some(w.create_endpoint(params).unwrap());
-            })),
-            ..Default::default()
-        })
-        .unwrap();
-    let seen: AmSeen = Arc::default();
-    let pending: Arc<Mutex<Vec<Request<Vec<u8>>>>> = Arc::default();
-    let (s, p) = (Arc::clone(&seen), Arc::clone(&pending));
-    worker.set_am_handler(
-        3,
-        Some(Box::new(move |msg: &mut zcx::AmMessage| {
-            let header = msg.header().to_vec();
-            if msg.is_rndv() {
-                let len = msg.data_len();
-                s.lock().unwrap().push((header, Vec::new()));
-                p.lock().unwrap().push(msg.recv_data(vec![0u8; len]).unwrap());
-            } else {
-                s.lock().unwrap().push((header, msg.data().unwrap().to_vec()));
-            }
-            Status::Ok
-        })),
-    );
-    let port_tmp = dir().join("server.port.tmp");
-    std::fs::write(&port_tmp, listener.sockaddr().to_string()).unwrap();
-    std::fs::rename(&port_tmp, dir().join("server.port")).unwrap();
-
-    progress_until(&worker, "the client's endpoint", || accepted.lock().unwrap().is_some());
-    let ep = accepted.lock().unwrap().take().unwrap();
+    let accepting = listen_for_one(&worker, &dir());
+    let (seen, pending) = collect_ams(&worker, 3);
+    let ep = accepting.endpoint(&worker);
+    let failed = accepting.failed.clone();
     let small = recv_tag_sleeping(&worker, 1, 4096);
     assert_eq!(small, pattern(100, 1));
     let reads = counter(&worker, "verbs_rdma_reads");
     let big = recv_tag(&worker, 2, 2 * MIB);
     assert!(big == pattern(MIB, 2), "1 MiB tag message differs");
     assert!(counter(&worker, "verbs_rdma_reads") > reads, "the receiver did not pull the 1 MiB message");
-    assert_on_verbs(&ep, "server");
+    assert_on(&ep, "verbs", "server");
     wait(&worker, ep.tag_send(small, 3, TagSendParams::default()).unwrap());
     wait(&worker, ep.tag_send(big, 4, TagSendParams::default()).unwrap());
     let got = wait(&worker, ep.stream_recv(vec![0u8; 300_000], true, RequestParams::default()).unwrap());
@@ -443,7 +338,7 @@ fn server() {
     assert!(big_there == &pattern(20 * MIB, 9)[..20 * MIB - 4096], "20 MiB put bytes differ");
     // SAFETY: as above.
     assert_eq!(unsafe { (memh.address().add(word_off) as *const u64).read() }, 77, "fetch-add then swap");
-    assert_on_verbs(&ep, "server");
+    assert_on(&ep, "verbs", "server");
     println!("server: verified everything over verbs");
     wait(&worker, ep.tag_send(b"forge now".to_vec(), 8, TagSendParams::default()).unwrap());
     // The client's put with a key claiming a longer region reaches this NIC, which refuses it:
@@ -457,7 +352,7 @@ fn server() {
     assert!(outside() == &outside_before[..], "a forged key wrote past its region");
     println!("server: error handler ran with {status:?}");
     drop(ep);
-    drop(listener);
+    drop(accepting);
     memh.unmap().unwrap();
     all.unmap().unwrap();
 }
@@ -475,7 +370,7 @@ fn client() {
         )
         .unwrap();
     progress_until(&worker, "the connection", || ep.query().unwrap().status == Status::Ok);
-    assert_on_verbs(&ep, "client");
+    assert_on(&ep, "verbs", "client");
     // The server sleeps on its event fd meanwhile (`recv_tag_sleeping`).
     std::thread::sleep(Duration::from_millis(1500));
     let s = ep.tag_send(pattern(100, 1), 1, TagSendParams::default()).unwrap();
@@ -549,7 +444,7 @@ fn client() {
     let sends = counter(&worker, "verbs_sends") - sends_before_rma;
     assert!(sends < 64, "RMA went as messages: {sends} sends");
     wait(&worker, ep.tag_send(b"rma done".to_vec(), 7, TagSendParams::default()).unwrap());
-    assert_on_verbs(&ep, "client");
+    assert_on(&ep, "verbs", "client");
     println!("client: verified everything over verbs");
 
     // A key edited to claim a region twice as long passes the checks here and reaches the

@@ -6,14 +6,17 @@
 //! inside the guest (`ZCX_VERBS_EXPECT=rxe0,rxe1`); elsewhere it prints `skipped:`.
 #![cfg(feature = "verbs")]
 
+#[path = "common/verbs_here.rs"]
+mod verbs_here;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zcx_control::{PROT_LOCAL_READ, PROT_LOCAL_WRITE, PROT_REMOTE_READ, PROT_REMOTE_WRITE};
 use zcx_dataplane::domain::{MemoryDomain, RegionToRegister};
 use zcx_dataplane::verbs::{
-    self, CompletionChannel, CompletionQueue, Local, ProtectionDomain, QpCaps, RcQueuePair, Remote,
-    RetryPolicy, SendOp, SharedReceiveQueue, VerbsDomain, VerbsRegistration, WorkCompletion,
+    CompletionChannel, CompletionQueue, Local, ProtectionDomain, QpCaps, RcQueuePair, Remote, RetryPolicy,
+    SendOp, SharedReceiveQueue, VerbsDomain, VerbsRegistration, WorkCompletion,
 };
 use zcx_dataplane::TlError;
 
@@ -93,12 +96,7 @@ fn wait_all(cq: &CompletionQueue, wr_ids: &[u64]) -> Vec<WorkCompletion> {
 }
 
 fn connected() -> Option<(Side, Side)> {
-    if let Some(why) = verbs::verbs_missing() {
-        println!("skipped: {why}");
-        return None;
-    }
-    if std::env::var_os("ZCX_VERBS_EXPECT").is_none() {
-        println!("skipped: no verbs device here (the VM test sets ZCX_VERBS_EXPECT)");
+    if !verbs_here::verbs_here() {
         return None;
     }
     let (a, b) = (side("rxe0"), side("rxe1"));
@@ -202,12 +200,7 @@ fn a_forged_key_or_an_address_past_the_region_touches_nothing() {
 /// chained post; and a sleeping side woken through its completion channel by the next message.
 #[test]
 fn sends_land_in_a_shared_receive_queue_and_an_armed_queue_wakes_its_channel() {
-    if let Some(why) = verbs::verbs_missing() {
-        println!("skipped: {why}");
-        return;
-    }
-    if std::env::var_os("ZCX_VERBS_EXPECT").is_none() {
-        println!("skipped: no verbs device here (the VM test sets ZCX_VERBS_EXPECT)");
+    if !verbs_here::verbs_here() {
         return;
     }
     let a = side("rxe0");

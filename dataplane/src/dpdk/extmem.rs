@@ -201,7 +201,7 @@ impl ExtRegion {
 
     /// Whether `[addr, addr + len)` lies inside the region.
     pub fn contains(&self, addr: usize, len: usize) -> bool {
-        addr >= self.start && addr.checked_add(len).is_some_and(|end| end <= self.start + self.len)
+        crate::byte_range::ByteRange { start: self.start, len: self.len }.contains(addr, len)
     }
 
     /// The IO address of `addr` inside the region (IOVA-as-VA: the address itself).

@@ -149,7 +149,8 @@ impl VerbsRegistration {
 
     /// The registered range `(start, len)`: the region's own.
     pub fn range(&self) -> (usize, usize) {
-        (self.mr.start(), self.mr.len())
+        let range = self.mr.range();
+        (range.start, range.len)
     }
 }
 

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use zcx_verbs_sys as sys;
 
 use super::pd::ProtectionDomain;
+use crate::byte_range::ByteRange;
 
 /// A registered memory region.
 pub struct MemoryRegion {
     mr: *mut sys::ibv_mr,
-    start: usize,
-    len: usize,
+    range: ByteRange,
     lkey: u32,
     rkey: u32,
     /// The protection domain outlives its memory regions.
@@ -27,7 +27,7 @@ unsafe impl Sync for MemoryRegion {}
 
 impl std::fmt::Debug for MemoryRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryRegion").field("start", &self.start).field("len", &self.len).finish()
+        f.debug_struct("MemoryRegion").field("range", &self.range).finish()
     }
 }
 
@@ -49,7 +49,7 @@ impl MemoryRegion {
         }
         // SAFETY: a memory region just registered.
         let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        Ok(MemoryRegion { mr, start, len, lkey, rkey, _pd: Arc::clone(pd) })
+        Ok(MemoryRegion { mr, range: ByteRange { start, len }, lkey, rkey, _pd: Arc::clone(pd) })
     }
 
     /// The key local work requests name the region's bytes with.
@@ -62,24 +62,9 @@ impl MemoryRegion {
         self.rkey
     }
 
-    /// The first registered byte.
-    pub fn start(&self) -> usize {
-        self.start
-    }
-
-    /// The registered length.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for an empty region.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// True when `[addr, addr + len)` lies inside the region.
-    pub fn contains(&self, addr: usize, len: usize) -> bool {
-        addr >= self.start && addr.checked_add(len).is_some_and(|end| end <= self.start + self.len)
+    /// The registered bytes.
+    pub fn range(&self) -> ByteRange {
+        self.range
     }
 }
 
@@ -89,7 +74,7 @@ impl Drop for MemoryRegion {
         // (held by this value).
         let rc = unsafe { sys::ibv_dereg_mr(self.mr) };
         if rc != 0 {
-            tracing::warn!(rc, start = self.start, len = self.len, "ibv_dereg_mr failed");
+            tracing::warn!(rc, range = ?self.range, "ibv_dereg_mr failed");
         }
     }
 }

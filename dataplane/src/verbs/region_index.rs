@@ -21,7 +21,7 @@ impl RegionIndex {
     pub fn insert(&self, region: &Arc<MemoryRegion>) {
         let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
         regions.retain(|_, weak| weak.strong_count() > 0);
-        regions.insert(region.start(), Arc::downgrade(region));
+        regions.insert(region.range().start, Arc::downgrade(region));
     }
 
     /// The live registration holding all of `[addr, addr + len)`, if any.
@@ -34,6 +34,6 @@ impl RegionIndex {
             .range(..=addr)
             .rev()
             .take(8)
-            .find_map(|(_, weak)| weak.upgrade().filter(|region| region.contains(addr, len)))
+            .find_map(|(_, weak)| weak.upgrade().filter(|region| region.range().contains(addr, len)))
     }
 }

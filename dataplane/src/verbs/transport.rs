@@ -608,6 +608,17 @@ impl VerbsTransport {
         Ok((Hold::Own { _region: mr }, Local { addr: addr as u64, len: len as u32, lkey }))
     }
 
+    /// The link, when it may carry a frame or an operation now: not before it is joined
+    /// (`NoResource`: try again), not once it closes or failed.
+    fn usable(&self, link: LinkId) -> Result<&Link, TlError> {
+        let entry = self.links.get(link).ok_or(TlError::InvalidParam)?;
+        match entry.state {
+            LinkState::Joined => Ok(entry),
+            LinkState::Open => Err(TlError::NoResource),
+            LinkState::Closing | LinkState::Failed => Err(TlError::ConnectionReset),
+        }
+    }
+
     fn new_pending(&mut self, op: Pending) -> u32 {
         match self.free_pending.pop() {
             Some(index) => {
@@ -735,12 +746,7 @@ impl Transport for VerbsTransport {
         if len > self.send.size() {
             return Err(TlError::InvalidParam);
         }
-        let entry = self.links.get(link).ok_or(TlError::InvalidParam)?;
-        match entry.state {
-            LinkState::Joined => {}
-            LinkState::Open => return Err(TlError::NoResource),
-            LinkState::Closing | LinkState::Failed => return Err(TlError::ConnectionReset),
-        }
+        let entry = self.usable(link)?;
         if !entry.credits.may_send(entry.words.peer_consumed.load(Ordering::Acquire))
             || self.sq_room(entry) == 0
         {
@@ -815,12 +821,7 @@ impl Transport for VerbsTransport {
         if remote.addr < remote.region_base || end > region_end {
             return Err(TlError::InvalidParam);
         }
-        let entry = self.links.get(link).ok_or(TlError::InvalidParam)?;
-        match entry.state {
-            LinkState::Joined => {}
-            LinkState::Open => return Err(TlError::NoResource),
-            LinkState::Closing | LinkState::Failed => return Err(TlError::ConnectionReset),
-        }
+        let entry = self.usable(link)?;
         let inline = entry.qp.max_inline();
         let room = self.sq_room(entry);
         let remote_at = |offset: usize| Remote { addr: remote.addr + offset as u64, rkey };
