@@ -222,6 +222,9 @@ pub struct VerbsTransport {
     seq: u64,
     /// Receive buffers to post again.
     repost: Vec<u32>,
+    /// Links whose credit report found their send queue full, to report at the next poll: the
+    /// peer may be waiting for it, with nothing else on the way to trigger it.
+    reports_owed: Vec<LinkId>,
     /// Events found outside `poll`, reported by the next one.
     events: VecDeque<OwnedEvent>,
     /// Completions taken while preparing to sleep.
@@ -301,6 +304,7 @@ impl VerbsTransport {
             free_pending: Vec::new(),
             seq: 0,
             repost: Vec::new(),
+            reports_owed: Vec::new(),
             events: VecDeque::new(),
             early: VecDeque::new(),
             armed: false,
@@ -320,18 +324,19 @@ impl VerbsTransport {
     }
 
     fn post_receives(&mut self) -> Result<(), TlError> {
+        let mut batch = [(0u64, Local { addr: 0, len: 0, lkey: 0 }); MAX_BATCH];
         while !self.repost.is_empty() {
             let take = self.repost.len().min(MAX_BATCH);
-            let batch: Vec<(u64, Local)> = self.repost[self.repost.len() - take..]
-                .iter()
-                .map(|&i| (RECV_BIT | u64::from(i), self.recv.local(i, self.recv.size())))
-                .collect();
+            let from = self.repost.len() - take;
+            for (slot, &index) in batch.iter_mut().zip(&self.repost[from..]) {
+                *slot = (RECV_BIT | u64::from(index), self.recv.local(index, self.recv.size()));
+            }
             // SAFETY: each buffer is ours (not posted: its receive completed, or never posted)
             // and registered; the device owns it until its receive completes.
-            let posted = unsafe { self.srq.post_batch(&batch) }?;
+            let posted = unsafe { self.srq.post_batch(&batch[..take]) }?;
             self.counters.receives += posted as u64;
-            let keep = self.repost.len() - posted.min(take);
-            self.repost.truncate(keep);
+            // The first `posted` of the batch are the device's now.
+            self.repost.drain(from..from + posted.min(take));
             if posted < take {
                 return Err(TlError::NoResource);
             }
@@ -373,19 +378,16 @@ impl VerbsTransport {
     /// Completes `link`'s work requests up to `seq` (the one a completion named), with `result`
     /// for that one (the earlier ones succeeded: a queue pair executes in order).
     fn complete_up_to(&mut self, link: LinkId, seq: u64, result: Result<(), TlError>) {
-        let Some(entry) = self.links.get_mut(link) else { return };
-        let mut done = Vec::new();
-        while entry.posted.front().is_some_and(|(s, _)| *s <= seq) {
+        loop {
+            let Some(entry) = self.links.get_mut(link) else { return };
+            if entry.posted.front().is_none_or(|(s, _)| *s > seq) {
+                break;
+            }
             let (s, wqe) = entry.posted.pop_front().expect("front exists");
-            done.push((s == seq, wqe));
-        }
-        let closing = entry.state == LinkState::Closing && entry.posted.is_empty();
-        for (last, wqe) in done {
-            let outcome = if last { result } else { Ok(()) };
             match wqe {
                 Wqe::Send(Some(slot)) => self.free_send.push(slot),
                 Wqe::Send(None) | Wqe::Control => {}
-                Wqe::Rma(index) => self.rma_piece_done(index, outcome),
+                Wqe::Rma(index) => self.rma_piece_done(index, if s == seq { result } else { Ok(()) }),
             }
         }
         if let Err(error) = result {
@@ -394,7 +396,7 @@ impl VerbsTransport {
             let error = if error == TlError::Canceled { TlError::ConnectionReset } else { error };
             self.fail(link, error);
         }
-        if closing {
+        if self.links.get(link).is_some_and(|l| l.state == LinkState::Closing && l.posted.is_empty()) {
             self.destroy(link);
         }
     }
@@ -511,7 +513,13 @@ impl VerbsTransport {
         let inline = self.links.get(link).map_or(0, |l| l.qp.max_inline());
         let Some(entry) = self.links.get_mut(link) else { return };
         let Some(remote) = entry.peer_word else { return };
-        if entry.state != LinkState::Joined || entry.posted.len() + 1 >= self.config.send_queue as usize {
+        if entry.state != LinkState::Joined {
+            return;
+        }
+        if entry.posted.len() + 1 >= self.config.send_queue as usize {
+            if !self.reports_owed.contains(&link) {
+                self.reports_owed.push(link);
+            }
             return;
         }
         let Some(total) = entry.credits.report() else { return };
@@ -955,6 +963,11 @@ impl Transport for VerbsTransport {
             taken += n;
             if n < batch.len() {
                 break;
+            }
+        }
+        if !self.reports_owed.is_empty() {
+            for link in std::mem::take(&mut self.reports_owed) {
+                self.report_credits(link);
             }
         }
         if !self.repost.is_empty() {
