@@ -339,3 +339,41 @@ fn a_range_outside_the_key_is_refused_and_a_forged_rkey_fails_the_link_only() {
     a.tl.close(a.link, true);
     b.tl.close(b.link, true);
 }
+
+/// Keys a peer edited past the initiator's checks reach the owner's NIC, which enforces the
+/// owner's registration: a read-only region's key used for a put (edited protection), and a key
+/// whose base was moved down to claim bytes before the region (edited base). Each fails the link
+/// with CONNECTION_RESET, and the owner's bytes, in the region and just before it, are unchanged.
+#[test]
+fn an_edited_protection_or_base_is_refused_by_the_owners_nic() {
+    for case in ["protection", "base"] {
+        let Some((mut a, mut b)) = pair() else { return };
+        // One allocation; only its second half is registered, read-only for the first case.
+        let prot = if case == "protection" { PROT_REMOTE_READ } else { PROT_REMOTE_READ | PROT_REMOTE_WRITE };
+        let whole = Region::new(&b, 1 << 12, 0);
+        let half_start = whole.base() + (1 << 14);
+        let region = RegionToRegister {
+            start: half_start as usize,
+            len: 1 << 14,
+            prot: PROT_LOCAL_READ | PROT_LOCAL_WRITE | prot,
+            backing: None,
+        };
+        let registration = b.domain.register(&region).expect("registers");
+        let mr: &VerbsRegistration = registration.as_any().downcast_ref().expect("verbs");
+        let key = mr.rkey().to_le_bytes();
+        let sum = whole.checksum();
+        let (region_base, addr) = match case {
+            "protection" => (half_start, half_start),
+            _ => (whole.base(), half_start - 64),
+        };
+        let remote = RemoteMem { region_base, region_len: 1 << 15, addr, len: 128, key: &key };
+        let src = [0xEEu8; 128];
+        // SAFETY: `src` outlives the operation, which only reads it.
+        let local = unsafe { LocalMem::new(src.as_ptr().cast_mut(), 128) };
+        a.tl.rma(a.link, RmaOp::Put, local, remote, 1).expect("passes the initiator's checks");
+        assert_eq!(wait_rma(&mut a, &mut b, 1), Err(TlError::ConnectionReset), "edited {case}");
+        assert_eq!(whole.checksum(), sum, "edited {case}: the owner's bytes changed");
+        a.tl.close(a.link, true);
+        b.tl.close(b.link, true);
+    }
+}
