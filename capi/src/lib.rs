@@ -10,4 +10,6 @@
 #[allow(clippy::all, clippy::pedantic, clippy::undocumented_unsafe_blocks)]
 pub mod bindings;
 
+pub mod config;
+pub mod status;
 pub mod version;
