@@ -48,6 +48,7 @@ mod context;
 mod endpoint;
 mod listener;
 mod mem;
+mod packed;
 pub mod photon;
 mod request;
 mod rkey;
@@ -66,6 +67,7 @@ pub use mem::{
     MemAdvice, MemAdviseParams, MemAttr, MemHandle, MemMapFlags, MemMapParams, MemhPackFlags, MemoryType,
     PackedBuffer, Prot,
 };
+pub use packed::{packed_len, PACKED_HEADER_LEN};
 pub use request::{Callback, Completion, OpInfo, Request, RequestParams};
 pub use rkey::{RemoteKey, RkeyCompareParams};
 pub use status::{last_error_detail, status_string, Result, Status};

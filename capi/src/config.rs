@@ -19,21 +19,23 @@ pub(crate) unsafe fn config_ref<'a>(config: *const ucp_config_t) -> Option<&'a C
     unsafe { config.cast::<Config>().as_ref() }
 }
 
-/// `ucp_config_read`: the configuration from the environment. `env_prefix` and `filename` are
-/// accepted and unused: zcx reads its own `ZCX_*` variables and no file.
+/// `ucp_config_read`: the configuration from the environment (see [`read_env`]). `filename` is
+/// accepted and unused: zcx reads no configuration file.
 ///
 /// # Safety
-/// `config_p` is valid for a write of a pointer.
+/// `env_prefix` is null or NUL-terminated; `config_p` is valid for a write of a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_config_read(
-    _env_prefix: *const c_char,
+    env_prefix: *const c_char,
     _filename: *const c_char,
     config_p: *mut *mut ucp_config_t,
 ) -> ucs_status_t::Type {
+    crate::logging::init();
     if config_p.is_null() {
         return status::ucs(zcx::Status::InvalidParam);
     }
-    match zcx::Config::from_env() {
+    // SAFETY: the caller's contract.
+    match unsafe { read_env(env_prefix) } {
         Ok(config) => {
             let raw = Box::into_raw(Box::new(Config(config)));
             // SAFETY: non-null, valid for a write by the caller's contract.
@@ -41,6 +43,93 @@ pub unsafe extern "C" fn ucp_config_read(
             ucs_status_t::UCS_OK
         }
         Err(status) => status::ucs(status),
+    }
+}
+
+/// The configuration a UCX program gets from its environment: UCX's variables where they have a
+/// zcx meaning (`UCX_TLS`, `UCX_NET_DEVICES`, `UCX_RNDV_THRESH`, `UCX_ZCOPY_THRESH`,
+/// `UCX_HANDLE_ERRORS`), then the same under `<env_prefix>_UCX_`, which UCX lets override them,
+/// then zcx's own `ZCX_*`, which override both. Other `UCX_` variables are ignored with a
+/// warning, as UCX warns about variables it did not use.
+///
+/// # Safety
+/// `env_prefix` is null or NUL-terminated.
+pub unsafe fn read_env(env_prefix: *const c_char) -> zcx::Result<zcx::Config> {
+    let prefix = if env_prefix.is_null() {
+        None
+    } else {
+        // SAFETY: the caller's contract.
+        Some(format!("{}_UCX_", unsafe { CStr::from_ptr(env_prefix) }.to_string_lossy()))
+    };
+    let vars: Vec<(String, String)> = std::env::vars().collect();
+    let mut config = zcx::Config::from_vars(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+    let mut ucx: Vec<(String, &str)> = Vec::new();
+    for (key, value) in &vars {
+        if let Some(name) = key.strip_prefix("UCX_") {
+            ucx.push((name.to_owned(), value));
+        }
+    }
+    if let Some(prefix) = &prefix {
+        for (key, value) in &vars {
+            if let Some(name) = key.strip_prefix(prefix.as_str()) {
+                ucx.push((name.to_owned(), value));
+            }
+        }
+    }
+    for (name, value) in ucx {
+        let Some((zcx_name, zcx_value)) = translate(&name, value) else { continue };
+        if std::env::var_os(format!("ZCX_{zcx_name}")).is_some() {
+            continue;
+        }
+        if let Err(status) = config.modify(zcx_name, &zcx_value) {
+            tracing::warn!(variable = %format!("UCX_{name}"), value, ?status, "UCX setting not taken");
+        }
+    }
+    Ok(config)
+}
+
+/// The zcx variable and value of UCX variable `name` (without `UCX_`), or `None` when it has no
+/// zcx meaning here.
+fn translate(name: &str, value: &str) -> Option<(&'static str, String)> {
+    match name {
+        "TLS" => {
+            let mut names: Vec<String> = Vec::new();
+            for token in value.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                let (neg, tl) = token.strip_prefix('^').map_or(("", token), |t| ("^", t));
+                let mapped = match tl {
+                    "all" => "all",
+                    "sm" | "shm" | "posix" | "sysv" | "mm" | "cma" | "knem" | "xpmem" => "shm",
+                    "tcp" => "tcp",
+                    "ib" | "rc" | "rc_v" | "rc_verbs" | "rc_x" | "rc_mlx5" | "ud" | "ud_v" | "ud_verbs" | "ud_x"
+                    | "ud_mlx5" | "dc" | "dc_x" | "dc_mlx5" | "rdmacm" => "verbs",
+                    // Loopback within a process, accelerators and the sockaddr helper need no zcx
+                    // transport of their own.
+                    _ => continue,
+                };
+                let entry = format!("{neg}{mapped}");
+                if !names.contains(&entry) {
+                    names.push(entry);
+                }
+            }
+            (!names.is_empty()).then(|| ("TLS", names.join(",")))
+        }
+        "NET_DEVICES" => value
+            .split(',')
+            .map(str::trim)
+            .find(|d| d.contains(':'))
+            .map(|device| ("VERBS_DEVICE", device.to_owned())),
+        "RNDV_THRESH" => (!matches!(value.trim(), "auto" | "inf")).then(|| ("RNDV_THRESH", value.trim().to_owned())),
+        "ZCOPY_THRESH" => {
+            (!matches!(value.trim(), "auto" | "inf")).then(|| ("DPDK_ZCOPY_THRESH", value.trim().to_owned()))
+        }
+        // UCS's signal handling; zcx installs no signal handlers, so every value means the same.
+        "HANDLE_ERRORS" => None,
+        // Settings the real libucs and libuct loaded beside this library read themselves.
+        n if n.starts_with("LOG_") || n.starts_with("MEM") || n.starts_with("VFS") || n == "MODULES" => None,
+        _ => {
+            tracing::warn!(variable = %format!("UCX_{name}"), "UCX setting unused by zcx");
+            None
+        }
     }
 }
 

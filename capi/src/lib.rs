@@ -10,6 +10,18 @@
 #[allow(clippy::all, clippy::pedantic, clippy::undocumented_unsafe_blocks)]
 pub mod bindings;
 
+pub mod am;
 pub mod config;
+pub mod context;
+pub mod dt;
+pub mod endpoint;
+pub mod logging;
+pub mod mem;
+pub mod request;
+pub mod request_api;
+pub mod rma;
 pub mod status;
+pub mod stream;
+pub mod tag;
 pub mod version;
+pub mod worker;

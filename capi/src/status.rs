@@ -15,3 +15,9 @@ pub fn of<T>(result: zcx::Result<T>) -> ucs_status_t::Type {
         Err(status) => ucs(status),
     }
 }
+
+/// zcx's `Status` of a `ucs_status_t` (`UCS_OK` for codes zcx does not know, which a handler
+/// may return only as "done").
+pub fn from_ucs(status: ucs_status_t::Type) -> zcx::Status {
+    zcx::Status::from_code(i32::from(status)).unwrap_or(zcx::Status::Ok)
+}

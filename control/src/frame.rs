@@ -143,6 +143,19 @@ pub fn encode_frame(kind: FrameKind, fields: &[(u8, &[u8])]) -> Result<Vec<u8>, 
     writer.finish()
 }
 
+/// The length of the frame whose first [`HEADER_LEN`] bytes are `header`, from the header alone,
+/// for a caller handed only a pointer (UCP's C calls take worker addresses and packed keys
+/// without their length). `None` when `header` is short, is not a header of this version, or
+/// states a body longer than a frame holds. The frame itself is checked when decoded.
+pub fn frame_len(header: &[u8]) -> Option<usize> {
+    let header = header.get(..HEADER_LEN)?;
+    if header[..4] != MAGIC || header[4] != VERSION {
+        return None;
+    }
+    let body_len = usize::from(u16::from_le_bytes([header[6], header[7]]));
+    (body_len <= MAX_BODY_LEN).then_some(HEADER_LEN + body_len + CRC_LEN)
+}
+
 /// Checks the envelope of `bytes` and returns its fields for the caller to take.
 ///
 /// `bytes` must be exactly one frame of kind `expected`: a frame of another (or unknown) kind is
@@ -287,6 +300,22 @@ mod tests {
                 Some(WireError::UnsupportedVersion(version))
             );
         }
+    }
+
+    #[test]
+    fn frame_len_reads_the_length_from_the_header_alone() {
+        let frame = hand_frame(1, 1, &[0x81, 1, 0, 7]);
+        assert_eq!(frame_len(&frame[..HEADER_LEN]), Some(frame.len()));
+        assert_eq!(frame_len(&frame[..HEADER_LEN - 1]), None);
+        let mut bad_magic = frame.clone();
+        bad_magic[0] ^= 1;
+        assert_eq!(frame_len(&bad_magic), None);
+        let mut other_version = frame.clone();
+        other_version[4] = VERSION + 1;
+        assert_eq!(frame_len(&other_version), None);
+        let mut too_long = frame;
+        too_long[6..8].copy_from_slice(&u16::try_from(MAX_BODY_LEN + 1).unwrap().to_le_bytes());
+        assert_eq!(frame_len(&too_long), None);
     }
 
     #[test]

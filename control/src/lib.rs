@@ -66,7 +66,7 @@ pub use domain_key::{DomainKey, MAX_DOMAIN_KEYS, MAX_DOMAIN_KEY_LEN};
 pub use error::WireError;
 pub use exported_memh::ExportedMemhWire;
 pub use fields::Fields;
-pub use frame::{decode_frame, encode_frame, FrameKind, FrameWriter, MAX_FRAME_LEN};
+pub use frame::{decode_frame, encode_frame, frame_len, FrameKind, FrameWriter, HEADER_LEN, MAX_FRAME_LEN};
 pub use handshake::{HandshakeWire, REJECT_STATUS_MAX, REJECT_STATUS_MIN};
 pub use name::MAX_NAME_LEN;
 pub use region::{

@@ -140,7 +140,7 @@ impl AmMessage<'_> {
     pub fn recv_data<B: RecvBuf>(&mut self, buf: B) -> Result<Request<B>> {
         let (worker, desc) =
             self.take_for_recv().ok_or_else(|| fail_with(Status::NoElem, "AM data already taken".into()))?;
-        am_recv_data(worker, desc, buf)
+        am_recv_data(worker, desc, buf, RequestParams::default())
     }
 }
 
@@ -149,13 +149,24 @@ impl Worker {
     /// once; rendezvous data is fetched from the sender. A buffer shorter than the data →
     /// `MESSAGE_TRUNCATED`.
     pub fn am_recv_data<B: RecvBuf>(&self, desc: AmDesc, buf: B) -> Result<Request<B>> {
-        am_recv_data(&self.shared, desc, buf)
+        am_recv_data(&self.shared, desc, buf, RequestParams::default())
+    }
+
+    /// [`Worker::am_recv_data`] with a completion callback (`ucp_am_recv_data_nbx`'s
+    /// `UCP_OP_ATTR_FIELD_CALLBACK`), run from progress if the data does not arrive at once.
+    pub fn am_recv_data_with<B: RecvBuf>(&self, desc: AmDesc, buf: B, params: RequestParams) -> Result<Request<B>> {
+        am_recv_data(&self.shared, desc, buf, params)
     }
 }
 
 /// Receives `desc`'s data into `buf` through `shared`: eager data copied at once, rendezvous
 /// data fetched from the sender.
-fn am_recv_data<B: RecvBuf>(shared: &Arc<WorkerShared>, mut desc: AmDesc, mut buf: B) -> Result<Request<B>> {
+fn am_recv_data<B: RecvBuf>(
+    shared: &Arc<WorkerShared>,
+    mut desc: AmDesc,
+    mut buf: B,
+    params: RequestParams,
+) -> Result<Request<B>> {
     let Some((ep, op)) = desc.take_rndv(shared) else {
         let data = desc.data().unwrap_or(&[]);
         let dst = buf.as_mut_bytes();
@@ -166,7 +177,7 @@ fn am_recv_data<B: RecvBuf>(shared: &Arc<WorkerShared>, mut desc: AmDesc, mut bu
         let length = data.len();
         return Ok(Request::ready(buf, OpInfo { length, ..OpInfo::default() }));
     };
-    recv_into(shared, buf, None, |engine, recv_buf| {
+    recv_into(shared, buf, params.callback, |engine, recv_buf| {
         // The data went with its endpoint: the endpoint's status says why.
         match engine.phase(ep) {
             None => Err(Status::NotConnected),

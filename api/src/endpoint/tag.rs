@@ -188,6 +188,22 @@ impl Worker {
         Some(TagInfo { sender_tag, length })
     }
 
+    /// `ucp_tag_probe_nb` exactly, without remove: looks only at what earlier progress received
+    /// and makes no progress itself, so no callback runs (unlike [`Worker::tag_probe`]).
+    pub fn tag_peek(&self, tag: u64, tag_mask: u64) -> Option<TagInfo> {
+        let guard = self.shared.lock();
+        let (_, sender_tag, length) = guard.st.engine.tag_probe(tag, tag_mask)?;
+        Some(TagInfo { sender_tag, length })
+    }
+
+    /// `ucp_tag_probe_nb` exactly, with remove: as [`Worker::tag_probe_remove`] without the
+    /// progress, so no callback runs.
+    pub fn tag_peek_remove(&self, tag: u64, tag_mask: u64) -> Option<TagMessage> {
+        let (op, _, tag, length): (OpId, EndpointId, u64, usize) =
+            self.shared.lock().st.engine.tag_probe_remove(tag, tag_mask)?;
+        Some(TagMessage { worker: Arc::clone(&self.shared), op: Some(op), tag, length })
+    }
+
     /// `ucp_tag_probe_nb` with remove: takes the oldest matching unexpected message out of the
     /// queue, for [`TagMessage::recv`].
     pub fn tag_probe_remove(&self, tag: u64, tag_mask: u64) -> Option<TagMessage> {

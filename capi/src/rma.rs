@@ -1,0 +1,452 @@
+//! `ucp_put_*`, `ucp_get_*` and `ucp_atomic_*`: one-sided operations with a peer's key.
+
+use std::ffi::c_void;
+
+use crate::bindings::*;
+use crate::dt::{self, RawBuf};
+use crate::endpoint::ep_ref;
+use crate::mem::rkey_ref;
+use crate::request::{self, Cb, Finish, Immediate, Outcome, Setup};
+use crate::status;
+
+/// The contiguous bytes of a put or get: RMA takes contiguous data only, as in UCX.
+///
+/// # Safety
+/// `param` null or valid.
+unsafe fn contig_len(count: usize, param: *const ucp_request_param_t) -> Result<usize, ucs_status_t::Type> {
+    // SAFETY: the caller's contract.
+    match dt::decode(unsafe { dt::of_param(param) }) {
+        Ok(dt::Dt::Contig(elem)) => count.checked_mul(elem).ok_or(ucs_status_t::UCS_ERR_INVALID_PARAM),
+        Ok(_) => Err(ucs_status_t::UCS_ERR_UNSUPPORTED),
+        Err(s) => Err(status::ucs(s)),
+    }
+}
+
+/// `ucp_put_nbx`.
+///
+/// # Safety
+/// `ep` and `rkey` are live; the buffer valid until completion; `param` null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put_nbx(
+    ep: ucp_ep_h,
+    buffer: *const c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    // SAFETY: the caller's contract.
+    unsafe { put(ep, buffer, count, remote_addr, rkey, param, Setup::send(param)) }
+}
+
+/// A put with `setup`.
+///
+/// # Safety
+/// As `ucp_put_nbx`.
+unsafe fn put(
+    ep: ucp_ep_h,
+    buffer: *const c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+    param: *const ucp_request_param_t,
+    setup: Setup,
+) -> ucs_status_ptr_t {
+    if ep.is_null() || rkey.is_null() {
+        return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    }
+    // SAFETY: the caller's contract.
+    let len = match unsafe { contig_len(count, param) } {
+        Ok(len) => len,
+        Err(s) => return request::status_ptr(s),
+    };
+    // SAFETY: the caller's contract.
+    let (cep, key) = unsafe { (ep_ref(ep), rkey_ref(rkey)) };
+    // SAFETY: the caller's contract.
+    let buf = unsafe { RawBuf::new(buffer, len) };
+    // SAFETY: the caller's contract.
+    unsafe {
+        request::run(
+            cep.worker().requests(),
+            param,
+            setup,
+            Immediate::Null,
+            |rp| cep.ep.put(buf, remote_addr, &key.rkey, rp),
+            |c| Outcome { length: c.info.length, ..Outcome::default() },
+        )
+    }
+}
+
+/// A get with `setup`.
+///
+/// # Safety
+/// As `ucp_get_nbx`.
+unsafe fn get(
+    ep: ucp_ep_h,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+    param: *const ucp_request_param_t,
+    setup: Setup,
+) -> ucs_status_ptr_t {
+    if ep.is_null() || rkey.is_null() {
+        return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    }
+    // SAFETY: the caller's contract.
+    let len = match unsafe { contig_len(count, param) } {
+        Ok(len) => len,
+        Err(s) => return request::status_ptr(s),
+    };
+    // SAFETY: the caller's contract.
+    let (cep, key) = unsafe { (ep_ref(ep), rkey_ref(rkey)) };
+    // SAFETY: the caller's contract.
+    let buf = unsafe { RawBuf::new(buffer, len) };
+    // SAFETY: the caller's contract.
+    unsafe {
+        request::run(
+            cep.worker().requests(),
+            param,
+            setup,
+            Immediate::Null,
+            |rp| cep.ep.get(buf, remote_addr, &key.rkey, rp),
+            |c| Outcome { length: c.info.length, ..Outcome::default() },
+        )
+    }
+}
+
+/// `ucp_get_nbx`.
+///
+/// # Safety
+/// `ep` and `rkey` are live; the buffer valid until completion; `param` null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get_nbx(
+    ep: ucp_ep_h,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    // SAFETY: the caller's contract.
+    unsafe { get(ep, buffer, count, remote_addr, rkey, param, Setup::send(param)) }
+}
+
+/// What an implicit (`nbi`) operation returns: `UCS_OK` when done, `UCS_INPROGRESS` while a
+/// flush has yet to complete it. The request, if one was made, is released at once.
+fn implicit(ptr: ucs_status_ptr_t) -> ucs_status_t::Type {
+    if let Some(status) = request::ptr_status(ptr) {
+        return status;
+    }
+    // SAFETY: a request this library just returned.
+    unsafe { request::Req::from_user(ptr) }.release(false);
+    ucs_status_t::UCS_INPROGRESS
+}
+
+/// `ucp_put_nbi`.
+///
+/// # Safety
+/// As `ucp_put_nbx`; the buffer may be reused when this returns.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put_nbi(
+    ep: ucp_ep_h,
+    buffer: *const c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+) -> ucs_status_t::Type {
+    if ep.is_null() || rkey.is_null() {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    }
+    // SAFETY: the caller's contract.
+    let (cep, key) = unsafe { (ep_ref(ep), rkey_ref(rkey)) };
+    let bytes = if length == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), length) }
+    };
+    match cep.ep.put_nbi(bytes, remote_addr, &key.rkey) {
+        Ok(()) => ucs_status_t::UCS_INPROGRESS,
+        Err(s) => status::ucs(s),
+    }
+}
+
+/// `ucp_get_nbi`: the buffer is filled once a flush completes.
+///
+/// # Safety
+/// As `ucp_get_nbx`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get_nbi(
+    ep: ucp_ep_h,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+) -> ucs_status_t::Type {
+    // SAFETY: the caller's contract.
+    implicit(unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none()) })
+}
+
+/// `ucp_put_nb` (deprecated form).
+///
+/// # Safety
+/// As `ucp_put_nbx`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put_nb(
+    ep: ucp_ep_h,
+    buffer: *const c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
+    let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
+    // SAFETY: the caller's contract.
+    unsafe { put(ep, buffer, length, remote_addr, rkey, std::ptr::null(), setup) }
+}
+
+/// `ucp_get_nb` (deprecated form).
+///
+/// # Safety
+/// As `ucp_get_nbx`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get_nb(
+    ep: ucp_ep_h,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
+    let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
+    // SAFETY: the caller's contract.
+    unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), setup) }
+}
+
+/// Runs an atomic: `op` with `value` (and, for CSWAP, `compare`) on the `size`-byte word at
+/// `remote_addr`; with `reply`, the previous value is written there at completion.
+///
+/// # Safety
+/// `ep` and `rkey` live; `reply` null or valid for a `size`-byte write until completion.
+#[allow(clippy::too_many_arguments)]
+unsafe fn atomic(
+    ep: ucp_ep_h,
+    op: zcx::AtomicOp,
+    size: zcx::AtomicSize,
+    value: u64,
+    compare: u64,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+    reply: *mut c_void,
+    param: *const ucp_request_param_t,
+    mut setup: Setup,
+) -> ucs_status_ptr_t {
+    if ep.is_null() || rkey.is_null() {
+        return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    }
+    // SAFETY: the caller's contract.
+    let (cep, key) = unsafe { (ep_ref(ep), rkey_ref(rkey)) };
+    if !reply.is_null() {
+        let reply = reply as usize;
+        let finish: Finish = Box::new(move |status, outcome: &Outcome| {
+            if status == ucs_status_t::UCS_OK {
+                // SAFETY: the caller's contract: valid for a write of the operand size.
+                unsafe {
+                    match size {
+                        zcx::AtomicSize::U32 => (reply as *mut u32).write_unaligned(outcome.value as u32),
+                        zcx::AtomicSize::U64 => (reply as *mut u64).write_unaligned(outcome.value),
+                    }
+                }
+            }
+            status
+        });
+        setup.finish = Some(finish);
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        request::run(
+            cep.worker().requests(),
+            param,
+            setup,
+            Immediate::Null,
+            |rp| cep.ep.atomic(op, size, value, compare, remote_addr, &key.rkey, rp),
+            |c| Outcome { value: c.info.value, ..Outcome::default() },
+        )
+    }
+}
+
+/// The operand size of an atomic's datatype.
+fn atomic_size(bytes: usize) -> Option<zcx::AtomicSize> {
+    match bytes {
+        4 => Some(zcx::AtomicSize::U32),
+        8 => Some(zcx::AtomicSize::U64),
+        _ => None,
+    }
+}
+
+/// Reads a `size`-byte operand.
+///
+/// # Safety
+/// `ptr` is valid for a read of the size.
+unsafe fn read_operand(ptr: *const c_void, size: zcx::AtomicSize) -> u64 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match size {
+            zcx::AtomicSize::U32 => u64::from(ptr.cast::<u32>().read_unaligned()),
+            zcx::AtomicSize::U64 => ptr.cast::<u64>().read_unaligned(),
+        }
+    }
+}
+
+/// `ucp_atomic_op_nbx`: the operand is at `buffer` (4 or 8 bytes, from the datatype); with
+/// `UCP_OP_ATTR_FIELD_REPLY_BUFFER` the previous value lands in the reply buffer, which for
+/// CSWAP holds the value to compare with.
+///
+/// # Safety
+/// `ep` and `rkey` live; `buffer` valid for the operand; the reply buffer valid until
+/// completion; `param` valid.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_op_nbx(
+    ep: ucp_ep_h,
+    opcode: ucp_atomic_op_t::Type,
+    buffer: *const c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    // SAFETY: the caller's contract.
+    let Some(p) = (unsafe { param.as_ref() }) else {
+        return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    };
+    // SAFETY: the caller's contract.
+    let bytes = match unsafe { contig_len(count, param) } {
+        Ok(bytes) => bytes,
+        Err(s) => return request::status_ptr(s),
+    };
+    let (Some(size), false) = (atomic_size(bytes), buffer.is_null()) else {
+        return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    };
+    let Some(op) = u8::try_from(opcode).ok().and_then(zcx::AtomicOp::from_u8) else {
+        return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    };
+    let reply = if p.op_attr_mask & ucp_op_attr_t::UCP_OP_ATTR_FIELD_REPLY_BUFFER != 0 {
+        p.reply_buffer
+    } else {
+        std::ptr::null_mut()
+    };
+    if op == zcx::AtomicOp::Cswap && reply.is_null() {
+        return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    }
+    // SAFETY: the caller's contract.
+    let value = unsafe { read_operand(buffer, size) };
+    // SAFETY: the caller's contract.
+    let compare = if reply.is_null() { 0 } else { unsafe { read_operand(reply, size) } };
+    // SAFETY: the caller's contract.
+    unsafe { atomic(ep, op, size, value, compare, remote_addr, rkey, reply, param, Setup::send(param)) }
+}
+
+/// `ucp_atomic_post` (deprecated): a non-fetching atomic, complete once flushed.
+///
+/// # Safety
+/// `ep` and `rkey` live.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_post(
+    ep: ucp_ep_h,
+    opcode: ucp_atomic_post_op_t::Type,
+    value: u64,
+    op_size: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+) -> ucs_status_t::Type {
+    let op = match opcode {
+        ucp_atomic_post_op_t::UCP_ATOMIC_POST_OP_ADD => zcx::AtomicOp::Add,
+        ucp_atomic_post_op_t::UCP_ATOMIC_POST_OP_AND => zcx::AtomicOp::And,
+        ucp_atomic_post_op_t::UCP_ATOMIC_POST_OP_OR => zcx::AtomicOp::Or,
+        ucp_atomic_post_op_t::UCP_ATOMIC_POST_OP_XOR => zcx::AtomicOp::Xor,
+        _ => return ucs_status_t::UCS_ERR_INVALID_PARAM,
+    };
+    let Some(size) = atomic_size(op_size) else { return ucs_status_t::UCS_ERR_INVALID_PARAM };
+    // SAFETY: the caller's contract; no reply.
+    implicit(unsafe {
+        atomic(ep, op, size, value, 0, remote_addr, rkey, std::ptr::null_mut(), std::ptr::null(), Setup::none())
+    })
+}
+
+/// `ucp_atomic_fetch_nb` (deprecated): a fetching atomic; the previous value lands in `result`,
+/// which for CSWAP holds the value to compare with.
+///
+/// # Safety
+/// `ep` and `rkey` live; `result` valid for the operand until completion.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_fetch_nb(
+    ep: ucp_ep_h,
+    opcode: ucp_atomic_fetch_op_t::Type,
+    value: u64,
+    result: *mut c_void,
+    op_size: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
+    let op = match opcode {
+        ucp_atomic_fetch_op_t::UCP_ATOMIC_FETCH_OP_FADD => zcx::AtomicOp::Add,
+        ucp_atomic_fetch_op_t::UCP_ATOMIC_FETCH_OP_SWAP => zcx::AtomicOp::Swap,
+        ucp_atomic_fetch_op_t::UCP_ATOMIC_FETCH_OP_CSWAP => zcx::AtomicOp::Cswap,
+        ucp_atomic_fetch_op_t::UCP_ATOMIC_FETCH_OP_FAND => zcx::AtomicOp::And,
+        ucp_atomic_fetch_op_t::UCP_ATOMIC_FETCH_OP_FOR => zcx::AtomicOp::Or,
+        ucp_atomic_fetch_op_t::UCP_ATOMIC_FETCH_OP_FXOR => zcx::AtomicOp::Xor,
+        _ => return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM),
+    };
+    let (Some(size), false) = (atomic_size(op_size), result.is_null()) else {
+        return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    };
+    // SAFETY: the caller's contract.
+    let compare = if op == zcx::AtomicOp::Cswap { unsafe { read_operand(result, size) } } else { 0 };
+    let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
+    // SAFETY: the caller's contract.
+    unsafe { atomic(ep, op, size, value, compare, remote_addr, rkey, result, std::ptr::null(), setup) }
+}
+
+/// Blocking forms kept by `ucp_compat.h`'s users: the put and get they name, waited for.
+///
+/// # Safety
+/// As `ucp_put_nbx`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put(
+    ep: ucp_ep_h,
+    buffer: *const c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+) -> ucs_status_t::Type {
+    if ep.is_null() {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    }
+    // SAFETY: the caller's contract.
+    let ptr = unsafe { put(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none()) };
+    // SAFETY: the caller's contract.
+    crate::worker::wait_and_free(unsafe { ep_ref(ep) }.worker(), ptr)
+}
+
+/// Blocking `ucp_get`.
+///
+/// # Safety
+/// As `ucp_get_nbx`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get(
+    ep: ucp_ep_h,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: ucp_rkey_h,
+) -> ucs_status_t::Type {
+    if ep.is_null() {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    }
+    // SAFETY: the caller's contract.
+    let ptr = unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none()) };
+    // SAFETY: the caller's contract.
+    crate::worker::wait_and_free(unsafe { ep_ref(ep) }.worker(), ptr)
+}
