@@ -200,9 +200,16 @@ pub unsafe extern "C" fn ucp_ep_create(
     if err_peer {
         ep_params.err_mode = zcx::ErrMode::Peer;
     }
+    let user_data = if has(ucp_ep_params_field::UCP_EP_PARAM_FIELD_USER_DATA) {
+        p.user_data
+    } else {
+        std::ptr::null_mut()
+    };
     if has(ucp_ep_params_field::UCP_EP_PARAM_FIELD_ERR_HANDLER) {
         if let Some(cb) = p.err_handler.cb {
-            let err = ErrCb { cb, arg: p.err_handler.arg as usize };
+            // As in UCX, the endpoint's user data, when given, is the handler's argument.
+            let arg = if user_data.is_null() { p.err_handler.arg } else { user_data };
+            let err = ErrCb { cb, arg: arg as usize };
             let cell = Arc::clone(&handle_cell);
             ep_params.err_handler = Some(Arc::new(move |_ep: &zcx::Endpoint, status: zcx::Status| {
                 let handle = cell.load(Ordering::Acquire) as ucp_ep_h;
@@ -211,11 +218,6 @@ pub unsafe extern "C" fn ucp_ep_create(
             }));
         }
     }
-    let user_data = if has(ucp_ep_params_field::UCP_EP_PARAM_FIELD_USER_DATA) {
-        p.user_data
-    } else {
-        std::ptr::null_mut()
-    };
     // The handle exists before the endpoint so that zcx can name it from the first callback.
     let handle = Box::into_raw(Box::new(std::mem::MaybeUninit::<CEp>::uninit()));
     ep_params.user_data = handle as usize;
@@ -285,7 +287,7 @@ pub unsafe extern "C" fn ucp_ep_close_nbx(ep: ucp_ep_h, param: *const ucp_reques
     let mode = if force { zcx::CloseMode::Force } else { zcx::CloseMode::Flush };
     // SAFETY: the caller's contract.
     unsafe {
-        request::run(cw.requests(), param, Setup::send(param), Immediate::Null, |_rp| cep.ep.close(mode), |_| {
+        request::run(cw.requests(), param, Setup::send(param), Immediate::Null, |rp| cep.ep.close_with(mode, rp), |_| {
             request::Outcome::default()
         })
     }
@@ -348,7 +350,7 @@ pub unsafe extern "C" fn ucp_ep_flush_nbx(ep: ucp_ep_h, param: *const ucp_reques
     let cep = unsafe { ep_ref(ep) };
     // SAFETY: the caller's contract.
     unsafe {
-        request::run(cep.worker().requests(), param, Setup::send(param), Immediate::Null, |_rp| cep.ep.flush(), |_| {
+        request::run(cep.worker().requests(), param, Setup::send(param), Immediate::Null, |rp| cep.ep.flush_with(rp), |_| {
             request::Outcome::default()
         })
     }
@@ -365,7 +367,7 @@ pub unsafe extern "C" fn ucp_ep_flush_nb(ep: ucp_ep_h, _flags: c_uint, cb: ucp_s
     let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
     // SAFETY: no caller request.
     unsafe {
-        request::run(cep.worker().requests(), std::ptr::null(), setup, Immediate::Null, |_rp| cep.ep.flush(), |_| {
+        request::run(cep.worker().requests(), std::ptr::null(), setup, Immediate::Null, |rp| cep.ep.flush_with(rp), |_| {
             request::Outcome::default()
         })
     }

@@ -297,7 +297,7 @@ pub unsafe extern "C" fn ucp_worker_flush_nbx(
             param,
             Setup::send(param),
             Immediate::Null,
-            |_rp| cw.worker.flush(),
+            |rp| cw.worker.flush_with(rp),
             |_| request::Outcome::default(),
         )
     }
@@ -323,7 +323,7 @@ pub unsafe extern "C" fn ucp_worker_flush_nb(
             std::ptr::null(),
             setup,
             Immediate::Null,
-            |_rp| cw.worker.flush(),
+            |rp| cw.worker.flush_with(rp),
             |_| request::Outcome::default(),
         )
     }

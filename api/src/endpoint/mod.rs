@@ -21,7 +21,7 @@ use zcx_dataplane::{SameHostFastPath as _, Transport as _};
 use zcx_engine::Phase;
 
 use crate::listener::ConnRequest;
-use crate::request::{OpInfo, ReqCell, Request};
+use crate::request::{OpInfo, ReqCell, Request, RequestParams};
 use crate::status::{fail_with, Result, Status};
 use crate::worker::ep_handle::DirectLane;
 use crate::worker::lifecycle::{self, EpSetup};
@@ -257,9 +257,15 @@ impl Endpoint {
     /// `ucp_ep_flush_nbx`: completes when every operation issued on the endpoint so far has
     /// completed at the target.
     pub fn flush(&self) -> Result<Request<()>> {
+        self.flush_with(RequestParams::default())
+    }
+
+    /// [`Endpoint::flush`] with a completion callback (`ucp_ep_flush_nbx`'s
+    /// `UCP_OP_ATTR_FIELD_CALLBACK`), run from progress.
+    pub fn flush_with(&self, params: RequestParams) -> Result<Request<()>> {
         let mut core = self.shared().lock();
         let op = core.st.engine.flush(self.id())?;
-        let cell = ReqCell::new(self.shared(), (), None);
+        let cell = ReqCell::new(self.shared(), (), params.callback);
         core.st.sinks.insert(op, cell.clone());
         core.drain();
         Ok(Request::pending(cell))
@@ -268,9 +274,15 @@ impl Endpoint {
     /// `ucp_ep_close_nbx`. `Flush` drains the endpoint, then disconnects (the peer's error handler
     /// sees CONNECTION_RESET); `Force` ends every outstanding request with CANCELED at once.
     pub fn close(&self, mode: CloseMode) -> Result<Request<()>> {
+        self.close_with(mode, RequestParams::default())
+    }
+
+    /// [`Endpoint::close`] with a completion callback (`ucp_ep_close_nbx`'s
+    /// `UCP_OP_ATTR_FIELD_CALLBACK`), run from progress when the close does not complete at once.
+    pub fn close_with(&self, mode: CloseMode, params: RequestParams) -> Result<Request<()>> {
         let mut core = self.shared().lock();
         match lifecycle::begin_close_with(&mut core, self.id(), mode == CloseMode::Force, || {
-            ReqCell::new(self.shared(), (), None)
+            ReqCell::new(self.shared(), (), params.callback)
         }) {
             Some(cell) => Ok(Request::pending(cell)),
             None => Ok(Request::ready((), OpInfo::default())),

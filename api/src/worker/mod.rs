@@ -48,7 +48,7 @@ use zcx_dataplane::{
 use zcx_hugepages::CpuSet;
 
 use crate::context::Context;
-use crate::request::{CancelTarget, Completer, OpInfo, ReqCell, Request, WorkerLocked};
+use crate::request::{CancelTarget, Completer, OpInfo, ReqCell, Request, RequestParams, WorkerLocked};
 use crate::status::{fail_with, Result, Status};
 use ep_handle::Endpoint;
 use state::{status_of, Core, Deferred, State};
@@ -443,6 +443,12 @@ impl Worker {
     /// `ucp_worker_flush_nbx`: completes when every operation issued on every endpoint so far has
     /// completed at its target.
     pub fn flush(&self) -> Result<Request<()>> {
+        self.flush_with(RequestParams::default())
+    }
+
+    /// [`Worker::flush`] with a completion callback (`ucp_worker_flush_nbx`'s
+    /// `UCP_OP_ATTR_FIELD_CALLBACK`), run from progress when it does not complete at once.
+    pub fn flush_with(&self, params: RequestParams) -> Result<Request<()>> {
         let mut core = self.shared.lock();
         match core.st.engine.flush_worker() {
             Start::Done(status, _) => {
@@ -453,7 +459,7 @@ impl Worker {
                 }
             }
             Start::Pending(op) => {
-                let cell = ReqCell::new(&self.shared, (), None);
+                let cell = ReqCell::new(&self.shared, (), params.callback);
                 core.st.sinks.insert(op, cell.clone());
                 core.drain();
                 Ok(Request::pending(cell))
