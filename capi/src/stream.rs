@@ -198,11 +198,8 @@ pub unsafe extern "C" fn ucp_stream_recv_request_test(request: *mut c_void, leng
     status
 }
 
-/// Bytes `ucp_stream_recv_data_nb` takes at most at once.
-const RECV_DATA_CHUNK: usize = 256 * 1024;
-
-/// `ucp_stream_recv_data_nb`: the bytes the stream has now, in memory the library owns until
-/// `ucp_stream_data_release`; NULL when there are none.
+/// `ucp_stream_recv_data_nb`: the next piece of the stream as it arrived, in memory the library
+/// owns until `ucp_stream_data_release`; NULL when there is none.
 ///
 /// # Safety
 /// `ep` is live; `length` valid.
@@ -213,51 +210,22 @@ pub unsafe extern "C" fn ucp_stream_recv_data_nb(ep: ucp_ep_h, length: *mut usiz
     }
     // SAFETY: the caller's contract.
     let cep = unsafe { ep_ref(ep) };
-    // SAFETY: allocating a nonzero size.
-    let data = unsafe { libc::malloc(RECV_DATA_CHUNK) };
-    if data.is_null() {
-        return request::status_ptr(ucs_status_t::UCS_ERR_NO_MEMORY);
-    }
-    // SAFETY: the fresh allocation, freed below or by `ucp_stream_data_release`.
-    let buf = unsafe { dt::RawBuf::new(data, RECV_DATA_CHUNK) };
-    let request = match cep.ep.stream_recv(buf, false, zcx::RequestParams::default()) {
-        Ok(request) => request,
-        Err(status) => {
-            // SAFETY: from `malloc` above, not handed out.
-            unsafe { libc::free(data) };
-            return request::status_ptr(crate::status::ucs(status));
-        }
-    };
-    let request = match request.try_take() {
-        Ok(done) => Ok(done),
-        Err(pending) => {
-            // Nothing there yet: take the receive back. It may have completed meanwhile.
-            pending.cancel();
-            pending.try_take()
-        }
-    };
-    match request {
-        Ok(Ok(completion)) if completion.info.length > 0 => {
-            // SAFETY: the caller's contract.
-            unsafe { length.write(completion.info.length) };
+    match cep.ep.stream_recv_data() {
+        Ok(Some(bytes)) => {
+            // SAFETY: allocating at least one byte.
+            let data = unsafe { libc::malloc(bytes.len().max(1)) };
+            if data.is_null() {
+                return request::status_ptr(ucs_status_t::UCS_ERR_NO_MEMORY);
+            }
+            // SAFETY: a fresh allocation of at least `bytes.len()` bytes; the caller's contract.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), data.cast::<u8>(), bytes.len());
+                length.write(bytes.len());
+            }
             data
         }
-        Ok(Ok(_)) | Ok(Err(zcx::Status::Canceled)) => {
-            // SAFETY: from `malloc` above, not handed out.
-            unsafe { libc::free(data) };
-            std::ptr::null_mut()
-        }
-        Ok(Err(status)) => {
-            // SAFETY: from `malloc` above, not handed out.
-            unsafe { libc::free(data) };
-            request::status_ptr(crate::status::ucs(status))
-        }
-        Err(_still_pending) => {
-            // A cancelled receive that has not ended: its buffer must outlive it, so it leaks
-            // rather than being freed under the transport.
-            tracing::warn!("stream receive did not end at cancel; its buffer is kept");
-            std::ptr::null_mut()
-        }
+        Ok(None) => std::ptr::null_mut(),
+        Err(status) => request::status_ptr(crate::status::ucs(status)),
     }
 }
 

@@ -361,6 +361,14 @@ impl Engine {
         self.try_finish_close(ep_id);
     }
 
+    /// Turns peer error handling on for an endpoint made without it (an endpoint accepted from
+    /// a worker address that the application then takes with `UCP_ERR_HANDLING_MODE_PEER`).
+    pub fn watch_peer(&mut self, ep_id: EndpointId) {
+        if let Some(ep) = self.eps.get_mut(&ep_id) {
+            ep.err_mode_peer = true;
+        }
+    }
+
     /// The endpoint's phase, or `None` when it is gone.
     pub fn phase(&self, ep: EndpointId) -> Option<Phase> {
         self.eps.get(&ep).map(|ep| ep.phase)

@@ -220,6 +220,30 @@ impl Engine {
         Ok(Start::Pending(op))
     }
 
+    /// `ucp_stream_recv_data_nb`: the endpoint's next received piece of the stream, as it
+    /// arrived (one frame's bytes, or what is left of it), or `None` when no bytes are readable
+    /// or a posted receive is waiting for them (it comes first).
+    pub fn stream_recv_data(&mut self, ep_id: EndpointId) -> Result<Option<Vec<u8>>, Status> {
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return Err(Status::NotConnected) };
+        if let Phase::Dead(status) = ep.phase {
+            if ep.stream.unread() == 0 {
+                return Err(status);
+            }
+        }
+        let rx = &mut ep.stream;
+        if !rx.posted.is_empty() || rx.chunks.front().is_none_or(|c| c.pulling.is_some()) {
+            return Ok(None);
+        }
+        let chunk = rx.chunks.pop_front().expect("front exists");
+        let head = std::mem::take(&mut rx.head);
+        if head == 0 {
+            return Ok(Some(chunk.bytes));
+        }
+        let rest = chunk.bytes[head..].to_vec();
+        self.recycle(chunk.bytes);
+        Ok(Some(rest))
+    }
+
     /// Bytes of a `Stream` frame for the caller that takes its completion straight
     /// ([`Engine::handle_frame_direct`]) while no event waits: when nothing is buffered and the
     /// first waiting receive takes the whole frame, this is the whole of it (`Ok`, with the

@@ -357,7 +357,17 @@ impl Worker {
                 let target = shm.or_else(uring).ok_or_else(|| {
                     fail_with(Status::Unreachable, "no common transport with the peer".into())
                 })?;
-                lifecycle::create_client_ep(&mut core, ConnectTarget::Address(target), setup, client_id)?
+                if peer.name == core.st.address.name {
+                    lifecycle::create_client_ep(&mut core, ConnectTarget::Address(target), setup, client_id)?
+                } else if let Some(id) = lifecycle::claim_implicit(&mut core.st, &peer.name, setup.clone()) {
+                    id
+                } else {
+                    let id = lifecycle::create_client_ep(&mut core, ConnectTarget::Address(target), setup, client_id)?;
+                    if let Some(state) = core.st.eps.get_mut(&id) {
+                        state.peer_worker = Some(peer.name.clone());
+                    }
+                    id
+                }
             }
             (None, None) => unreachable!("checked above"),
         };

@@ -59,6 +59,15 @@ impl Endpoint {
         }
     }
 
+    /// `ucp_stream_recv_data_nb`: the next piece of the stream as it arrived (for example one
+    /// sender's message), owned by the caller, or `None` when none is readable now. A receive
+    /// posted with [`Endpoint::stream_recv`] is served first.
+    pub fn stream_recv_data(&self) -> Result<Option<Vec<u8>>> {
+        self.worker().progress();
+        let mut core = self.shared().lock();
+        core.st.engine.stream_recv_data(self.id())
+    }
+
     /// `ucp_stream_recv_nbx`: receives into `buf`. With `waitall` it completes only when `buf` is
     /// full; otherwise as soon as any bytes are there (the completion's `length` says how many).
     pub fn stream_recv<B: RecvBuf>(

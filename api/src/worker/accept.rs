@@ -50,12 +50,20 @@ pub(crate) struct ConnRequestData {
 pub(crate) fn on_conn_request(st: &mut State, listener: ListenerId, data: ConnRequestData) {
     let Some(entry) = st.listeners.get(&listener) else {
         if listener == ListenerId(0) {
-            // A peer connecting by our worker address: accepted without asking the application.
-            create_server_ep(
+            // A peer connecting by our worker address: accepted without asking the application,
+            // unless our own request to it crossed this one.
+            if crate::worker::lifecycle::pair_crossed(st, &data) {
+                return;
+            }
+            let ep = create_server_ep(
                 st,
                 &data,
                 ServerEpParams { err_mode_peer: data.err_mode_peer, ..Default::default() },
             );
+            if let Some(state) = st.eps.get_mut(&ep) {
+                state.peer_worker = Some(data.client_worker.clone());
+                state.implicit = true;
+            }
         } else {
             reject_link(st, &data, Status::Rejected);
         }

@@ -41,6 +41,7 @@ pub struct ServerEpParams {
 }
 
 /// What a new endpoint is created with, whichever side it is on.
+#[derive(Clone)]
 pub(crate) struct EpSetup {
     pub name: Option<String>,
     pub err_mode_peer: bool,
@@ -64,7 +65,78 @@ fn new_state(st: &State, id: EndpointId, setup: EpSetup) -> EpState {
         conn_token: 0,
         verbs_link: None,
         down: false,
+        peer_worker: None,
+        implicit: false,
     }
+}
+
+/// An endpoint accepted from `peer`'s worker address that the application has not taken yet:
+/// `ucp_ep_create` to that worker takes it instead of connecting again, so the two workers' endpoints
+/// to each other are one connection (as UCX pairs them), and a stream or a reply sent on one
+/// arrives on the other.
+pub(crate) fn claim_implicit(st: &mut State, peer: &str, setup: EpSetup) -> Option<EndpointId> {
+    let (&id, _) = st.eps.iter().find(|(id, ep)| {
+        ep.implicit
+            && !ep.down
+            && ep.peer_worker.as_deref() == Some(peer)
+            && !matches!(st.engine.phase(**id), None | Some(Phase::Dead(_)))
+    })?;
+    let ep = st.eps.get_mut(&id)?;
+    ep.implicit = false;
+    if let Some(name) = setup.name {
+        ep.name = name;
+    }
+    ep.err_handler = setup.err_handler;
+    ep.err_reported = !setup.err_mode_peer;
+    ep.user_data = setup.user_data;
+    if setup.err_mode_peer {
+        st.engine.watch_peer(id);
+    }
+    tracing::debug!(ep = %id, peer, "endpoint taken from the peer's connection");
+    Some(id)
+}
+
+/// A connection request from a peer's worker address, when this worker is connecting an endpoint
+/// of its own to that peer: the two requests crossed. Both workers keep the connection the worker
+/// with the smaller name made: the larger one answers the peer's request with its own endpoint
+/// (which leaves its request's link), the smaller one ignores the peer's request, which the peer
+/// abandons likewise. Returns false when there is no crossing (an ordinary request).
+pub(crate) fn pair_crossed(st: &mut State, request: &ConnRequestData) -> bool {
+    let client = request.client_worker.as_str();
+    let mine = st.address.name.as_str();
+    if client == mine {
+        return false;
+    }
+    let crossed = st.connecting.iter().find_map(|(&token, &id)| {
+        let ep = st.eps.get(&id)?;
+        (!ep.down && ep.peer_worker.as_deref() == Some(client)).then_some((token, id))
+    });
+    let Some((token, id)) = crossed else { return false };
+    if client > mine {
+        // Ours wins; the peer pairs its endpoint with our request and closes this link.
+        tracing::debug!(ep = %id, client, "crossed connection requests: the peer answers ours");
+        return true;
+    }
+    let Some(old) = st.engine.link_of(id) else { return false };
+    let accept = HandshakeWire::Accept {
+        server_address: st.address.clone(),
+        server_ep_id: id.raw(),
+        client_ep_id: request.client_ep_id,
+    };
+    st.send_hello(request.link, accept.encode());
+    st.established.push(request.link);
+    st.connecting.remove(&token);
+    if let Some(state) = st.eps.get_mut(&id) {
+        state.remote_addr = Some(request.peer);
+        if let Some(verbs_link) = state.verbs_link.take() {
+            st.to_close.push((verbs_link, true));
+        }
+    }
+    st.lanes_taken.push((id, old));
+    let caps = st.caps_for(request.link);
+    st.engine.endpoint_ready(id, request.link, caps);
+    tracing::debug!(ep = %id, client, link = ?request.link, "crossed connection requests: answered the peer's");
+    true
 }
 
 /// The client side: connects, sends the connection request, and returns the endpoint id. Frames

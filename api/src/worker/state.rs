@@ -96,6 +96,13 @@ pub(crate) struct EpState {
     pub verbs_link: Option<LinkId>,
     /// The engine reported the endpoint down.
     pub down: bool,
+    /// The worker at the other end, by name, for an endpoint made from a worker address (either
+    /// side): how two endpoints the two workers make to each other find each other (see
+    /// `lifecycle::pair_or_accept`).
+    pub peer_worker: Option<String>,
+    /// Accepted from a peer's worker address with no application handle yet: the next endpoint
+    /// the application makes to that worker is this one.
+    pub implicit: bool,
 }
 
 impl EpState {
