@@ -300,8 +300,8 @@ unsafe fn read_operand(ptr: *const c_void, size: zcx::AtomicSize) -> u64 {
 }
 
 /// `ucp_atomic_op_nbx`: the operand is at `buffer` (4 or 8 bytes, from the datatype); with
-/// `UCP_OP_ATTR_FIELD_REPLY_BUFFER` the previous value lands in the reply buffer, which for
-/// CSWAP holds the value to compare with.
+/// `UCP_OP_ATTR_FIELD_REPLY_BUFFER` the previous value lands in the reply buffer. CSWAP compares
+/// with the operand and stores what the reply buffer held.
 ///
 /// # Safety
 /// `ep` and `rkey` live; `buffer` valid for the operand; the reply buffer valid until
@@ -340,9 +340,15 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
     }
     // SAFETY: the caller's contract.
-    let value = unsafe { read_operand(buffer, size) };
-    // SAFETY: the caller's contract.
-    let compare = if reply.is_null() { 0 } else { unsafe { read_operand(reply, size) } };
+    let operand = unsafe { read_operand(buffer, size) };
+    // CSWAP compares with the buffer's value and stores the reply buffer's (UCP's table:
+    // "if (X == Y) then Y = Z", X the buffer, Z the reply buffer).
+    let (value, compare) = if op == zcx::AtomicOp::Cswap {
+        // SAFETY: the caller's contract (checked non-null above).
+        (unsafe { read_operand(reply, size) }, operand)
+    } else {
+        (operand, 0)
+    };
     // SAFETY: the caller's contract.
     unsafe { atomic(ep, op, size, value, compare, remote_addr, rkey, reply, param, Setup::send(param)) }
 }
@@ -374,8 +380,8 @@ pub unsafe extern "C" fn ucp_atomic_post(
     })
 }
 
-/// `ucp_atomic_fetch_nb` (deprecated): a fetching atomic; the previous value lands in `result`,
-/// which for CSWAP holds the value to compare with.
+/// `ucp_atomic_fetch_nb` (deprecated): a fetching atomic; the previous value lands in `result`.
+/// CSWAP compares with `value` and stores what `result` held.
 ///
 /// # Safety
 /// `ep` and `rkey` live; `result` valid for the operand until completion.
@@ -402,8 +408,13 @@ pub unsafe extern "C" fn ucp_atomic_fetch_nb(
     let (Some(size), false) = (atomic_size(op_size), result.is_null()) else {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
     };
-    // SAFETY: the caller's contract.
-    let compare = if op == zcx::AtomicOp::Cswap { unsafe { read_operand(result, size) } } else { 0 };
+    // CSWAP compares with `value` and stores what `result` held.
+    let (value, compare) = if op == zcx::AtomicOp::Cswap {
+        // SAFETY: the caller's contract.
+        (unsafe { read_operand(result, size) }, value)
+    } else {
+        (value, 0)
+    };
     let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
     // SAFETY: the caller's contract.
     unsafe { atomic(ep, op, size, value, compare, remote_addr, rkey, result, std::ptr::null(), setup) }
@@ -450,3 +461,121 @@ pub unsafe extern "C" fn ucp_get(
     // SAFETY: the caller's contract.
     crate::worker::wait_and_free(unsafe { ep_ref(ep) }.worker(), ptr)
 }
+
+/// Waits for an atomic this library issued and releases it.
+///
+/// # Safety
+/// `ep` is live.
+unsafe fn wait_atomic(ep: ucp_ep_h, ptr: ucs_status_ptr_t) -> ucs_status_t::Type {
+    // SAFETY: the caller's contract.
+    crate::worker::wait_and_free(unsafe { ep_ref(ep) }.worker(), ptr)
+}
+
+macro_rules! blocking_post {
+    ($name:ident, $ty:ty, $bytes:expr) => {
+        /// The blocking post of `ucp_compat.h` (deprecated): an atomic add, waited for.
+        ///
+        /// # Safety
+        /// `ep` and `rkey` live.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(ep: ucp_ep_h, add: $ty, remote_addr: u64, rkey: ucp_rkey_h) -> ucs_status_t::Type {
+            if ep.is_null() {
+                return ucs_status_t::UCS_ERR_INVALID_PARAM;
+            }
+            let size = atomic_size($bytes).expect("4 or 8");
+            // SAFETY: the caller's contract.
+            unsafe {
+                let ptr = atomic(
+                    ep,
+                    zcx::AtomicOp::Add,
+                    size,
+                    u64::from(add),
+                    0,
+                    remote_addr,
+                    rkey,
+                    std::ptr::null_mut(),
+                    std::ptr::null(),
+                    Setup::none(),
+                );
+                wait_atomic(ep, ptr)
+            }
+        }
+    };
+}
+
+macro_rules! blocking_fetch {
+    ($name:ident, $op:expr, $ty:ty, $bytes:expr) => {
+        /// The blocking fetching atomic of `ucp_compat.h` (deprecated), waited for; the previous
+        /// value lands in `result`.
+        ///
+        /// # Safety
+        /// `ep` and `rkey` live; `result` valid for a write.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            ep: ucp_ep_h,
+            value: $ty,
+            remote_addr: u64,
+            rkey: ucp_rkey_h,
+            result: *mut $ty,
+        ) -> ucs_status_t::Type {
+            if ep.is_null() || result.is_null() {
+                return ucs_status_t::UCS_ERR_INVALID_PARAM;
+            }
+            let size = atomic_size($bytes).expect("4 or 8");
+            // SAFETY: the caller's contract.
+            unsafe {
+                let ptr = atomic(ep, $op, size, u64::from(value), 0, remote_addr, rkey, result.cast(), std::ptr::null(), Setup::none());
+                wait_atomic(ep, ptr)
+            }
+        }
+    };
+}
+
+macro_rules! blocking_cswap {
+    ($name:ident, $ty:ty, $bytes:expr) => {
+        /// The blocking compare-and-swap of `ucp_compat.h` (deprecated), waited for: `swap` is
+        /// stored if the remote value equals `compare`; the previous value lands in `result`.
+        ///
+        /// # Safety
+        /// `ep` and `rkey` live; `result` valid for a write.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            ep: ucp_ep_h,
+            compare: $ty,
+            swap: $ty,
+            remote_addr: u64,
+            rkey: ucp_rkey_h,
+            result: *mut $ty,
+        ) -> ucs_status_t::Type {
+            if ep.is_null() || result.is_null() {
+                return ucs_status_t::UCS_ERR_INVALID_PARAM;
+            }
+            let size = atomic_size($bytes).expect("4 or 8");
+            // SAFETY: the caller's contract.
+            unsafe {
+                let ptr = atomic(
+                    ep,
+                    zcx::AtomicOp::Cswap,
+                    size,
+                    u64::from(swap),
+                    u64::from(compare),
+                    remote_addr,
+                    rkey,
+                    result.cast(),
+                    std::ptr::null(),
+                    Setup::none(),
+                );
+                wait_atomic(ep, ptr)
+            }
+        }
+    };
+}
+
+blocking_post!(ucp_atomic_add32, u32, 4);
+blocking_post!(ucp_atomic_add64, u64, 8);
+blocking_fetch!(ucp_atomic_fadd32, zcx::AtomicOp::Add, u32, 4);
+blocking_fetch!(ucp_atomic_fadd64, zcx::AtomicOp::Add, u64, 8);
+blocking_fetch!(ucp_atomic_swap32, zcx::AtomicOp::Swap, u32, 4);
+blocking_fetch!(ucp_atomic_swap64, zcx::AtomicOp::Swap, u64, 8);
+blocking_cswap!(ucp_atomic_cswap32, u32, 4);
+blocking_cswap!(ucp_atomic_cswap64, u64, 8);
