@@ -599,3 +599,28 @@ pub unsafe extern "C" fn ucp_conn_request_query(
     }
     ucs_status_t::UCS_OK
 }
+
+/// `ucp_ep_evaluate_perf`: not provided; zcx chooses protocols itself and has no cost model to
+/// report.
+///
+/// # Safety
+/// Any arguments.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_evaluate_perf(
+    _ep: ucp_ep_h,
+    _param: *const ucp_ep_evaluate_perf_param_t,
+    _attr: *mut ucp_ep_evaluate_perf_attr_t,
+) -> ucs_status_t::Type {
+    tracing::warn!("ucp_ep_evaluate_perf is not supported by zcx");
+    ucs_status_t::UCS_ERR_UNSUPPORTED
+}
+
+/// `ucp_ep_modify_nb` (deprecated): not provided; an endpoint's parameters are fixed at creation.
+///
+/// # Safety
+/// Any arguments.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_modify_nb(_ep: ucp_ep_h, _params: *const ucp_ep_params_t) -> ucs_status_ptr_t {
+    tracing::warn!("ucp_ep_modify_nb is not supported by zcx");
+    request::status_ptr(ucs_status_t::UCS_ERR_UNSUPPORTED)
+}

@@ -274,3 +274,24 @@ pub unsafe extern "C" fn ucp_rkey_destroy(rkey: ucp_rkey_h) {
         drop(unsafe { Box::from_raw(rkey.cast::<CRkey>()) });
     }
 }
+
+/// `ucp_mem_print_info`: maps `mem_size` bytes (a size such as `4k` or `1m`) and prints what
+/// backs them.
+///
+/// # Safety
+/// `mem_size` is NUL-terminated; `context` live; `stream` a valid `FILE *`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_mem_print_info(mem_size: *const std::ffi::c_char, context: ucp_context_h, stream: *mut libc::FILE) {
+    if mem_size.is_null() || context.is_null() {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    let spec = unsafe { std::ffi::CStr::from_ptr(mem_size) }.to_string_lossy();
+    // SAFETY: the caller's contract.
+    let text = match unsafe { ctx_ref(context) }.ctx.mem_print_info(&spec) {
+        Ok(text) => text,
+        Err(status) => format!("# ucp_mem_print_info({spec}): {status:?}\n"),
+    };
+    // SAFETY: the caller's contract.
+    unsafe { crate::context::write_stream(stream.cast(), &text) };
+}
