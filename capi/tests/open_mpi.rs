@@ -159,7 +159,7 @@ fn run_job(test: &str, extra: &[&str], expect_tls: &str) {
         .args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"])
         // Debian's openmpi-mca-params.conf says `pml = ^ucx`; the command line overrides it.
         .args(["--mca", "pml", "ucx"])
-        // Open MPI takes UCX only over the InfiniBand transports it lists unless told otherwise.
+        // By default Open MPI takes UCX only where it finds Mellanox devices (`mlx*`) and their transports.
         .args(["--mca", "opal_common_ucx_tls", "any", "--mca", "opal_common_ucx_devices", "any"])
         // Verbose selection and pml lines: the proof below that the UCX pml carried the job.
         .args(["--mca", "pml_ucx_verbose", "10", "--mca", "pml_base_verbose", "10"])
