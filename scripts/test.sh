@@ -11,6 +11,8 @@ zcx_require_cargo
 # Debian's DPDK 22.11 (libdpdk-dev pulls in every librte runtime package, drivers included) and
 # pkg-config, which zcx-dpdk-sys finds it with.
 zcx_apt_install ucx-utils libucx-dev iproute2 libdpdk-dev dpdk pkg-config
+# Open MPI (mpicc, mpirun and its UCX pml): capi's test runs MPI jobs over the libucp it builds.
+zcx_apt_install openmpi-bin libopenmpi-dev
 # rdma-core 44's libibverbs, which zcx-verbs-sys binds (devices exist only in the VM's Soft-RoCE).
 zcx_apt_install libibverbs-dev ibverbs-providers rdma-core
 # QEMU and a static busybox (the guest's initramfs) for the VM step (scripts/vm/).
