@@ -54,13 +54,17 @@ fn deliver(
     call: &dyn Fn(*const c_void, usize, *mut c_void, usize, &ucp_am_recv_param_t) -> ucs_status_t::Type,
 ) -> ucs_status_t::Type {
     let reply_ep = msg.reply_ep().map_or(std::ptr::null_mut(), |ep| handle_of(cw, ep));
-    let mut recv_attr = if reply_ep.is_null() { 0 } else { u64::from(ucp_am_recv_attr_t::UCP_AM_RECV_ATTR_FIELD_REPLY_EP) };
+    let mut recv_attr =
+        if reply_ep.is_null() { 0 } else { u64::from(ucp_am_recv_attr_t::UCP_AM_RECV_ATTR_FIELD_REPLY_EP) };
     let header = msg.header().to_vec();
     let length = msg.data_len();
     if msg.is_rndv() || persistent {
         let Some(kept) = msg.keep() else { return ucs_status_t::UCS_ERR_NO_ELEM };
         let data_ptr = kept.data().map(|d| d.as_ptr() as usize);
-        let desc = Box::into_raw(Box::new(Desc { desc: Mutex::new(Some(kept)), handler_done: AtomicBool::new(false) }));
+        let desc = Box::into_raw(Box::new(Desc {
+            desc: Mutex::new(Some(kept)),
+            handler_done: AtomicBool::new(false),
+        }));
         let data = match data_ptr {
             None => {
                 recv_attr |= u64::from(ucp_am_recv_attr_t::UCP_AM_RECV_ATTR_FLAG_RNDV);
@@ -130,7 +134,8 @@ pub unsafe extern "C" fn ucp_worker_set_am_recv_handler(
         cw.worker.set_am_handler(id, None);
         return ucs_status_t::UCS_OK;
     };
-    let arg = if has(ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ARG) { p.arg as usize } else { 0 };
+    let arg =
+        if has(ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_ARG) { p.arg as usize } else { 0 };
     let flags = if has(ucp_am_handler_param_field::UCP_AM_HANDLER_PARAM_FIELD_FLAGS) { p.flags } else { 0 };
     let persistent = flags & ucp_am_cb_flags::UCP_AM_FLAG_PERSISTENT_DATA != 0;
     let cw_addr = cw as *const CWorker as usize;
@@ -179,11 +184,12 @@ pub unsafe extern "C" fn ucp_worker_set_am_handler(
             // SAFETY: the worker outlives its handlers.
             let cw = unsafe { &*(cw_addr as *const CWorker) };
             let status = deliver(cw, msg, persistent, &|_header, _header_len, data, len, param| {
-                let flags = if param.recv_attr & u64::from(ucp_am_recv_attr_t::UCP_AM_RECV_ATTR_FLAG_DATA) != 0 {
-                    ucp_cb_param_flags::UCP_CB_PARAM_FLAG_DATA
-                } else {
-                    0
-                };
+                let flags =
+                    if param.recv_attr & u64::from(ucp_am_recv_attr_t::UCP_AM_RECV_ATTR_FLAG_DATA) != 0 {
+                        ucp_cb_param_flags::UCP_CB_PARAM_FLAG_DATA
+                    } else {
+                        0
+                    };
                 // SAFETY: the application's handler, with its argument and the message.
                 unsafe { cb(arg as *mut c_void, data, len, param.reply_ep, flags as c_uint) }
             });
@@ -325,7 +331,9 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
     let mut setup = match p {
         Some(p) => {
             // SAFETY: the union member for AM data is `recv_am`, read only when its bit is set.
-            let cb = match (p.op_attr_mask & ucp_op_attr_t::UCP_OP_ATTR_FIELD_CALLBACK != 0, unsafe { p.cb.recv_am }) {
+            let cb = match (p.op_attr_mask & ucp_op_attr_t::UCP_OP_ATTR_FIELD_CALLBACK != 0, unsafe {
+                p.cb.recv_am
+            }) {
                 (true, Some(f)) => Cb::LengthNbx(f),
                 _ => Cb::None,
             };

@@ -100,8 +100,8 @@ fn translate(name: &str, value: &str) -> Option<(&'static str, String)> {
                     "all" => "all",
                     "sm" | "shm" | "posix" | "sysv" | "mm" | "cma" | "knem" | "xpmem" => "shm",
                     "tcp" => "tcp",
-                    "ib" | "rc" | "rc_v" | "rc_verbs" | "rc_x" | "rc_mlx5" | "ud" | "ud_v" | "ud_verbs" | "ud_x"
-                    | "ud_mlx5" | "dc" | "dc_x" | "dc_mlx5" | "rdmacm" => "verbs",
+                    "ib" | "rc" | "rc_v" | "rc_verbs" | "rc_x" | "rc_mlx5" | "ud" | "ud_v" | "ud_verbs"
+                    | "ud_x" | "ud_mlx5" | "dc" | "dc_x" | "dc_mlx5" | "rdmacm" => "verbs",
                     // Loopback within a process, accelerators and the sockaddr helper need no zcx
                     // transport of their own.
                     _ => continue,
@@ -118,7 +118,9 @@ fn translate(name: &str, value: &str) -> Option<(&'static str, String)> {
             .map(str::trim)
             .find(|d| d.contains(':'))
             .map(|device| ("VERBS_DEVICE", device.to_owned())),
-        "RNDV_THRESH" => (!matches!(value.trim(), "auto" | "inf")).then(|| ("RNDV_THRESH", value.trim().to_owned())),
+        "RNDV_THRESH" => {
+            (!matches!(value.trim(), "auto" | "inf")).then(|| ("RNDV_THRESH", value.trim().to_owned()))
+        }
         "ZCOPY_THRESH" => {
             (!matches!(value.trim(), "auto" | "inf")).then(|| ("DPDK_ZCOPY_THRESH", value.trim().to_owned()))
         }

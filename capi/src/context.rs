@@ -71,7 +71,11 @@ pub unsafe extern "C" fn ucp_init_version(
     };
     let mask = p.field_mask;
     let has = |bit: u32| mask & u64::from(bit) != 0;
-    let features = if has(ucp_params_field::UCP_PARAM_FIELD_FEATURES) { features_of(p.features) } else { zcx::Features::empty() };
+    let features = if has(ucp_params_field::UCP_PARAM_FIELD_FEATURES) {
+        features_of(p.features)
+    } else {
+        zcx::Features::empty()
+    };
     let name = if has(ucp_params_field::UCP_PARAM_FIELD_NAME) && !p.name.is_null() {
         // SAFETY: a NUL-terminated string when set (UCP's contract).
         Some(unsafe { CStr::from_ptr(p.name) }.to_string_lossy().into_owned())
@@ -92,12 +96,14 @@ pub unsafe extern "C" fn ucp_init_version(
     };
     let request_size = if has(ucp_params_field::UCP_PARAM_FIELD_REQUEST_SIZE) { p.request_size } else { 0 };
     let init = if has(ucp_params_field::UCP_PARAM_FIELD_REQUEST_INIT) { p.request_init } else { None };
-    let cleanup = if has(ucp_params_field::UCP_PARAM_FIELD_REQUEST_CLEANUP) { p.request_cleanup } else { None };
+    let cleanup =
+        if has(ucp_params_field::UCP_PARAM_FIELD_REQUEST_CLEANUP) { p.request_cleanup } else { None };
     let name = std::ffi::CString::new(ctx.name().replace('\0', "")).unwrap_or_default();
     let context = CContext {
         ctx,
         requests: Box::new(RequestPool::new(request_size, init, cleanup)),
-        mt_workers_shared: has(ucp_params_field::UCP_PARAM_FIELD_MT_WORKERS_SHARED) && p.mt_workers_shared != 0,
+        mt_workers_shared: has(ucp_params_field::UCP_PARAM_FIELD_MT_WORKERS_SHARED)
+            && p.mt_workers_shared != 0,
         name,
     };
     // SAFETY: the caller's contract.
@@ -127,7 +133,10 @@ pub unsafe extern "C" fn ucp_cleanup(context: ucp_context_h) {
 /// # Safety
 /// `context` is live; `attr` valid.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_context_query(context: ucp_context_h, attr: *mut ucp_context_attr_t) -> ucs_status_t::Type {
+pub unsafe extern "C" fn ucp_context_query(
+    context: ucp_context_h,
+    attr: *mut ucp_context_attr_t,
+) -> ucs_status_t::Type {
     // SAFETY: the caller's contract.
     let (Some(attr), false) = (unsafe { attr.as_mut() }, context.is_null()) else {
         return ucs_status_t::UCS_ERR_INVALID_PARAM;

@@ -107,7 +107,9 @@ pub unsafe fn of_param(param: *const ucp_request_param_t) -> ucp_datatype_t {
 /// Decodes `datatype`; strided and unknown classes → `UNSUPPORTED`.
 pub fn decode(datatype: ucp_datatype_t) -> Result<Dt, zcx::Status> {
     match (datatype & u64::from(ucp_dt_type::UCP_DATATYPE_CLASS_MASK)) as u32 {
-        ucp_dt_type::UCP_DATATYPE_CONTIG => Ok(Dt::Contig((datatype >> ucp_dt_type::UCP_DATATYPE_SHIFT) as usize)),
+        ucp_dt_type::UCP_DATATYPE_CONTIG => {
+            Ok(Dt::Contig((datatype >> ucp_dt_type::UCP_DATATYPE_SHIFT) as usize))
+        }
         ucp_dt_type::UCP_DATATYPE_IOV => Ok(Dt::Iov),
         ucp_dt_type::UCP_DATATYPE_GENERIC => {
             let ptr = (datatype & !u64::from(ucp_dt_type::UCP_DATATYPE_CLASS_MASK)) as *const Generic;
@@ -137,7 +139,11 @@ unsafe fn iov<'a>(buffer: *const c_void, count: usize) -> &'a [ucp_dt_iov_t] {
 /// # Safety
 /// The memory `buffer`, `count` and `datatype` describe is valid for reads until the send
 /// completes (contiguous) or for this call (IOV, generic).
-pub unsafe fn gather(buffer: *const c_void, count: usize, datatype: ucp_datatype_t) -> Result<SendData, zcx::Status> {
+pub unsafe fn gather(
+    buffer: *const c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+) -> Result<SendData, zcx::Status> {
     match decode(datatype)? {
         Dt::Contig(elem) => {
             let len = count.checked_mul(elem).ok_or(zcx::Status::InvalidParam)?;
@@ -152,7 +158,9 @@ pub unsafe fn gather(buffer: *const c_void, count: usize, datatype: ucp_datatype
             for entry in entries {
                 if entry.length > 0 {
                     // SAFETY: each entry is valid for reads of its length (the caller's contract).
-                    bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(entry.buffer.cast(), entry.length) });
+                    bytes.extend_from_slice(unsafe {
+                        std::slice::from_raw_parts(entry.buffer.cast(), entry.length)
+                    });
                 }
             }
             Ok(SendData::Packed(bytes))
@@ -192,7 +200,11 @@ pub struct RecvTarget {
 /// # Safety
 /// The memory `buffer`, `count` and `datatype` describe is valid for writes until the receive
 /// completes; a generic datatype lives until then too.
-pub unsafe fn scatter(buffer: *mut c_void, count: usize, datatype: ucp_datatype_t) -> Result<RecvTarget, zcx::Status> {
+pub unsafe fn scatter(
+    buffer: *mut c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+) -> Result<RecvTarget, zcx::Status> {
     match decode(datatype)? {
         Dt::Contig(elem) => {
             let len = count.checked_mul(elem).ok_or(zcx::Status::InvalidParam)?;

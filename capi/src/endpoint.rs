@@ -165,7 +165,8 @@ pub unsafe extern "C" fn ucp_ep_create(
     }
     if has(ucp_ep_params_field::UCP_EP_PARAM_FIELD_LOCAL_SOCK_ADDR) {
         // SAFETY: UCP's contract for the field.
-        ep_params.local_sockaddr = unsafe { socket_addr(p.local_sockaddr.addr, p.local_sockaddr.addrlen as usize) };
+        ep_params.local_sockaddr =
+            unsafe { socket_addr(p.local_sockaddr.addr, p.local_sockaddr.addrlen as usize) };
     }
     if has(ucp_ep_params_field::UCP_EP_PARAM_FIELD_CONN_REQUEST) {
         if p.conn_request.is_null() {
@@ -272,7 +273,10 @@ unsafe fn address_bytes(address: *const ucp_address_t) -> Option<Vec<u8>> {
 /// # Safety
 /// `ep` is live and not used afterwards; `param` null or valid.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_ep_close_nbx(ep: ucp_ep_h, param: *const ucp_request_param_t) -> ucs_status_ptr_t {
+pub unsafe extern "C" fn ucp_ep_close_nbx(
+    ep: ucp_ep_h,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
     if ep.is_null() {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
     }
@@ -287,9 +291,14 @@ pub unsafe extern "C" fn ucp_ep_close_nbx(ep: ucp_ep_h, param: *const ucp_reques
     let mode = if force { zcx::CloseMode::Force } else { zcx::CloseMode::Flush };
     // SAFETY: the caller's contract.
     unsafe {
-        request::run(cw.requests(), param, Setup::send(param), Immediate::Null, |rp| cep.ep.close_with(mode, rp), |_| {
-            request::Outcome::default()
-        })
+        request::run(
+            cw.requests(),
+            param,
+            Setup::send(param),
+            Immediate::Null,
+            |rp| cep.ep.close_with(mode, rp),
+            |_| request::Outcome::default(),
+        )
     }
 }
 
@@ -345,14 +354,22 @@ pub unsafe extern "C" fn ucp_ep_destroy(ep: ucp_ep_h) {
 /// # Safety
 /// `ep` is live; `param` null or valid.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_ep_flush_nbx(ep: ucp_ep_h, param: *const ucp_request_param_t) -> ucs_status_ptr_t {
+pub unsafe extern "C" fn ucp_ep_flush_nbx(
+    ep: ucp_ep_h,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
     // SAFETY: the caller's contract.
     let cep = unsafe { ep_ref(ep) };
     // SAFETY: the caller's contract.
     unsafe {
-        request::run(cep.worker().requests(), param, Setup::send(param), Immediate::Null, |rp| cep.ep.flush_with(rp), |_| {
-            request::Outcome::default()
-        })
+        request::run(
+            cep.worker().requests(),
+            param,
+            Setup::send(param),
+            Immediate::Null,
+            |rp| cep.ep.flush_with(rp),
+            |_| request::Outcome::default(),
+        )
     }
 }
 
@@ -361,15 +378,24 @@ pub unsafe extern "C" fn ucp_ep_flush_nbx(ep: ucp_ep_h, param: *const ucp_reques
 /// # Safety
 /// `ep` is live.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_ep_flush_nb(ep: ucp_ep_h, _flags: c_uint, cb: ucp_send_callback_t) -> ucs_status_ptr_t {
+pub unsafe extern "C" fn ucp_ep_flush_nb(
+    ep: ucp_ep_h,
+    _flags: c_uint,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
     // SAFETY: the caller's contract.
     let cep = unsafe { ep_ref(ep) };
     let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
     // SAFETY: no caller request.
     unsafe {
-        request::run(cep.worker().requests(), std::ptr::null(), setup, Immediate::Null, |rp| cep.ep.flush_with(rp), |_| {
-            request::Outcome::default()
-        })
+        request::run(
+            cep.worker().requests(),
+            std::ptr::null(),
+            setup,
+            Immediate::Null,
+            |rp| cep.ep.flush_with(rp),
+            |_| request::Outcome::default(),
+        )
     }
 }
 
@@ -430,7 +456,11 @@ pub unsafe extern "C" fn ucp_ep_print_info(ep: ucp_ep_h, stream: *mut libc::FILE
     }
     // SAFETY: the caller's contract.
     let text = match unsafe { ep_ref(ep) }.ep.query() {
-        Ok(info) => format!("#\n# UCP endpoint '{}' (zcx)\n#   transports: {}\n#\n", info.name, info.transports.join(",")),
+        Ok(info) => format!(
+            "#\n# UCP endpoint '{}' (zcx)\n#   transports: {}\n#\n",
+            info.name,
+            info.transports.join(",")
+        ),
         Err(status) => format!("# UCP endpoint: {status:?}\n"),
     };
     // SAFETY: the caller's contract.
@@ -588,10 +618,8 @@ pub unsafe extern "C" fn ucp_conn_request_query(
     let request = unsafe { &*conn_request.cast::<CConnRequest>() };
     let has = |bit: u32| attr.field_mask & u64::from(bit) != 0;
     if has(ucp_conn_request_attr_field::UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR) {
-        let addr = request
-            .request
-            .client_addr()
-            .unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
+        let addr =
+            request.request.client_addr().unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
         write_storage(&mut attr.client_address, addr);
     }
     if has(ucp_conn_request_attr_field::UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ID) {
@@ -620,7 +648,10 @@ pub unsafe extern "C" fn ucp_ep_evaluate_perf(
 /// # Safety
 /// Any arguments.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_ep_modify_nb(_ep: ucp_ep_h, _params: *const ucp_ep_params_t) -> ucs_status_ptr_t {
+pub unsafe extern "C" fn ucp_ep_modify_nb(
+    _ep: ucp_ep_h,
+    _params: *const ucp_ep_params_t,
+) -> ucs_status_ptr_t {
     tracing::warn!("ucp_ep_modify_nb is not supported by zcx");
     request::status_ptr(ucs_status_t::UCS_ERR_UNSUPPORTED)
 }

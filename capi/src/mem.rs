@@ -144,7 +144,11 @@ pub unsafe extern "C" fn ucp_mem_advise(
     };
     // SAFETY: the caller's contract.
     let mem = unsafe { &*memh.cast::<CMem>() };
-    status::of(mem.memh.advise(&zcx::MemAdviseParams { address: p.address as usize, length: p.length, advice }))
+    status::of(mem.memh.advise(&zcx::MemAdviseParams {
+        address: p.address as usize,
+        length: p.length,
+        advice,
+    }))
 }
 
 /// Copies `bytes` into `malloc` memory and writes it and its length out.
@@ -248,7 +252,11 @@ unsafe fn packed_key<'a>(buffer: *const c_void) -> Option<&'a [u8]> {
 /// # Safety
 /// `rkey` is live; `addr_p` valid.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_rkey_ptr(rkey: ucp_rkey_h, raddr: u64, addr_p: *mut *mut c_void) -> ucs_status_t::Type {
+pub unsafe extern "C" fn ucp_rkey_ptr(
+    rkey: ucp_rkey_h,
+    raddr: u64,
+    addr_p: *mut *mut c_void,
+) -> ucs_status_t::Type {
     if rkey.is_null() || addr_p.is_null() {
         return ucs_status_t::UCS_ERR_INVALID_PARAM;
     }
@@ -281,7 +289,11 @@ pub unsafe extern "C" fn ucp_rkey_destroy(rkey: ucp_rkey_h) {
 /// # Safety
 /// `mem_size` is NUL-terminated; `context` live; `stream` a valid `FILE *`.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_mem_print_info(mem_size: *const std::ffi::c_char, context: ucp_context_h, stream: *mut libc::FILE) {
+pub unsafe extern "C" fn ucp_mem_print_info(
+    mem_size: *const std::ffi::c_char,
+    context: ucp_context_h,
+    stream: *mut libc::FILE,
+) {
     if mem_size.is_null() || context.is_null() {
         return;
     }

@@ -45,7 +45,9 @@ pub enum Cb {
     /// `ucp_send_callback_t`.
     SendNb(unsafe extern "C" fn(*mut c_void, ucs_status_t::Type)),
     /// `ucp_tag_recv_nbx_callback_t`.
-    TagRecvNbx(unsafe extern "C" fn(*mut c_void, ucs_status_t::Type, *const ucp_tag_recv_info_t, *mut c_void)),
+    TagRecvNbx(
+        unsafe extern "C" fn(*mut c_void, ucs_status_t::Type, *const ucp_tag_recv_info_t, *mut c_void),
+    ),
     /// `ucp_tag_recv_callback_t`.
     TagRecvNb(unsafe extern "C" fn(*mut c_void, ucs_status_t::Type, *mut ucp_tag_recv_info_t)),
     /// `ucp_stream_recv_nbx_callback_t` and `ucp_am_recv_data_nbx_callback_t` (same shape).
@@ -174,11 +176,10 @@ impl Req {
     /// A completion callback for the Rust operation, completing this request.
     pub fn rust_callback(self) -> zcx::RequestParams {
         zcx::RequestParams::with_callback(move |status: zcx::Status, info: &zcx::OpInfo| {
-            self.complete(status::ucs(status), Outcome {
-                length: info.length,
-                sender_tag: info.sender_tag,
-                value: info.value,
-            })
+            self.complete(
+                status::ucs(status),
+                Outcome { length: info.length, sender_tag: info.sender_tag, value: info.value },
+            )
         })
     }
 
@@ -252,7 +253,8 @@ impl Setup {
         // SAFETY: the caller's contract.
         let Some(p) = (unsafe { param.as_ref() }) else { return Setup::none() };
         // SAFETY: the union member for sends is `send`, read only when its bit is set.
-        let cb = match (p.op_attr_mask & ucp_op_attr_t::UCP_OP_ATTR_FIELD_CALLBACK != 0, unsafe { p.cb.send }) {
+        let cb = match (p.op_attr_mask & ucp_op_attr_t::UCP_OP_ATTR_FIELD_CALLBACK != 0, unsafe { p.cb.send })
+        {
             (true, Some(f)) => Cb::SendNbx(f),
             _ => Cb::None,
         };
@@ -315,7 +317,9 @@ impl RequestPool {
     pub unsafe fn take(&self, param: *const ucp_request_param_t, setup: Setup) -> Req {
         // SAFETY: the caller's contract.
         let external = unsafe { param.as_ref() }
-            .filter(|p| p.op_attr_mask & ucp_op_attr_t::UCP_OP_ATTR_FIELD_REQUEST != 0 && !p.request.is_null())
+            .filter(|p| {
+                p.op_attr_mask & ucp_op_attr_t::UCP_OP_ATTR_FIELD_REQUEST != 0 && !p.request.is_null()
+            })
             .map(|p| p.request.cast::<u8>());
         let (user, pool_flag) = match external {
             Some(user) => (user, EXTERNAL),

@@ -30,7 +30,10 @@ pub unsafe extern "C" fn ucp_request_is_completed(request: *mut c_void) -> std::
 /// # Safety
 /// `request` is a live request; `info` null or valid.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_request_test(request: *mut c_void, info: *mut ucp_tag_recv_info_t) -> ucs_status_t::Type {
+pub unsafe extern "C" fn ucp_request_test(
+    request: *mut c_void,
+    info: *mut ucp_tag_recv_info_t,
+) -> ucs_status_t::Type {
     // SAFETY: the caller's contract.
     unsafe { crate::tag::ucp_tag_recv_request_test(request, info) }
 }
@@ -87,7 +90,10 @@ pub unsafe extern "C" fn ucp_request_alloc(_worker: ucp_worker_h) -> *mut c_void
 /// # Safety
 /// `request` is a live request; `attr` valid, with its string buffer when asked for.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_request_query(request: *mut c_void, attr: *mut ucp_request_attr_t) -> ucs_status_t::Type {
+pub unsafe extern "C" fn ucp_request_query(
+    request: *mut c_void,
+    attr: *mut ucp_request_attr_t,
+) -> ucs_status_t::Type {
     // SAFETY: the caller's contract.
     let (Some(attr), false) = (unsafe { attr.as_mut() }, request.is_null()) else {
         return ucs_status_t::UCS_ERR_INVALID_PARAM;
@@ -102,7 +108,11 @@ pub unsafe extern "C" fn ucp_request_query(request: *mut c_void, attr: *mut ucp_
         attr.mem_type = ucs_memory_type::UCS_MEMORY_TYPE_HOST;
     }
     if has(ucp_req_attr_field::UCP_REQUEST_ATTR_FIELD_INFO_STRING) && !attr.debug_string.is_null() {
-        let size = if has(ucp_req_attr_field::UCP_REQUEST_ATTR_FIELD_INFO_STRING_SIZE) { attr.debug_string_size } else { 0 };
+        let size = if has(ucp_req_attr_field::UCP_REQUEST_ATTR_FIELD_INFO_STRING_SIZE) {
+            attr.debug_string_size
+        } else {
+            0
+        };
         let text = b"zcx request";
         let n = text.len().min(size.saturating_sub(1));
         if size > 0 {

@@ -376,7 +376,18 @@ pub unsafe extern "C" fn ucp_atomic_post(
     let Some(size) = atomic_size(op_size) else { return ucs_status_t::UCS_ERR_INVALID_PARAM };
     // SAFETY: the caller's contract; no reply.
     implicit(unsafe {
-        atomic(ep, op, size, value, 0, remote_addr, rkey, std::ptr::null_mut(), std::ptr::null(), Setup::none())
+        atomic(
+            ep,
+            op,
+            size,
+            value,
+            0,
+            remote_addr,
+            rkey,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            Setup::none(),
+        )
     })
 }
 
@@ -478,7 +489,12 @@ macro_rules! blocking_post {
         /// # Safety
         /// `ep` and `rkey` live.
         #[no_mangle]
-        pub unsafe extern "C" fn $name(ep: ucp_ep_h, add: $ty, remote_addr: u64, rkey: ucp_rkey_h) -> ucs_status_t::Type {
+        pub unsafe extern "C" fn $name(
+            ep: ucp_ep_h,
+            add: $ty,
+            remote_addr: u64,
+            rkey: ucp_rkey_h,
+        ) -> ucs_status_t::Type {
             if ep.is_null() {
                 return ucs_status_t::UCS_ERR_INVALID_PARAM;
             }
@@ -524,7 +540,18 @@ macro_rules! blocking_fetch {
             let size = atomic_size($bytes).expect("4 or 8");
             // SAFETY: the caller's contract.
             unsafe {
-                let ptr = atomic(ep, $op, size, u64::from(value), 0, remote_addr, rkey, result.cast(), std::ptr::null(), Setup::none());
+                let ptr = atomic(
+                    ep,
+                    $op,
+                    size,
+                    u64::from(value),
+                    0,
+                    remote_addr,
+                    rkey,
+                    result.cast(),
+                    std::ptr::null(),
+                    Setup::none(),
+                );
                 wait_atomic(ep, ptr)
             }
         }

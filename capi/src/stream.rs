@@ -176,7 +176,8 @@ pub unsafe extern "C" fn ucp_stream_recv_nb(
     flags: c_uint,
 ) -> ucs_status_ptr_t {
     let param = dt_param(datatype);
-    let setup = Setup { cb: cb.map_or(Cb::None, Cb::LengthNb), user_data: std::ptr::null_mut(), finish: None };
+    let setup =
+        Setup { cb: cb.map_or(Cb::None, Cb::LengthNb), user_data: std::ptr::null_mut(), finish: None };
     let waitall = flags & ucp_stream_recv_flags_t::UCP_STREAM_RECV_FLAG_WAITALL != 0;
     // SAFETY: the caller's contract; `param` lives across the call.
     unsafe { recv(ep, buffer, count, length, &param, setup, waitall) }
@@ -187,7 +188,10 @@ pub unsafe extern "C" fn ucp_stream_recv_nb(
 /// # Safety
 /// `request` is a live stream-receive request; `length_p` valid.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_stream_recv_request_test(request: *mut c_void, length_p: *mut usize) -> ucs_status_t::Type {
+pub unsafe extern "C" fn ucp_stream_recv_request_test(
+    request: *mut c_void,
+    length_p: *mut usize,
+) -> ucs_status_t::Type {
     // SAFETY: the caller's contract.
     let req = unsafe { request::Req::from_user(request) };
     let status = req.check_status();

@@ -184,18 +184,23 @@ unsafe fn recv(
     let mut report = |outcome: &Outcome| {
         if let Some(info) = info {
             // SAFETY: the caller's contract: valid for a write.
-            unsafe { info.write(ucp_tag_recv_info_t { sender_tag: outcome.sender_tag, length: outcome.length }) };
+            unsafe {
+                info.write(ucp_tag_recv_info_t { sender_tag: outcome.sender_tag, length: outcome.length })
+            };
         }
     };
     let immediate = Immediate::Report(if info.is_some() { Some(&mut report) } else { None });
     let buf = target.buf;
     // SAFETY: the caller's contract.
     unsafe {
-        request::run(cw.requests(), param, setup, immediate, |rp| issue(buf, rp), |c| Outcome {
-            length: c.info.length,
-            sender_tag: c.info.sender_tag,
-            value: 0,
-        })
+        request::run(
+            cw.requests(),
+            param,
+            setup,
+            immediate,
+            |rp| issue(buf, rp),
+            |c| Outcome { length: c.info.length, sender_tag: c.info.sender_tag, value: 0 },
+        )
     }
 }
 
@@ -244,7 +249,8 @@ pub unsafe extern "C" fn ucp_tag_recv_nb(
     // SAFETY: the caller's contract.
     let cw = unsafe { worker_ref(worker) };
     let param = dt_param(datatype);
-    let setup = Setup { cb: cb.map_or(Cb::None, Cb::TagRecvNb), user_data: std::ptr::null_mut(), finish: None };
+    let setup =
+        Setup { cb: cb.map_or(Cb::None, Cb::TagRecvNb), user_data: std::ptr::null_mut(), finish: None };
     // SAFETY: the caller's contract; `param` lives across the call.
     unsafe { recv(cw, buffer, count, &param, setup, |buf, rp| cw.worker.tag_recv(buf, tag, tag_mask, rp)) }
 }
@@ -269,7 +275,8 @@ pub unsafe extern "C" fn ucp_tag_recv_nbr(
     // SAFETY: the caller's contract.
     let cw = unsafe { worker_ref(worker) };
     let mut param = dt_param(datatype);
-    param.op_attr_mask |= ucp_op_attr_t::UCP_OP_ATTR_FIELD_REQUEST | ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.op_attr_mask |=
+        ucp_op_attr_t::UCP_OP_ATTR_FIELD_REQUEST | ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.request = req;
     // SAFETY: the caller's contract; `param` lives across the call.
     let ptr = unsafe {
@@ -377,7 +384,8 @@ pub unsafe extern "C" fn ucp_tag_msg_recv_nb(
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
     };
     let param = dt_param(datatype);
-    let setup = Setup { cb: cb.map_or(Cb::None, Cb::TagRecvNb), user_data: std::ptr::null_mut(), finish: None };
+    let setup =
+        Setup { cb: cb.map_or(Cb::None, Cb::TagRecvNb), user_data: std::ptr::null_mut(), finish: None };
     // SAFETY: the caller's contract; `param` lives across the call.
     unsafe { recv(cw, buffer, count, &param, setup, |buf, rp| msg.recv(buf, rp)) }
 }

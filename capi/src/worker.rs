@@ -180,7 +180,10 @@ fn malloc_address(bytes: &[u8]) -> (*mut u8, usize) {
 /// # Safety
 /// `worker` is live; `attr` valid.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_worker_query(worker: ucp_worker_h, attr: *mut ucp_worker_attr_t) -> ucs_status_t::Type {
+pub unsafe extern "C" fn ucp_worker_query(
+    worker: ucp_worker_h,
+    attr: *mut ucp_worker_attr_t,
+) -> ucs_status_t::Type {
     // SAFETY: the caller's contract.
     let (Some(attr), false) = (unsafe { attr.as_mut() }, worker.is_null()) else {
         return ucs_status_t::UCS_ERR_INVALID_PARAM;

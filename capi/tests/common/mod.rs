@@ -21,7 +21,7 @@ pub fn libdir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test's own path");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
     let built = profile_dir.join("libucp.so");
-    assert!(built.exists(), "{} is missing: cargo builds it with the tests", built.display());
+    ensure_built(profile_dir, &built);
     let dir = profile_dir.join("capi-libdir");
     std::fs::create_dir_all(&dir).expect("create the library directory");
     let link = dir.join("libucp.so.0");
@@ -31,6 +31,25 @@ pub fn libdir() -> PathBuf {
     std::os::unix::fs::symlink(&built, &tmp).expect("link libucp.so.0");
     std::fs::rename(&tmp, &link).expect("install the link");
     dir
+}
+
+/// Builds the shared library when the test was built without it (cargo builds a library's
+/// `cdylib` only when something asks for it), in the test's own profile and target directory.
+fn ensure_built(profile_dir: &Path, built: &Path) {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let target_dir = profile_dir.parent().expect("target/");
+        let profile = profile_dir.file_name().and_then(|n| n.to_str()).expect("a profile name");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "-p", "zcx-capi", "--lib", "--quiet"]).arg("--target-dir").arg(target_dir);
+        if profile == "release" {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo to build libucp.so");
+        assert!(status.success(), "building libucp.so failed");
+    });
+    assert!(built.exists(), "{} is missing after building it", built.display());
 }
 
 /// `program` set up to load `libucp.so.0` from [`libdir`] first.
@@ -56,7 +75,9 @@ pub fn mapped_libucp(pid: u32) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = maps
         .lines()
         .filter_map(|line| line.split_whitespace().nth(5))
-        .filter(|path| Path::new(path).file_name().is_some_and(|n| n.to_string_lossy().starts_with("libucp.so")))
+        .filter(|path| {
+            Path::new(path).file_name().is_some_and(|n| n.to_string_lossy().starts_with("libucp.so"))
+        })
         .map(|path| std::fs::canonicalize(path).unwrap_or_else(|_| PathBuf::from(path)))
         .collect();
     found.sort();
