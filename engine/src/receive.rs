@@ -150,6 +150,14 @@ impl Engine {
             self.events.push_back(Event::Handshake { link, payload: payload.to_vec() });
             return;
         }
+        if let Op::FlushReq { id } = op {
+            if !self.link_eps.contains_key(&link) {
+                // Our endpoint closed after taking everything the peer sent before this flush:
+                // the peer's operations are complete here, which is all its flush asks.
+                self.reply(link, &Op::FlushAck { id });
+                return;
+            }
+        }
         let Some(ep) = self.receiving_ep(link) else { return };
         self.on_op(link, ep, op, payload);
     }

@@ -14,7 +14,7 @@ use std::process::Command;
 
 /// The directory whose `libucp.so.0` the programs must load.
 pub fn libdir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("ZCX_CAPI_LIBDIR") {
+    if let Some(dir) = std::env::var_os("ZCX_CAPI_LIBDIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
     // target/<profile>/deps/<test> → target/<profile>/libucp.so
