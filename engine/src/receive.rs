@@ -343,7 +343,13 @@ impl Engine {
                 payload: payload.to_vec(),
             }))),
             Op::Keepalive => {}
-            Op::Disconnect { force: _ } => {
+            Op::Disconnect { force } => {
+                if !force {
+                    // The peer closed after taking everything that reached it: our flushes
+                    // complete, once no operation of ours before them still waits for an answer
+                    // (those fail below, and so do the flushes behind them).
+                    self.ack_flushes(ep);
+                }
                 // The peer closed its endpoint: ours can carry nothing more.
                 self.fail_ep(ep, Status::ConnectionReset, true);
                 self.events.push_back(Event::CloseLink { link, force: true });

@@ -266,6 +266,17 @@ impl Engine {
         self.recheck_flushes(ep_id);
     }
 
+    /// Marks every flush of the endpoint answered and completes those no older operation holds
+    /// back (the peer closed in an orderly way: nothing more will answer them).
+    pub(crate) fn ack_flushes(&mut self, ep_id: EndpointId) {
+        for op in self.ops.values_mut().filter(|op| op.ep == Some(ep_id)) {
+            if let OpKind::Flush { acked, .. } = &mut op.kind {
+                *acked = true;
+            }
+        }
+        self.recheck_flushes(ep_id);
+    }
+
     /// Enters an RMA operation and issues it, or holds it behind a fence.
     fn submit_rma(
         &mut self,
