@@ -65,6 +65,26 @@ impl ConnRequest {
         self.data.as_ref().map_or("", |d| d.client_worker.as_str())
     }
 
+    /// Whether the request came to `worker` (its listener's worker).
+    pub(crate) fn belongs_to(&self, worker: &Arc<WorkerShared>) -> bool {
+        Arc::ptr_eq(&self.worker, worker)
+    }
+
+    /// Accepts the request on `worker`, another worker than its listener's
+    /// (`ucp_ep_create` with a `conn_request` on another worker, as `ucp_client_server` does):
+    /// `worker` connects to the client's worker address and answers there, and the client moves
+    /// its endpoint to that connection and closes the request's.
+    pub(crate) fn accept_on(&mut self, worker: &Arc<WorkerShared>, params: ServerEpParams) -> Result<Endpoint> {
+        let data = self
+            .data
+            .take()
+            .ok_or_else(|| fail_with(Status::InvalidParam, "request already answered".into()))?;
+        let mut core = worker.lock();
+        let id = crate::worker::lifecycle::accept_elsewhere(&mut core, &data, params)?;
+        core.send_out();
+        Ok(Endpoint::adopt(worker, &mut core, id))
+    }
+
     pub(crate) fn accept_with(&mut self, params: ServerEpParams) -> Result<Endpoint> {
         let data = self
             .data

@@ -122,11 +122,7 @@ struct ErrCb {
     arg: usize,
 }
 
-/// `ucp_ep_create`.
-///
-/// A connection request accepted on a worker other than its listener's makes the endpoint on
-/// the listener's worker, which this worker's progress then drives too (its callbacks run from
-/// progress of either).
+/// `ucp_ep_create`. A connection request may be accepted on a worker other than its listener's.
 ///
 /// # Safety
 /// `worker` is live; `params` valid; `ep_p` valid for a write.
@@ -144,7 +140,6 @@ pub unsafe extern "C" fn ucp_ep_create(
     let cw = unsafe { worker_ref(worker) };
     let has = |bit: u32| p.field_mask & u64::from(bit) != 0;
     let mut ep_params = zcx::EpParams::default();
-    let mut accept_on: Option<zcx::Worker> = None;
     if has(ucp_ep_params_field::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS) {
         if p.address.is_null() {
             return ucs_status_t::UCS_ERR_INVALID_PARAM;
@@ -174,9 +169,6 @@ pub unsafe extern "C" fn ucp_ep_create(
         }
         // SAFETY: a request from a listener's handler, accepted once (UCP's contract).
         let request = unsafe { Box::from_raw(p.conn_request.cast::<CConnRequest>()) };
-        if !Arc::ptr_eq(&request.listener_worker, &cw.worker_identity()) {
-            accept_on = Some(request.worker.clone());
-        }
         ep_params.conn_request = Some(request.request);
     }
     if has(ucp_ep_params_field::UCP_EP_PARAM_FIELD_FLAGS) {
@@ -227,9 +219,6 @@ pub unsafe extern "C" fn ucp_ep_create(
         Ok(ep) => {
             // SAFETY: `handle` is a fresh allocation for a `CEp`.
             unsafe { (*handle).write(CEp { ep, worker: cw, user_data }) };
-            if let Some(other) = accept_on {
-                cw.adopt(other);
-            }
             // SAFETY: the caller's contract.
             unsafe { ep_p.write(handle.cast()) };
             ucs_status_t::UCS_OK
@@ -239,18 +228,6 @@ pub unsafe extern "C" fn ucp_ep_create(
             drop(unsafe { Box::from_raw(handle) });
             status::ucs(status)
         }
-    }
-}
-
-impl CWorker {
-    /// The worker's identity, to compare workers.
-    pub fn worker_identity(&self) -> Arc<()> {
-        Arc::clone(&self.identity)
-    }
-
-    /// Drives `other`'s progress from this worker's too.
-    pub fn adopt(&self, other: zcx::Worker) {
-        self.adopted.lock().unwrap_or_else(|e| e.into_inner()).push(other);
     }
 }
 
@@ -471,10 +448,6 @@ pub unsafe extern "C" fn ucp_ep_print_info(ep: ucp_ep_h, stream: *mut libc::FILE
 pub struct CConnRequest {
     /// The request.
     pub request: zcx::ConnRequest,
-    /// The listener's worker, which the request belongs to.
-    pub worker: zcx::Worker,
-    /// That worker's identity (see `CWorker::worker_identity`).
-    pub listener_worker: Arc<()>,
 }
 
 /// The Rust side of a `ucp_listener_h`.
@@ -512,14 +485,8 @@ pub unsafe extern "C" fn ucp_listener_create(
     if has(ucp_listener_params_field::UCP_LISTENER_PARAM_FIELD_CONN_HANDLER) {
         let Some(cb) = p.conn_handler.cb else { return ucs_status_t::UCS_ERR_INVALID_PARAM };
         let arg = p.conn_handler.arg as usize;
-        let worker = cw.worker.clone();
-        let identity = cw.worker_identity();
         lp.conn_handler = Some(Box::new(move |request: zcx::ConnRequest| {
-            let boxed = Box::new(CConnRequest {
-                request,
-                worker: worker.clone(),
-                listener_worker: Arc::clone(&identity),
-            });
+            let boxed = Box::new(CConnRequest { request });
             // SAFETY: the application's handler with its argument; it answers the request by
             // `ucp_ep_create` or `ucp_listener_reject`, which take the box back.
             unsafe { cb(Box::into_raw(boxed).cast(), arg as *mut c_void) };

@@ -19,9 +19,6 @@ pub struct CWorker {
     pub user_data: *mut c_void,
     /// The thread mode asked for, reported by `ucp_worker_query`.
     pub thread_mode: ucs_thread_mode_t::Type,
-    /// Workers whose endpoints this worker's progress drives: a connection request accepted here
-    /// made its endpoint on its listener's worker (see `endpoint::ucp_ep_create`).
-    pub adopted: Mutex<Vec<zcx::Worker>>,
     /// Endpoints zcx made that the application never created (reply endpoints of AM senders),
     /// by name, each wrapped once.
     pub foreign_eps: Mutex<Vec<(String, usize)>>,
@@ -29,8 +26,6 @@ pub struct CWorker {
     pub name: std::ffi::CString,
     /// Eager AM data handlers kept.
     pub kept: crate::am::Kept,
-    /// Shared with the connection requests of its listeners, to tell its own from others'.
-    pub identity: std::sync::Arc<()>,
 }
 
 // SAFETY: the raw pointers are the application's (`user_data`) or to the context, which is
@@ -46,14 +41,9 @@ impl CWorker {
         unsafe { &(*self.context).requests }
     }
 
-    /// Progresses the worker and those whose endpoints it adopted.
+    /// Progresses the worker.
     pub fn progress(&self) -> usize {
-        let mut n = self.worker.progress();
-        let adopted = self.adopted.lock().unwrap_or_else(|e| e.into_inner());
-        for other in adopted.iter() {
-            n += other.progress();
-        }
-        n
+        self.worker.progress()
     }
 }
 
@@ -122,10 +112,8 @@ pub unsafe extern "C" fn ucp_worker_create(
         context: c,
         user_data,
         thread_mode,
-        adopted: Mutex::new(Vec::new()),
         foreign_eps: Mutex::new(Vec::new()),
         name,
-        identity: std::sync::Arc::new(()),
         kept: crate::am::Kept::default(),
     };
     // SAFETY: the caller's contract.
@@ -385,11 +373,7 @@ pub unsafe extern "C" fn ucp_worker_get_efd(worker: ucp_worker_h, fd: *mut c_int
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_arm(worker: ucp_worker_h) -> ucs_status_t::Type {
     // SAFETY: the caller's contract.
-    let cw = unsafe { worker_ref(worker) };
-    if !cw.adopted.lock().unwrap_or_else(|e| e.into_inner()).is_empty() && cw.progress() > 0 {
-        return ucs_status_t::UCS_ERR_BUSY;
-    }
-    status::of(cw.worker.arm())
+    status::of(unsafe { worker_ref(worker) }.worker.arm())
 }
 
 /// `ucp_worker_wait`: sleeps until the worker has work.
@@ -399,13 +383,7 @@ pub unsafe extern "C" fn ucp_worker_arm(worker: ucp_worker_h) -> ucs_status_t::T
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_wait(worker: ucp_worker_h) -> ucs_status_t::Type {
     // SAFETY: the caller's contract.
-    let cw = unsafe { worker_ref(worker) };
-    if !cw.adopted.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
-        // The adopted workers' events reach another fd: poll them all briefly.
-        std::thread::sleep(std::time::Duration::from_micros(50));
-        return ucs_status_t::UCS_OK;
-    }
-    status::of(cw.worker.wait())
+    status::of(unsafe { worker_ref(worker) }.worker.wait())
 }
 
 /// `ucp_worker_signal`: wakes a thread in `ucp_worker_wait` or polling the event fd.

@@ -328,12 +328,16 @@ impl Worker {
         }
         let setup = EpSetup { name, err_mode_peer: err_mode == ErrMode::Peer, err_handler, user_data };
         if let Some(mut request) = conn_request {
-            return request.accept_with(ServerEpParams {
+            let params = ServerEpParams {
                 name: setup.name,
                 err_mode_peer: setup.err_mode_peer,
                 err_handler: setup.err_handler,
                 user_data,
-            });
+            };
+            if request.belongs_to(&self.shared) {
+                return request.accept_with(params);
+            }
+            return request.accept_on(&self.shared, params);
         }
         let client_id = if flags.contains(EpFlags::SEND_CLIENT_ID) { self.shared.client_id } else { 0 };
         let mut core = self.shared.lock();

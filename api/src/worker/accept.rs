@@ -41,6 +41,8 @@ pub(crate) struct ConnRequestData {
     pub err_mode_peer: bool,
     pub client_ep_id: u64,
     pub client_worker: String,
+    /// The client's worker address, for a worker other than the listener's that accepts it.
+    pub client_address: zcx_control::WorkerAddressWire,
     /// The client's shared-memory address when it runs on this host and the request came by
     /// another transport: the accept then opens a shared-memory link to it.
     pub client_lane: Option<crate::worker::state::Lane>,

@@ -132,7 +132,8 @@ pub(crate) fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                 ep_name,
                 err_mode_peer,
                 client_ep_id,
-                client_worker: client_address.name,
+                client_worker: client_address.name.clone(),
+                client_address,
                 client_lane,
             };
             crate::worker::accept::on_conn_request(st, incoming.listener, request);

@@ -253,6 +253,54 @@ pub(crate) fn create_server_ep(
     id
 }
 
+/// The server side of a connection request accepted on a worker other than its listener's:
+/// connects to the client's worker address (shared memory on the same host, else TCP) and
+/// answers there; the client moves its endpoint to this connection and closes the request's
+/// link, which the listener's worker then forgets.
+pub(crate) fn accept_elsewhere(
+    core: &mut Core,
+    request: &ConnRequestData,
+    params: ServerEpParams,
+) -> Result<EndpointId, Status> {
+    let Core { tl, st } = core;
+    let client = &request.client_address;
+    let same_host = client.boot_id.is_some() && client.boot_id == st.address.boot_id;
+    let shm = client
+        .transports
+        .iter()
+        .find(|t| zcx_dataplane::ShmTransport::reaches(t))
+        .filter(|_| same_host && st.shm_member.is_some());
+    let uring = || {
+        client.transports.iter().find(|t| matches!(t, zcx_control::TransportAddress::Uring { .. }))
+    };
+    let target = shm
+        .or_else(uring)
+        .ok_or_else(|| fail_with(Status::Unreachable, "no common transport with the client".into()))?;
+    let link = tl
+        .connect(ConnectTarget::Address(target))
+        .map_err(|e| fail_with(status_of(e), format!("connect to the client failed: {e}")))?;
+    let err_mode_peer = params.err_mode_peer || request.err_mode_peer;
+    let setup = EpSetup {
+        name: params.name,
+        err_mode_peer,
+        err_handler: params.err_handler,
+        user_data: params.user_data,
+    };
+    let id = st.engine.add_endpoint(link, st.caps_for(link), false, err_mode_peer);
+    let mut state = new_state(st, id, setup);
+    state.remote_addr = Some(request.peer);
+    let accept = HandshakeWire::Accept {
+        server_address: st.address.clone(),
+        server_ep_id: id.raw(),
+        client_ep_id: request.client_ep_id,
+    };
+    st.send_hello(link, accept.encode());
+    st.eps.insert(id, state);
+    st.established.push(link);
+    tracing::debug!(ep = %id, ?link, client = request.client_id, "accepted on another worker");
+    Ok(id)
+}
+
 /// Sends a rejection and drops the connection.
 pub(crate) fn reject_link(st: &mut State, request: &ConnRequestData, status: Status) {
     let reject =
