@@ -74,7 +74,11 @@ impl ConnRequest {
     /// (`ucp_ep_create` with a `conn_request` on another worker, as `ucp_client_server` does):
     /// `worker` connects to the client's worker address and answers there, and the client moves
     /// its endpoint to that connection and closes the request's.
-    pub(crate) fn accept_on(&mut self, worker: &Arc<WorkerShared>, params: ServerEpParams) -> Result<Endpoint> {
+    pub(crate) fn accept_on(
+        &mut self,
+        worker: &Arc<WorkerShared>,
+        params: ServerEpParams,
+    ) -> Result<Endpoint> {
         let data = self
             .data
             .take()

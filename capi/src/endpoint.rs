@@ -322,8 +322,8 @@ pub unsafe extern "C" fn ucp_ep_destroy(ep: ucp_ep_h) {
     let worker = unsafe { ep_ref(ep) }.worker;
     // SAFETY: the caller's contract.
     let ptr = unsafe { ucp_ep_close_nb(ep, ucp_ep_close_mode::UCP_EP_CLOSE_MODE_FLUSH) };
-    // SAFETY: the worker outlives the endpoint.
-    crate::worker::wait_and_free(unsafe { &*worker }, ptr);
+    // SAFETY: the worker outlives the endpoint; `ptr` was just returned.
+    unsafe { crate::worker::wait_and_free(&*worker, ptr) };
 }
 
 /// `ucp_ep_flush_nbx`.
@@ -384,8 +384,8 @@ pub unsafe extern "C" fn ucp_ep_flush_nb(
 pub unsafe extern "C" fn ucp_ep_flush(ep: ucp_ep_h) -> ucs_status_t::Type {
     // SAFETY: the caller's contract.
     let ptr = unsafe { ucp_ep_flush_nbx(ep, std::ptr::null()) };
-    // SAFETY: the caller's contract.
-    crate::worker::wait_and_free(unsafe { ep_ref(ep) }.worker(), ptr)
+    // SAFETY: the caller's contract; `ptr` was just returned.
+    unsafe { crate::worker::wait_and_free(ep_ref(ep).worker(), ptr) }
 }
 
 /// `ucp_ep_query`: name and socket addresses.

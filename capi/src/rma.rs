@@ -448,8 +448,8 @@ pub unsafe extern "C" fn ucp_put(
     }
     // SAFETY: the caller's contract.
     let ptr = unsafe { put(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none()) };
-    // SAFETY: the caller's contract.
-    crate::worker::wait_and_free(unsafe { ep_ref(ep) }.worker(), ptr)
+    // SAFETY: the caller's contract; `ptr` was just returned.
+    unsafe { crate::worker::wait_and_free(ep_ref(ep).worker(), ptr) }
 }
 
 /// Blocking `ucp_get`.
@@ -469,8 +469,8 @@ pub unsafe extern "C" fn ucp_get(
     }
     // SAFETY: the caller's contract.
     let ptr = unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none()) };
-    // SAFETY: the caller's contract.
-    crate::worker::wait_and_free(unsafe { ep_ref(ep) }.worker(), ptr)
+    // SAFETY: the caller's contract; `ptr` was just returned.
+    unsafe { crate::worker::wait_and_free(ep_ref(ep).worker(), ptr) }
 }
 
 /// Waits for an atomic this library issued and releases it.
@@ -478,8 +478,8 @@ pub unsafe extern "C" fn ucp_get(
 /// # Safety
 /// `ep` is live.
 unsafe fn wait_atomic(ep: ucp_ep_h, ptr: ucs_status_ptr_t) -> ucs_status_t::Type {
-    // SAFETY: the caller's contract.
-    crate::worker::wait_and_free(unsafe { ep_ref(ep) }.worker(), ptr)
+    // SAFETY: the caller's contract; `ptr` was just returned.
+    unsafe { crate::worker::wait_and_free(ep_ref(ep).worker(), ptr) }
 }
 
 macro_rules! blocking_post {

@@ -321,7 +321,10 @@ pub unsafe extern "C" fn ucp_worker_flush_nb(
 }
 
 /// Waits for a request this library returned, progressing `cw`, and releases it.
-pub fn wait_and_free(cw: &CWorker, ptr: ucs_status_ptr_t) -> ucs_status_t::Type {
+///
+/// # Safety
+/// `ptr` is what an operation of this library just returned (a status or a live request).
+pub unsafe fn wait_and_free(cw: &CWorker, ptr: ucs_status_ptr_t) -> ucs_status_t::Type {
     if let Some(status) = request::ptr_status(ptr) {
         return status;
     }
@@ -345,8 +348,8 @@ pub fn wait_and_free(cw: &CWorker, ptr: ucs_status_ptr_t) -> ucs_status_t::Type 
 pub unsafe extern "C" fn ucp_worker_flush(worker: ucp_worker_h) -> ucs_status_t::Type {
     // SAFETY: the caller's contract.
     let ptr = unsafe { ucp_worker_flush_nbx(worker, std::ptr::null()) };
-    // SAFETY: the caller's contract.
-    wait_and_free(unsafe { worker_ref(worker) }, ptr)
+    // SAFETY: the caller's contract; `ptr` was just returned.
+    unsafe { wait_and_free(worker_ref(worker), ptr) }
 }
 
 /// `ucp_worker_get_efd`: the fd that becomes readable when `ucp_worker_arm` says there is work.

@@ -154,7 +154,12 @@ impl Worker {
 
     /// [`Worker::am_recv_data`] with a completion callback (`ucp_am_recv_data_nbx`'s
     /// `UCP_OP_ATTR_FIELD_CALLBACK`), run from progress if the data does not arrive at once.
-    pub fn am_recv_data_with<B: RecvBuf>(&self, desc: AmDesc, buf: B, params: RequestParams) -> Result<Request<B>> {
+    pub fn am_recv_data_with<B: RecvBuf>(
+        &self,
+        desc: AmDesc,
+        buf: B,
+        params: RequestParams,
+    ) -> Result<Request<B>> {
         am_recv_data(&self.shared, desc, buf, params)
     }
 }

@@ -366,7 +366,12 @@ impl Worker {
                 } else if let Some(id) = lifecycle::claim_implicit(&mut core.st, &peer.name, setup.clone()) {
                     id
                 } else {
-                    let id = lifecycle::create_client_ep(&mut core, ConnectTarget::Address(target), setup, client_id)?;
+                    let id = lifecycle::create_client_ep(
+                        &mut core,
+                        ConnectTarget::Address(target),
+                        setup,
+                        client_id,
+                    )?;
                     if let Some(state) = core.st.eps.get_mut(&id) {
                         state.peer_worker = Some(peer.name.clone());
                     }

@@ -270,9 +270,8 @@ pub(crate) fn accept_elsewhere(
         .iter()
         .find(|t| zcx_dataplane::ShmTransport::reaches(t))
         .filter(|_| same_host && st.shm_member.is_some());
-    let uring = || {
-        client.transports.iter().find(|t| matches!(t, zcx_control::TransportAddress::Uring { .. }))
-    };
+    let uring =
+        || client.transports.iter().find(|t| matches!(t, zcx_control::TransportAddress::Uring { .. }));
     let target = shm
         .or_else(uring)
         .ok_or_else(|| fail_with(Status::Unreachable, "no common transport with the client".into()))?;
