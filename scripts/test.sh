@@ -18,7 +18,7 @@ zcx_apt_install libibverbs-dev ibverbs-providers rdma-core
 # QEMU and a static busybox (the guest's initramfs) for the VM step (scripts/vm/).
 zcx_apt_install qemu-system-x86 busybox-static
 # Installed above, so a DPDK or verbs test that would skip for want of its library fails instead.
-export ZCX_REQUIRE_DPDK=1 ZCX_REQUIRE_VERBS=1
+export ZCX_REQUIRE_DPDK=1 ZCX_REQUIRE_VERBS=1 ZCX_REQUIRE_CAPI=1
 # 1100 x 2 MiB: the hugepage tests and the 1 GiB map bench, run in parallel, with room to spare.
 # No 1 GiB pages: an empty 1 GiB pool is how the tests provoke the fallback path.
 zcx_reserve_hugepages 1100 0

@@ -29,9 +29,20 @@ const PREFIX: &str = "ZCX_";
 /// build or test without DPDK or libibverbs fail instead of skipping (read by the `-sys` crates'
 /// build scripts and tests); `ZCX_VM_NICS` and `ZCX_VM_DRIVER` tell a program it runs in the test
 /// VM (`scripts/vm/run.sh`); `ZCX_VERBS_EXPECT` names the devices the VM's verbs test made, and
-/// `ZCX_VERBS_STEPS` the steps of it to run.
-const NOT_CONFIG: &[&str] =
-    &["REQUIRE_DPDK", "REQUIRE_VERBS", "VM_NICS", "VM_DRIVER", "VERBS_EXPECT", "VERBS_STEPS"];
+/// `ZCX_VERBS_STEPS` the steps of it to run; `ZCX_REQUIRE_CAPI` makes the C library's tests fail
+/// without the UCX programs they run, and `ZCX_CAPI_LIBDIR` and `ZCX_EXAMPLE_STOP_AT_START` steer
+/// them (`capi/tests/`).
+const NOT_CONFIG: &[&str] = &[
+    "REQUIRE_DPDK",
+    "REQUIRE_VERBS",
+    "VM_NICS",
+    "VM_DRIVER",
+    "VERBS_EXPECT",
+    "VERBS_STEPS",
+    "REQUIRE_CAPI",
+    "CAPI_LIBDIR",
+    "EXAMPLE_STOP_AT_START",
+];
 
 const KNOWN: &[Known] = &[
     Known {
