@@ -456,6 +456,11 @@ pub unsafe fn run<B: Send + 'static>(
             req.keep_op(Box::new(pending));
             req.user()
         }
+        Ok(_) if req.check_status() != ucs_status_t::UCS_INPROGRESS => {
+            // It completed while being issued, and its callback already ran: UCP then returns
+            // the completed request, never NULL.
+            req.user()
+        }
         Ok(result) => {
             let (status, outcome) = match &result {
                 Ok(completion) => (ucs_status_t::UCS_OK, outcome_of(completion)),
