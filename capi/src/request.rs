@@ -451,14 +451,15 @@ pub unsafe fn run<B: Send + 'static>(
             return status_ptr(status::ucs(status));
         }
     };
+    if !request.completed_at_once() {
+        // Pending when issued: its callback completes the C request, now or from a later
+        // progress (a cell may be done before its callback ran), so UCP returns the request.
+        req.keep_op(Box::new(request));
+        return req.user();
+    }
     match request.try_take() {
         Err(pending) => {
             req.keep_op(Box::new(pending));
-            req.user()
-        }
-        Ok(_) if req.check_status() != ucs_status_t::UCS_INPROGRESS => {
-            // It completed while being issued, and its callback already ran: UCP then returns
-            // the completed request, never NULL.
             req.user()
         }
         Ok(result) => {
