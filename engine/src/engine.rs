@@ -361,6 +361,13 @@ impl Engine {
         self.try_finish_close(ep_id);
     }
 
+    /// Delivers what arrives on `link` to endpoint `ep_id` as well as what arrives on its own
+    /// link: a worker's endpoint to its own address also receives on the link its connection was
+    /// accepted on, so what it sends, it receives (UCP's self endpoint).
+    pub fn alias_link(&mut self, link: LinkId, ep_id: EndpointId) {
+        self.link_eps.insert(link, ep_id);
+    }
+
     /// Turns peer error handling on for an endpoint made without it (an endpoint accepted from
     /// a worker address that the application then takes with `UCP_ERR_HANDLING_MODE_PEER`).
     pub fn watch_peer(&mut self, ep_id: EndpointId) {

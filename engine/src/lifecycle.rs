@@ -233,11 +233,9 @@ impl Engine {
         if self.ops.values().any(|op| op.ep == Some(ep_id)) {
             return;
         }
-        let link = ep.link;
         self.eps.remove(&ep_id);
-        if self.link_eps.get(&link) == Some(&ep_id) {
-            self.link_eps.remove(&link);
-        }
+        // Its own link, and any link aliased to it (`Engine::alias_link`).
+        self.link_eps.retain(|_, ep| *ep != ep_id);
         self.bulk_active.remove(&ep_id);
     }
 }

@@ -53,8 +53,11 @@ pub(crate) fn on_conn_request(st: &mut State, listener: ListenerId, data: ConnRe
     let Some(entry) = st.listeners.get(&listener) else {
         if listener == ListenerId(0) {
             // A peer connecting by our worker address: accepted without asking the application,
-            // unless our own request to it crossed this one.
-            if crate::worker::lifecycle::pair_crossed(st, &data) {
+            // unless it is one of our own endpoints connecting to us, or our own request to it
+            // crossed this one.
+            if crate::worker::lifecycle::accept_self(st, &data)
+                || crate::worker::lifecycle::pair_crossed(st, &data)
+            {
                 return;
             }
             let ep = create_server_ep(

@@ -96,6 +96,27 @@ pub(crate) fn claim_implicit(st: &mut State, peer: &str, setup: EpSetup) -> Opti
     Some(id)
 }
 
+/// A connection request from one of this worker's own endpoints (an endpoint to its own
+/// address, as MPI makes for a rank's messages to itself): the endpoint answers itself and
+/// receives on the request's link too, so what it sends it receives, as UCP's self endpoint
+/// does. Returns false for any other request.
+pub(crate) fn accept_self(st: &mut State, request: &ConnRequestData) -> bool {
+    if request.client_worker != st.address.name {
+        return false;
+    }
+    let Some(&id) = st.connecting.get(&request.client_ep_id) else { return false };
+    let accept = HandshakeWire::Accept {
+        server_address: st.address.clone(),
+        server_ep_id: id.raw(),
+        client_ep_id: request.client_ep_id,
+    };
+    st.send_hello(request.link, accept.encode());
+    st.established.push(request.link);
+    st.engine.alias_link(request.link, id);
+    tracing::debug!(ep = %id, link = ?request.link, "endpoint to this worker answered itself");
+    true
+}
+
 /// A connection request from a peer's worker address, when this worker is connecting an endpoint
 /// of its own to that peer: the two requests crossed. Both workers keep the connection the worker
 /// with the smaller name made: the larger one answers the peer's request with its own endpoint
