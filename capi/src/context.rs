@@ -61,6 +61,7 @@ pub unsafe extern "C" fn ucp_init_version(
     config: *const ucp_config_t,
     context_p: *mut ucp_context_h,
 ) -> ucs_status_t::Type {
+    crate::logging::init();
     if api_major_version != UCP_API_MAJOR {
         tracing::error!(api_major_version, "a program built for another UCP API major version");
         return ucs_status_t::UCS_ERR_UNSUPPORTED;

@@ -181,7 +181,8 @@ pub(crate) enum OpKind {
     /// A native RMA waiting for `rma_done`.
     Native,
     /// An endpoint flush: done when acked and no older operation of the endpoint is left.
-    Flush { acked: bool, parent: Option<OpId> },
+    /// `closing`: the flush a flush close starts with, reported to nobody.
+    Flush { acked: bool, parent: Option<OpId>, closing: bool },
     /// A worker flush over several endpoints.
     FlushAll { remaining: usize },
     /// A close with flush.
@@ -211,7 +212,10 @@ impl OpKind {
 
     /// Operations nobody outside the engine waits for: they end without a completion.
     fn is_internal(&self) -> bool {
-        matches!(self, OpKind::AmRndv { .. } | OpKind::StreamPull { .. } | OpKind::GetReply { .. })
+        matches!(
+            self,
+            OpKind::AmRndv { .. } | OpKind::StreamPull { .. } | OpKind::GetReply { .. } | OpKind::Flush { closing: true, .. }
+        )
     }
 }
 

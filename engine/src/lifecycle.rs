@@ -1,7 +1,7 @@
 //! Endpoint life after connecting: failure, close (flush or force), removal, and keepalive.
 //!
-//! A flush close stops new operations, waits until the endpoint's outgoing operations are done,
-//! then sends `Disconnect` and asks the caller to close the link; the peer fails its endpoint
+//! A flush close stops new operations, flushes (the peer's answer says it took everything sent
+//! before), waits until the endpoint's outgoing operations are done, then sends `Disconnect` and asks the caller to close the link; the peer fails its endpoint
 //! with CONNECTION_RESET (reported to its error handler unless it was closing too). A force close
 //! cancels everything at once. Closing a dead endpoint (from inside its error handler, say)
 //! completes at once and completes nothing twice.
@@ -35,6 +35,10 @@ impl Engine {
         }
         ep.phase = Phase::Closing;
         let op = self.new_op(Some(ep_id), OpKind::Close, None);
+        // A flush first: its answer says the peer took every frame sent before it, including
+        // those still queued in the transport, which the application may otherwise outrun
+        // by exiting as soon as the close completes.
+        self.start_flush_as(ep_id, None, true);
         self.try_finish_close(ep_id);
         Ok(Some(op))
     }
@@ -155,9 +159,9 @@ impl Engine {
         for op in ep.fenced.drain(..).flatten() {
             self.fenced_issues.remove(&op);
         }
+        // Bytes already received stay readable (`Engine::stream_recv` on a dead endpoint); the
+        // receives waiting for more fail.
         let posted: Vec<_> = ep.stream.posted.drain(..).collect();
-        let chunks = ep.stream.take_chunks();
-        self.pool.extend(chunks);
         let report = report && ep.err_mode_peer && !was_closing;
         self.events.push_back(Event::EndpointDown { ep: ep_id, status });
         // Frames and RMA requests for the link not handed out yet are dropped, and their tokens

@@ -246,8 +246,13 @@ impl Engine {
         Start::Pending(parent)
     }
 
-    fn start_flush(&mut self, ep_id: EndpointId, parent: Option<OpId>) -> OpId {
-        let op = self.new_op(Some(ep_id), OpKind::Flush { acked: false, parent }, None);
+    pub(crate) fn start_flush(&mut self, ep_id: EndpointId, parent: Option<OpId>) -> OpId {
+        self.start_flush_as(ep_id, parent, false)
+    }
+
+    /// Starts an endpoint flush; `closing` for the one a flush close waits for.
+    pub(crate) fn start_flush_as(&mut self, ep_id: EndpointId, parent: Option<OpId>, closing: bool) -> OpId {
+        let op = self.new_op(Some(ep_id), OpKind::Flush { acked: false, parent, closing }, None);
         if let Some(ep) = self.eps.get_mut(&ep_id) {
             ep.flushes += 1;
         }

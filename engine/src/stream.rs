@@ -48,12 +48,6 @@ impl StreamRx {
         self.chunks.iter().filter(|c| c.pulling.is_none()).map(|c| c.bytes.len()).sum::<usize>() - self.head
     }
 
-    /// Takes the chunk buffers (for the pool), leaving nothing unread.
-    pub(crate) fn take_chunks(&mut self) -> Vec<Vec<u8>> {
-        self.head = 0;
-        self.chunks.drain(..).filter(|c| c.pulling.is_none()).map(|c| c.bytes).collect()
-    }
-
     /// Fills waiting receives straight from a frame's bytes (nothing is buffered ahead of them),
     /// queuing the completions of those it fills into `events`; returns the bytes no receive
     /// took.
@@ -191,7 +185,24 @@ impl Engine {
     ) -> Result<Start, Status> {
         let Some(ep) = self.eps.get_mut(&ep_id) else { return Err(Status::NotConnected) };
         match ep.phase {
-            Phase::Dead(status) => return Err(status),
+            Phase::Dead(status) if ep.stream.unread() == 0 => return Err(status),
+            Phase::Dead(status) => {
+                // Bytes that arrived before the endpoint went down are still the stream's: a
+                // receive they satisfy completes, as if they had been taken in time.
+                let op = OpId::from_raw(self.op_ids.next());
+                let mut recv = StreamRecv { op, buf, filled: 0, waitall };
+                let mut spent = Vec::new();
+                ep.stream.fill(&mut recv, &mut spent);
+                let (done, filled) = (recv.is_done(), recv.filled);
+                for bytes in spent {
+                    self.recycle(bytes);
+                }
+                return if done {
+                    Ok(Start::Done(Status::Ok, OpInfo { length: filled, ..OpInfo::default() }))
+                } else {
+                    Err(status)
+                };
+            }
             Phase::Closing => return Err(Status::Canceled),
             Phase::Connecting | Phase::Ready => {}
         }

@@ -14,23 +14,27 @@ use std::process::Command;
 
 /// The directory whose `libucp.so.0` the programs must load.
 pub fn libdir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("ZCX_CAPI_LIBDIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    // target/<profile>/deps/<test> → target/<profile>/libucp.so
-    let exe = std::env::current_exe().expect("the test's own path");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
-    let built = profile_dir.join("libucp.so");
-    ensure_built(profile_dir, &built);
-    let dir = profile_dir.join("capi-libdir");
-    std::fs::create_dir_all(&dir).expect("create the library directory");
-    let link = dir.join("libucp.so.0");
-    // Replace rather than keep: another test may be creating the same link at the same time.
-    let tmp = dir.join(format!("libucp.so.0.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(&built, &tmp).expect("link libucp.so.0");
-    std::fs::rename(&tmp, &link).expect("install the link");
-    dir
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("ZCX_CAPI_LIBDIR").filter(|d| !d.is_empty()) {
+            return PathBuf::from(dir);
+        }
+        // target/<profile>/deps/<test> → target/<profile>/libucp.so
+        let exe = std::env::current_exe().expect("the test's own path");
+        let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+        let built = profile_dir.join("libucp.so");
+        ensure_built(profile_dir, &built);
+        let dir = profile_dir.join("capi-libdir");
+        std::fs::create_dir_all(&dir).expect("create the library directory");
+        let link = dir.join("libucp.so.0");
+        // Replace rather than keep: another test process may be creating the same link now.
+        let tmp = dir.join(format!("libucp.so.0.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&built, &tmp).expect("link libucp.so.0");
+        std::fs::rename(&tmp, &link).expect("install the link");
+        dir
+    })
+    .clone()
 }
 
 /// Builds the shared library when the test was built without it (cargo builds a library's

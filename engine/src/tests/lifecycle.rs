@@ -355,11 +355,16 @@ fn endpoint_closed_while_connecting_sends_its_held_frames_once_answered_then_clo
     engine.endpoint_ready(ep, LinkId(1), caps);
     let transmit = engine.poll_transmit().expect("the held request");
     assert!(matches!(transmit.header.op(), Some(Op::TagRts { tag: 5, .. })));
+    let flush = engine.poll_transmit().expect("the close's flush");
+    let Some(Op::FlushReq { id: flush_id }) = flush.header.op() else { panic!("no flush before the close") };
     assert!(engine.poll_transmit().is_none(), "disconnected before the send finished");
-    // The receiver declines: the send is done, then the close.
+    // The receiver declines: the send is done; it answers the flush: then the close.
     let decline = Op::Rtr { sender_req: send.raw(), recv_req: 0, accept_len: 0 };
     let mut header = [0u8; zcx_dataplane::proto::MAX_HEADER_LEN];
     let n = decline.encode(&mut header);
+    engine.handle_frame(LinkId(1), &header[..n]);
+    assert!(engine.poll_transmit().is_none(), "disconnected before the peer answered the flush");
+    let n = Op::FlushAck { id: flush_id }.encode(&mut header);
     engine.handle_frame(LinkId(1), &header[..n]);
     let disconnect = engine.poll_transmit().expect("the disconnect");
     assert_eq!(disconnect.header.op(), Some(Op::Disconnect { force: false }));
