@@ -1,8 +1,9 @@
 # Helpers of the comparison scripts (compare-ucx.sh, compare-dpdk.sh): sourced, not run.
 #
 # They read these globals, set by the script: LAT_ITERS LAT_WARMUP LAT_SIZES BW_ITERS BW_WARMUP
-# BW_SIZES (spec), SERVER_CPU CLIENT_CPU RUN_TIMEOUT UCX_PORT_BASE, and ZCX (the zcx binary, for
-# zcx_run). perf_start sets up the work directory and the cleanup of every process started.
+# BW_SIZES (spec), SERVER_CPU CLIENT_CPU RUN_TIMEOUT UCX_PORT_BASE, ZCX (the zcx binary, for
+# zcx_run), and UCX_PERFTEST if set (the ucx_perftest ucx_run starts; default: the one on PATH).
+# perf_start sets up the work directory and the cleanup of every process started.
 
 # spec TEST: sets ucx_test, sizes, iters, warmup, metric for TEST; fails for a test with no
 # ucx_perftest counterpart.
@@ -88,7 +89,7 @@ ucx_run() {
     port=$((port + 1))
     server=$work/ucx-server.$port
     client=$work/ucx-client.$port
-    run_bg "$server" env UCX_TLS="$tls" taskset -c "$SERVER_CPU" ucx_perftest -p "$port"
+    run_bg "$server" env UCX_TLS="$tls" taskset -c "$SERVER_CPU" "${UCX_PERFTEST:-ucx_perftest}" -p "$port"
     spid=$last_pid
     if ! wait_listen "$port" "$spid"; then
         zcx_log "ucx_perftest server on port $port did not start:"
@@ -96,7 +97,7 @@ ucx_run() {
         return 1
     fi
     run_bg "$client" env UCX_TLS="$tls" timeout "$RUN_TIMEOUT" taskset -c "$CLIENT_CPU" \
-        ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" -w "$warmup" -f
+        "${UCX_PERFTEST:-ucx_perftest}" 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" -w "$warmup" -f
     cpid=$last_pid
     if ! wait "$cpid"; then
         zcx_log "ucx_perftest $test failed:"
