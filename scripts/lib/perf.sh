@@ -132,8 +132,9 @@ ucx_value() {
     fi
 }
 
-# ucx_p50: the typical (50th percentile) latency in $ucx_line (column 3), in us.
-ucx_p50() { awk '{ print $3 }' <<<"$ucx_line"; }
+# ucx_p50: the typical (50th percentile) latency in $ucx_line, in us. -f prints iterations, then
+# the 50th percentile, the average of the last report's window, the overall average, ...
+ucx_p50() { awk '{ print $2 }' <<<"$ucx_line"; }
 
 # zcx_p50: the 50th percentile latency in $zcx_line, in us.
 zcx_p50() { field p50_us "$zcx_line"; }
