@@ -182,6 +182,7 @@ done
 echo "# UCX, zcx: medians of $ROUNDS rounds; zcx/UCX: median of the rounds' own ratios (each round's pair"
 echo "# ran back to back). Latency: whole-run average, one-way for ping-pongs; bandwidth: MB = 1e6 B."
 echo "# p50_ratio: the same for the 50th percentile latency (the typical iteration; latency cases only)."
+echo "# zcx is better where a latency ratio is below 1 and where a bandwidth ratio is above 1."
 echo "# One $UCX_PERFTEST (UCX $(ucx_version)); zcx: $zcx_lib; UCX: $ucx_lib."
 if [ "$failed" != 0 ]; then
     echo "# some cases FAILED to run (see the messages above)" >&2
