@@ -3,13 +3,13 @@
 use std::ffi::c_void;
 
 use crate::bindings::*;
-use crate::dt::{self, RawBuf};
+use crate::dt;
 use crate::endpoint::ep_ref;
 use crate::mem::rkey_ref;
 use crate::request::{self, Cb, Finish, Immediate, Outcome, Setup};
 use crate::status;
 
-/// The contiguous bytes of a put or get: RMA takes contiguous data only, as in UCX.
+/// The bytes of an atomic's operand: contiguous only.
 ///
 /// # Safety
 /// `param` null or valid.
@@ -56,14 +56,12 @@ unsafe fn put(
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
     }
     // SAFETY: the caller's contract.
-    let len = match unsafe { contig_len(count, param) } {
-        Ok(len) => len,
-        Err(s) => return request::status_ptr(s),
+    let data = match unsafe { dt::gather(buffer, count, dt::of_param(param)) } {
+        Ok(data) => data,
+        Err(s) => return request::status_ptr(status::ucs(s)),
     };
     // SAFETY: the caller's contract.
     let (cep, key) = unsafe { (ep_ref(ep), rkey_ref(rkey)) };
-    // SAFETY: the caller's contract.
-    let buf = unsafe { RawBuf::new(buffer, len) };
     // SAFETY: the caller's contract.
     unsafe {
         request::run(
@@ -71,7 +69,7 @@ unsafe fn put(
             param,
             setup,
             Immediate::Null,
-            |rp| cep.ep.put(buf, remote_addr, &key.rkey, rp),
+            |rp| cep.ep.put(data, remote_addr, &key.rkey, rp),
             |c| Outcome { length: c.info.length, ..Outcome::default() },
         )
     }
@@ -88,20 +86,20 @@ unsafe fn get(
     remote_addr: u64,
     rkey: ucp_rkey_h,
     param: *const ucp_request_param_t,
-    setup: Setup,
+    mut setup: Setup,
 ) -> ucs_status_ptr_t {
     if ep.is_null() || rkey.is_null() {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
     }
     // SAFETY: the caller's contract.
-    let len = match unsafe { contig_len(count, param) } {
-        Ok(len) => len,
-        Err(s) => return request::status_ptr(s),
+    let target = match unsafe { dt::scatter(buffer, count, dt::of_param(param)) } {
+        Ok(target) => target,
+        Err(s) => return request::status_ptr(status::ucs(s)),
     };
+    setup.finish = target.finish;
+    let buf = target.buf;
     // SAFETY: the caller's contract.
     let (cep, key) = unsafe { (ep_ref(ep), rkey_ref(rkey)) };
-    // SAFETY: the caller's contract.
-    let buf = unsafe { RawBuf::new(buffer, len) };
     // SAFETY: the caller's contract.
     unsafe {
         request::run(

@@ -214,7 +214,10 @@ impl OpKind {
     fn is_internal(&self) -> bool {
         matches!(
             self,
-            OpKind::AmRndv { .. } | OpKind::StreamPull { .. } | OpKind::GetReply { .. } | OpKind::Flush { closing: true, .. }
+            OpKind::AmRndv { .. }
+                | OpKind::StreamPull { .. }
+                | OpKind::GetReply { .. }
+                | OpKind::Flush { closing: true, .. }
         )
     }
 }
