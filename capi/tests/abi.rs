@@ -5,16 +5,16 @@
 //!
 //! Each test states one semantic that UCX 1.13's `ucp.h` documents (request memory and its
 //! initialiser, callback arguments, immediate completion, free versus release, requests the caller
-//! allocates, IOV and generic datatypes, probes, queries), or that hostile input gets a clear
-//! status instead of a crash. Calls that would crash the whole process when the library gets them
-//! wrong (null handles) run in a child process each: the test binary itself, re-run on
-//! `null_case_child` with the case named in `ABI_NULL_CASE`.
+//! allocates, IOV and generic datatypes, probes, the configuration from the environment, queries),
+//! or that hostile input gets a clear status instead of a crash. Calls that would crash the whole
+//! process when the library gets them wrong (null handles) run in a child process each: the test
+//! binary itself, re-run on `null_case_child` with the case named in `ABI_NULL_CASE`.
 //!
 //! Where UCX's text leaves a choice open, the test asserts what UCX 1.13.1's own library does
 //! (checked with a throwaway C program against `/usr/lib/x86_64-linux-gnu/libucp.so.0`).
 
 use std::collections::HashSet;
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_void, CStr, OsString};
 use std::process::{Command, Stdio};
 use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,7 +31,7 @@ use ucp::bindings::ucs_status_t::{
     UCS_OK,
 };
 use ucp::bindings::*;
-use ucp::config::ucp_config_read;
+use ucp::config::{ucp_config_print, ucp_config_read, ucp_config_release};
 use ucp::context::{ucp_cleanup, ucp_context_query, ucp_init_version};
 use ucp::dt::{ucp_dt_create_generic, ucp_dt_destroy};
 use ucp::endpoint::{ucp_ep_close_nbx, ucp_ep_create, ucp_ep_flush_nbx, ucp_ep_query};
@@ -1944,6 +1944,86 @@ fn null_case_child() {
     // to survive it or not.
     let status = unsafe { run() };
     println!("null-case-status: {status}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. The configuration from the environment.
+
+/// Sets and removes environment variables, putting back what was there when dropped.
+struct EnvEdit(Vec<(&'static str, Option<OsString>)>);
+
+impl EnvEdit {
+    fn set(&mut self, key: &'static str, value: Option<&str>) {
+        if !self.0.iter().any(|(k, _)| *k == key) {
+            self.0.push((key, std::env::var_os(key)));
+        }
+        match value {
+            Some(value) => std::env::set_var(key, value),
+            None => std::env::remove_var(key),
+        }
+    }
+}
+
+impl Drop for EnvEdit {
+    fn drop(&mut self) {
+        for (key, value) in self.0.drain(..).rev() {
+            match value {
+                Some(value) => std::env::set_var(key, value),
+                None => std::env::remove_var(key),
+            }
+        }
+    }
+}
+
+/// `ZCX_TLS` as `ucp_config_print` shows the configuration `ucp_config_read(prefix)` reads.
+fn tls_read(prefix: Option<&CStr>) -> String {
+    let mut config = null_mut();
+    // SAFETY: a NUL-terminated prefix or null, and a valid out-pointer.
+    let status = unsafe { ucp_config_read(prefix.map_or(null(), CStr::as_ptr), null(), &mut config) };
+    assert_eq!(status, UCS_OK, "ucp_config_read({prefix:?}) failed: {}", name(status));
+    let (mut buf, mut size) = (null_mut(), 0usize);
+    // SAFETY: valid out-pointers; the stream is closed before its buffer is read and freed, and
+    // the configuration released once.
+    let text = unsafe {
+        let stream = libc::open_memstream(&mut buf, &mut size);
+        assert!(!stream.is_null(), "open_memstream failed");
+        ucp_config_print(config, stream, null(), 0);
+        libc::fclose(stream);
+        let text = CStr::from_ptr(buf).to_string_lossy().into_owned();
+        libc::free(buf.cast());
+        ucp_config_release(config);
+        text
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("ZCX_TLS="))
+        .unwrap_or_else(|| panic!("no ZCX_TLS line in ucp_config_print's output:\n{text}"))
+        .to_owned()
+}
+
+#[test]
+fn config_read_takes_ucx_tls_then_the_prefixed_one_then_zcx_tls() {
+    let _env = ENV.write().unwrap_or_else(PoisonError::into_inner);
+    let mut env = EnvEdit(Vec::new());
+    let prefix = c"ABITEST";
+    for key in ["UCX_TLS", "ABITEST_UCX_TLS", "ZCX_TLS"] {
+        env.set(key, None);
+    }
+    assert_eq!(tls_read(None), "all", "with no TLS variable set");
+
+    env.set("UCX_TLS", Some("tcp"));
+    assert_eq!(tls_read(None), "tcp", "UCX_TLS=tcp");
+    assert_eq!(tls_read(Some(prefix)), "tcp", "UCX_TLS=tcp read with a prefix that has no TLS of its own");
+    env.set("UCX_TLS", Some("sm,self,tcp"));
+    assert_eq!(tls_read(None), "shm,tcp", "UCX_TLS=sm,self,tcp (self needs no zcx transport)");
+
+    env.set("UCX_TLS", Some("tcp"));
+    env.set("ABITEST_UCX_TLS", Some("shm"));
+    assert_eq!(tls_read(Some(prefix)), "shm", "ABITEST_UCX_TLS overrides UCX_TLS under prefix ABITEST");
+    assert_eq!(tls_read(None), "tcp", "ABITEST_UCX_TLS without the prefix");
+
+    env.set("ZCX_TLS", Some("uring"));
+    assert_eq!(tls_read(Some(prefix)), "uring", "ZCX_TLS overrides both UCX variables");
+    assert_eq!(tls_read(None), "uring", "ZCX_TLS overrides UCX_TLS");
 }
 
 // ---------------------------------------------------------------------------------------------
