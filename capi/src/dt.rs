@@ -223,9 +223,12 @@ pub unsafe fn scatter(
             let finish: Finish = Box::new(move |status, outcome: &Outcome| {
                 let mut left = &staging[..outcome.length.min(staging.len())];
                 for (ptr, len) in entries {
+                    if left.is_empty() {
+                        break;
+                    }
                     let n = len.min(left.len());
                     if n == 0 {
-                        break;
+                        continue;
                     }
                     // SAFETY: each entry is valid for writes of its length (the caller's contract).
                     unsafe { std::ptr::copy_nonoverlapping(left.as_ptr(), ptr as *mut u8, n) };

@@ -335,6 +335,9 @@ pub unsafe extern "C" fn ucp_ep_flush_nbx(
     ep: ucp_ep_h,
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
+    if ep.is_null() {
+        return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    }
     // SAFETY: the caller's contract.
     let cep = unsafe { ep_ref(ep) };
     // SAFETY: the caller's contract.
@@ -360,6 +363,9 @@ pub unsafe extern "C" fn ucp_ep_flush_nb(
     _flags: c_uint,
     cb: ucp_send_callback_t,
 ) -> ucs_status_ptr_t {
+    if ep.is_null() {
+        return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    }
     // SAFETY: the caller's contract.
     let cep = unsafe { ep_ref(ep) };
     let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
@@ -382,6 +388,9 @@ pub unsafe extern "C" fn ucp_ep_flush_nb(
 /// `ep` is live.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_ep_flush(ep: ucp_ep_h) -> ucs_status_t::Type {
+    if ep.is_null() {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    }
     // SAFETY: the caller's contract.
     let ptr = unsafe { ucp_ep_flush_nbx(ep, std::ptr::null()) };
     // SAFETY: the caller's contract; `ptr` was just returned.

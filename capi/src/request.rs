@@ -412,6 +412,12 @@ impl Req {
             Some(finish) => finish(status, &outcome),
             None => status,
         };
+        if header.flags.load(Ordering::Relaxed) & EXTERNAL != 0 {
+            // The caller's memory: it may still ask it (`ucp_request_test`), as Open MPI's
+            // blocking receive does whatever the call returned.
+            header.status.store(status, Ordering::Relaxed);
+            header.flags.fetch_or(COMPLETED, Ordering::AcqRel);
+        }
         self.recycle();
         status
     }

@@ -11,6 +11,9 @@ use crate::request::Req;
 /// `request` is a live request.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_check_status(request: *mut c_void) -> ucs_status_t::Type {
+    if request.is_null() {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    }
     // SAFETY: the caller's contract.
     unsafe { Req::from_user(request) }.check_status()
 }
@@ -21,6 +24,9 @@ pub unsafe extern "C" fn ucp_request_check_status(request: *mut c_void) -> ucs_s
 /// `request` is a live request.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_is_completed(request: *mut c_void) -> std::ffi::c_int {
+    if request.is_null() {
+        return 0;
+    }
     // SAFETY: the caller's contract.
     std::ffi::c_int::from(unsafe { Req::from_user(request) }.check_status() != ucs_status_t::UCS_INPROGRESS)
 }

@@ -9,15 +9,23 @@ use crate::mem::rkey_ref;
 use crate::request::{self, Cb, Finish, Immediate, Outcome, Setup};
 use crate::status;
 
-/// The bytes of an atomic's operand: contiguous only.
+/// The size of an atomic's operand: UCP requires the datatype (`ucp_dt_make_contig(4)` or `(8)`)
+/// and one element.
 ///
 /// # Safety
 /// `param` null or valid.
-unsafe fn contig_len(count: usize, param: *const ucp_request_param_t) -> Result<usize, ucs_status_t::Type> {
+unsafe fn atomic_operand(
+    count: usize,
+    param: *const ucp_request_param_t,
+) -> Result<zcx::AtomicSize, ucs_status_t::Type> {
     // SAFETY: the caller's contract.
-    match dt::decode(unsafe { dt::of_param(param) }) {
-        Ok(dt::Dt::Contig(elem)) => count.checked_mul(elem).ok_or(ucs_status_t::UCS_ERR_INVALID_PARAM),
-        Ok(_) => Err(ucs_status_t::UCS_ERR_UNSUPPORTED),
+    let Some(p) = (unsafe { param.as_ref() }) else { return Err(ucs_status_t::UCS_ERR_INVALID_PARAM) };
+    if p.op_attr_mask & ucp_op_attr_t::UCP_OP_ATTR_FIELD_DATATYPE == 0 || count != 1 {
+        return Err(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    }
+    match dt::decode(p.datatype) {
+        Ok(dt::Dt::Contig(elem)) => atomic_size(elem).ok_or(ucs_status_t::UCS_ERR_INVALID_PARAM),
+        Ok(_) => Err(ucs_status_t::UCS_ERR_INVALID_PARAM),
         Err(s) => Err(status::ucs(s)),
     }
 }
@@ -319,13 +327,13 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
     };
     // SAFETY: the caller's contract.
-    let bytes = match unsafe { contig_len(count, param) } {
-        Ok(bytes) => bytes,
+    let size = match unsafe { atomic_operand(count, param) } {
+        Ok(size) => size,
         Err(s) => return request::status_ptr(s),
     };
-    let (Some(size), false) = (atomic_size(bytes), buffer.is_null()) else {
+    if buffer.is_null() {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
-    };
+    }
     let Some(op) = u8::try_from(opcode).ok().and_then(zcx::AtomicOp::from_u8) else {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
     };

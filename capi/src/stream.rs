@@ -192,6 +192,9 @@ pub unsafe extern "C" fn ucp_stream_recv_request_test(
     request: *mut c_void,
     length_p: *mut usize,
 ) -> ucs_status_t::Type {
+    if request.is_null() {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    }
     // SAFETY: the caller's contract.
     let req = unsafe { request::Req::from_user(request) };
     let status = req.check_status();

@@ -189,7 +189,9 @@ unsafe fn recv(
             };
         }
     };
-    let immediate = Immediate::Report(if info.is_some() { Some(&mut report) } else { None });
+    // SAFETY: the caller's contract.
+    let no_imm = unsafe { request::attr_mask(param) } & ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0;
+    let immediate = Immediate::Report(if info.is_some() && !no_imm { Some(&mut report) } else { None });
     let buf = target.buf;
     // SAFETY: the caller's contract.
     unsafe {
@@ -399,6 +401,9 @@ pub unsafe extern "C" fn ucp_tag_recv_request_test(
     request: *mut c_void,
     info: *mut ucp_tag_recv_info_t,
 ) -> ucs_status_t::Type {
+    if request.is_null() {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    }
     // SAFETY: the caller's contract.
     let req = unsafe { request::Req::from_user(request) };
     let status = req.check_status();

@@ -145,6 +145,9 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: ucp_worker_h) {
 /// `worker` is live.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_progress(worker: ucp_worker_h) -> c_uint {
+    if worker.is_null() {
+        return 0;
+    }
     // SAFETY: the caller's contract.
     let cw = unsafe { worker_ref(worker) };
     cw.progress().min(c_uint::MAX as usize) as c_uint
@@ -266,6 +269,9 @@ pub unsafe extern "C" fn ucp_worker_print_info(worker: ucp_worker_h, stream: *mu
 /// `worker` is live.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_fence(worker: ucp_worker_h) -> ucs_status_t::Type {
+    if worker.is_null() {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    }
     // SAFETY: the caller's contract.
     status::of(unsafe { worker_ref(worker) }.worker.fence())
 }
@@ -279,6 +285,9 @@ pub unsafe extern "C" fn ucp_worker_flush_nbx(
     worker: ucp_worker_h,
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
+    if worker.is_null() {
+        return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    }
     // SAFETY: the caller's contract.
     let cw = unsafe { worker_ref(worker) };
     // SAFETY: the caller's contract.
@@ -304,6 +313,9 @@ pub unsafe extern "C" fn ucp_worker_flush_nb(
     _flags: c_uint,
     cb: ucp_send_callback_t,
 ) -> ucs_status_ptr_t {
+    if worker.is_null() {
+        return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
+    }
     // SAFETY: the caller's contract.
     let cw = unsafe { worker_ref(worker) };
     let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
@@ -375,6 +387,9 @@ pub unsafe extern "C" fn ucp_worker_get_efd(worker: ucp_worker_h, fd: *mut c_int
 /// `worker` is live.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_arm(worker: ucp_worker_h) -> ucs_status_t::Type {
+    if worker.is_null() {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    }
     // SAFETY: the caller's contract.
     status::of(unsafe { worker_ref(worker) }.worker.arm())
 }
@@ -385,6 +400,9 @@ pub unsafe extern "C" fn ucp_worker_arm(worker: ucp_worker_h) -> ucs_status_t::T
 /// `worker` is live.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_wait(worker: ucp_worker_h) -> ucs_status_t::Type {
+    if worker.is_null() {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    }
     // SAFETY: the caller's contract.
     status::of(unsafe { worker_ref(worker) }.worker.wait())
 }
@@ -395,6 +413,9 @@ pub unsafe extern "C" fn ucp_worker_wait(worker: ucp_worker_h) -> ucs_status_t::
 /// `worker` is live.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_signal(worker: ucp_worker_h) -> ucs_status_t::Type {
+    if worker.is_null() {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    }
     // SAFETY: the caller's contract.
     unsafe { worker_ref(worker) }.worker.signal();
     ucs_status_t::UCS_OK

@@ -773,7 +773,7 @@ fn no_imm_cmpl_makes_a_receive_of_an_arrived_message_return_a_completed_request(
 }
 
 #[test]
-#[ignore = "library bug: ucp_tag_recv_nbx(NO_IMM_CMPL | RECV_INFO) of an arrived message returns NULL"]
+
 fn no_imm_cmpl_wins_over_recv_info_for_a_receive_of_an_arrived_message() {
     arrived_receive_with_no_imm_cmpl(UCP_OP_ATTR_FIELD_RECV_INFO);
 }
@@ -928,8 +928,6 @@ fn a_caller_request_completes_and_reports_through_check_status_and_request_test(
 }
 
 #[test]
-#[ignore = "library bug: ucp_tag_recv_nbx(FIELD_REQUEST | RECV_INFO) of an arrived message returns NULL \
-            and leaves the caller's request UCS_INPROGRESS for ever"]
 fn a_caller_request_is_completed_even_when_recv_info_made_the_call_return_null() {
     let pair = Pair::new();
     let mine = CallerRequest::new(pair.ctx);
@@ -1040,7 +1038,7 @@ fn iov_sends_and_receives_with_uneven_entries_arrive_byte_for_byte() {
 }
 
 #[test]
-#[ignore = "library bug: an IOV receive stops filling entries at the first zero-length one"]
+
 fn an_iov_receive_with_an_empty_entry_fills_the_entries_after_it() {
     let pair = Pair::new();
     let data = pattern(100, 7);
@@ -1653,7 +1651,7 @@ fn an_atomic_of_three_bytes_is_invalid_param() {
 // elements") with UCS_ERR_INVALID_PARAM, touching nothing.
 
 #[test]
-#[ignore = "library bug: ucp_atomic_op_nbx without a datatype runs a count-byte atomic (count 8: 64-bit)"]
+
 fn an_atomic_without_a_datatype_is_invalid_param() {
     let pair = Pair::new();
     let mapped = Mapped::new(&pair, None, 4096);
@@ -1669,7 +1667,7 @@ fn an_atomic_without_a_datatype_is_invalid_param() {
 }
 
 #[test]
-#[ignore = "library bug: ucp_atomic_op_nbx of two contig(4) elements runs a 64-bit atomic"]
+
 fn an_atomic_of_more_than_one_element_is_invalid_param() {
     let pair = Pair::new();
     let mapped = Mapped::new(&pair, None, 4096);
@@ -1923,8 +1921,6 @@ fn null_pointers_where_ucp_forbids_them_get_invalid_param_not_a_crash() {
 }
 
 #[test]
-#[ignore = "library bug: null worker, endpoint and request handles crash (fence, arm, signal, wait, \
-            worker and endpoint flush, request check_status and the request tests)"]
 fn null_worker_endpoint_and_request_handles_get_invalid_param_not_a_crash() {
     let wrong = null_failures(NULL_HANDLES);
     assert!(
