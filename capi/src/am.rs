@@ -290,7 +290,7 @@ pub unsafe extern "C" fn ucp_am_send_nb(
     flags: c_uint,
 ) -> ucs_status_ptr_t {
     let param = crate::tag::dt_param(datatype);
-    let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
+    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract; `param` lives across the call.
     unsafe { send(ep, c_uint::from(id), std::ptr::null(), 0, buffer, count, flags, &param, setup) }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::bindings::*;
 use crate::context::copy_name;
-use crate::request::{self, Cb, Immediate, Setup};
+use crate::request::{self, Immediate, Setup};
 use crate::status;
 use crate::worker::{worker_ref, CWorker};
 
@@ -368,7 +368,7 @@ pub unsafe extern "C" fn ucp_ep_flush_nb(
     }
     // SAFETY: the caller's contract.
     let cep = unsafe { ep_ref(ep) };
-    let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
+    let setup = Setup::nb(cb);
     // SAFETY: no caller request.
     unsafe {
         request::run(

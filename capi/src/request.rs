@@ -261,6 +261,11 @@ impl Setup {
         Setup { cb, user_data: user_data(p), finish: None }
     }
 
+    /// A request with a deprecated-form send callback (`ucp_send_callback_t`), if any.
+    pub fn nb(cb: ucp_send_callback_t) -> Setup {
+        Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None }
+    }
+
     /// No callback.
     pub fn none() -> Setup {
         Setup { cb: Cb::None, user_data: std::ptr::null_mut(), finish: None }

@@ -6,7 +6,7 @@ use crate::bindings::*;
 use crate::dt;
 use crate::endpoint::ep_ref;
 use crate::mem::rkey_ref;
-use crate::request::{self, Cb, Finish, Immediate, Outcome, Setup};
+use crate::request::{self, Finish, Immediate, Outcome, Setup};
 use crate::status;
 
 /// The size of an atomic's operand: UCP requires the datatype (`ucp_dt_make_contig(4)` or `(8)`)
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn ucp_put_nb(
     rkey: ucp_rkey_h,
     cb: ucp_send_callback_t,
 ) -> ucs_status_ptr_t {
-    let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
+    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract.
     unsafe { put(ep, buffer, length, remote_addr, rkey, std::ptr::null(), setup) }
 }
@@ -225,7 +225,7 @@ pub unsafe extern "C" fn ucp_get_nb(
     rkey: ucp_rkey_h,
     cb: ucp_send_callback_t,
 ) -> ucs_status_ptr_t {
-    let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
+    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract.
     unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), setup) }
 }
@@ -432,7 +432,7 @@ pub unsafe extern "C" fn ucp_atomic_fetch_nb(
     } else {
         (value, 0)
     };
-    let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
+    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract.
     unsafe { atomic(ep, op, size, value, compare, remote_addr, rkey, result, std::ptr::null(), setup) }
 }

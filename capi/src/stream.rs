@@ -71,7 +71,7 @@ pub unsafe extern "C" fn ucp_stream_send_nb(
     _flags: c_uint,
 ) -> ucs_status_ptr_t {
     let param = dt_param(datatype);
-    let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
+    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract; `param` lives across the call.
     unsafe { send(ep, buffer, count, &param, setup) }
 }

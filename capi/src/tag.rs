@@ -101,7 +101,7 @@ pub unsafe extern "C" fn ucp_tag_send_nb(
     cb: ucp_send_callback_t,
 ) -> ucs_status_ptr_t {
     let param = dt_param(datatype);
-    let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
+    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract; `param` lives across the call.
     unsafe { send(ep, buffer, count, tag, &param, setup, false) }
 }
@@ -120,7 +120,7 @@ pub unsafe extern "C" fn ucp_tag_send_sync_nb(
     cb: ucp_send_callback_t,
 ) -> ucs_status_ptr_t {
     let param = dt_param(datatype);
-    let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
+    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract; `param` lives across the call.
     unsafe { send(ep, buffer, count, tag, &param, setup, true) }
 }

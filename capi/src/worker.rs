@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use crate::bindings::*;
 use crate::context::{copy_name, ctx_ref, write_stream, CContext};
-use crate::request::{self, Cb, Immediate, Setup};
+use crate::request::{self, Immediate, Setup};
 use crate::status;
 
 /// The Rust side of a `ucp_worker_h`.
@@ -318,7 +318,7 @@ pub unsafe extern "C" fn ucp_worker_flush_nb(
     }
     // SAFETY: the caller's contract.
     let cw = unsafe { worker_ref(worker) };
-    let setup = Setup { cb: cb.map_or(Cb::None, Cb::SendNb), user_data: std::ptr::null_mut(), finish: None };
+    let setup = Setup::nb(cb);
     // SAFETY: no caller request.
     unsafe {
         request::run(

@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bitflags::bitflags;
-use zcx_control::{TransportAddress, WorkerAddressWire};
+use zcx_control::WorkerAddressWire;
 use zcx_dataplane::transport_set::member_of;
 use zcx_dataplane::{ConnectTarget, LinkId, TransportSet};
 use zcx_dataplane::{SameHostFastPath as _, Transport as _};
@@ -351,16 +351,7 @@ impl Worker {
             (None, Some(bytes)) => {
                 let peer = WorkerAddressWire::decode(&bytes)
                     .map_err(|e| fail_with(Status::InvalidParam, format!("worker address: {e}")))?;
-                let same_host = peer.boot_id.is_some() && peer.boot_id == core.st.address.boot_id;
-                let shm = peer
-                    .transports
-                    .iter()
-                    .find(|t| zcx_dataplane::ShmTransport::reaches(t))
-                    .filter(|_| same_host && core.st.shm_member.is_some());
-                let uring = || peer.transports.iter().find(|t| matches!(t, TransportAddress::Uring { .. }));
-                let target = shm.or_else(uring).ok_or_else(|| {
-                    fail_with(Status::Unreachable, "no common transport with the peer".into())
-                })?;
+                let target = lifecycle::address_target(&core.st, &peer)?;
                 if peer.name == core.st.address.name {
                     lifecycle::create_client_ep(&mut core, ConnectTarget::Address(target), setup, client_id)?
                 } else if let Some(id) = lifecycle::claim_implicit(&mut core.st, &peer.name, setup.clone()) {

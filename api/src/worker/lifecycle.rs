@@ -105,13 +105,7 @@ pub(crate) fn accept_self(st: &mut State, request: &ConnRequestData) -> bool {
         return false;
     }
     let Some(&id) = st.connecting.get(&request.client_ep_id) else { return false };
-    let accept = HandshakeWire::Accept {
-        server_address: st.address.clone(),
-        server_ep_id: id.raw(),
-        client_ep_id: request.client_ep_id,
-    };
-    st.send_hello(request.link, accept.encode());
-    st.established.push(request.link);
+    answer_on(st, request.link, id, request.client_ep_id);
     st.engine.alias_link(request.link, id);
     tracing::debug!(ep = %id, link = ?request.link, "endpoint to this worker answered itself");
     true
@@ -139,13 +133,7 @@ pub(crate) fn pair_crossed(st: &mut State, request: &ConnRequestData) -> bool {
         return true;
     }
     let Some(old) = st.engine.link_of(id) else { return false };
-    let accept = HandshakeWire::Accept {
-        server_address: st.address.clone(),
-        server_ep_id: id.raw(),
-        client_ep_id: request.client_ep_id,
-    };
-    st.send_hello(request.link, accept.encode());
-    st.established.push(request.link);
+    answer_on(st, request.link, id, request.client_ep_id);
     st.connecting.remove(&token);
     if let Some(state) = st.eps.get_mut(&id) {
         state.remote_addr = Some(request.peer);
@@ -284,18 +272,7 @@ pub(crate) fn accept_elsewhere(
     params: ServerEpParams,
 ) -> Result<EndpointId, Status> {
     let Core { tl, st } = core;
-    let client = &request.client_address;
-    let same_host = client.boot_id.is_some() && client.boot_id == st.address.boot_id;
-    let shm = client
-        .transports
-        .iter()
-        .find(|t| zcx_dataplane::ShmTransport::reaches(t))
-        .filter(|_| same_host && st.shm_member.is_some());
-    let uring =
-        || client.transports.iter().find(|t| matches!(t, zcx_control::TransportAddress::Uring { .. }));
-    let target = shm
-        .or_else(uring)
-        .ok_or_else(|| fail_with(Status::Unreachable, "no common transport with the client".into()))?;
+    let target = address_target(st, &request.client_address)?;
     let link = tl
         .connect(ConnectTarget::Address(target))
         .map_err(|e| fail_with(status_of(e), format!("connect to the client failed: {e}")))?;
@@ -309,16 +286,36 @@ pub(crate) fn accept_elsewhere(
     let id = st.engine.add_endpoint(link, st.caps_for(link), false, err_mode_peer);
     let mut state = new_state(st, id, setup);
     state.remote_addr = Some(request.peer);
-    let accept = HandshakeWire::Accept {
-        server_address: st.address.clone(),
-        server_ep_id: id.raw(),
-        client_ep_id: request.client_ep_id,
-    };
-    st.send_hello(link, accept.encode());
     st.eps.insert(id, state);
-    st.established.push(link);
+    answer_on(st, link, id, request.client_ep_id);
     tracing::debug!(ep = %id, ?link, client = request.client_id, "accepted on another worker");
     Ok(id)
+}
+
+/// Answers a connection request (its client's endpoint `client_ep_id`) on `link` with endpoint
+/// `id`: the link then carries it.
+fn answer_on(st: &mut State, link: LinkId, id: EndpointId, client_ep_id: u64) {
+    let accept =
+        HandshakeWire::Accept { server_address: st.address.clone(), server_ep_id: id.raw(), client_ep_id };
+    st.send_hello(link, accept.encode());
+    st.established.push(link);
+}
+
+/// Where to connect to reach the worker at `peer`: its shared memory on this host, else its
+/// TCP address.
+pub(crate) fn address_target<'a>(
+    st: &State,
+    peer: &'a zcx_control::WorkerAddressWire,
+) -> Result<&'a zcx_control::TransportAddress, Status> {
+    let same_host = peer.boot_id.is_some() && peer.boot_id == st.address.boot_id;
+    let shm = peer
+        .transports
+        .iter()
+        .find(|t| zcx_dataplane::ShmTransport::reaches(t))
+        .filter(|_| same_host && st.shm_member.is_some());
+    let uring = || peer.transports.iter().find(|t| matches!(t, zcx_control::TransportAddress::Uring { .. }));
+    shm.or_else(uring)
+        .ok_or_else(|| fail_with(Status::Unreachable, "no common transport with the peer".into()))
 }
 
 /// Sends a rejection and drops the connection.
