@@ -208,6 +208,7 @@ proptest! {
                 err_mode_peer: false,
                 client_address: zcx_control::WorkerAddressWire::decode(t.client.address()).unwrap(),
                 client_ep_id: 1,
+                pair_token: 0,
             };
             raw_frame(&mut raw, &op_frame(&Op::Hello, &hello.encode())).unwrap();
         }

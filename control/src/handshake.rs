@@ -20,6 +20,8 @@ const STEP_CONN_REQUEST: u8 = 1;
 const STEP_ACCEPT: u8 = 2;
 /// Step value of [`HandshakeWire::Reject`].
 const STEP_REJECT: u8 = 3;
+/// Step value of [`HandshakeWire::PairProof`].
+const STEP_PAIR_PROOF: u8 = 4;
 
 /// The most negative status a rejection may carry; `ucs_status_t` error codes lie in
 /// `-100..=-1` (`UCS_ERR_LAST` is -100).
@@ -48,8 +50,13 @@ pub enum HandshakeWire {
         err_mode_peer: bool,
         /// The client worker's address, for reaching it over the transports both sides offer.
         client_address: WorkerAddressWire,
-        /// The client endpoint's id, echoed in the answer so the client can match it.
+        /// The client endpoint's id, echoed in the answer so the client can match it. A random,
+        /// unguessable token: only the worker the request reached learns it.
         client_ep_id: u64,
+        /// 0, or the `client_ep_id` of a request the server's worker sent the client earlier: the
+        /// client proposes that its new endpoint share that connection. The server agrees only if
+        /// the token is one of its own, which proves the client received that request.
+        pair_token: u64,
     },
     /// The server accepted the request and created its endpoint.
     Accept {
@@ -59,6 +66,9 @@ pub enum HandshakeWire {
         server_ep_id: u64,
         /// The `client_ep_id` of the request being answered.
         client_ep_id: u64,
+        /// 0, or the `client_ep_id` of the server's own request to the client that this answer
+        /// pairs with: the two workers' endpoints to each other are one connection from now on.
+        pair_token: u64,
     },
     /// The server refused the request (`ucp_listener_reject`).
     Reject {
@@ -66,6 +76,13 @@ pub enum HandshakeWire {
         /// [`REJECT_STATUS_MIN`]`..=`[`REJECT_STATUS_MAX`] (`UCS_ERR_REJECTED` is -22).
         reason_status: i8,
         /// The `client_ep_id` of the request being answered.
+        client_ep_id: u64,
+    },
+    /// Sent on a client's connection while its connection request is unanswered, when the
+    /// server's worker sent the client a request of its own meanwhile (the two crossed): proves
+    /// the sender received that request, so the server may answer for both on this connection.
+    PairProof {
+        /// The `client_ep_id` of the server's crossing request.
         client_ep_id: u64,
     },
 }
@@ -102,6 +119,7 @@ impl HandshakeWire {
                 err_mode_peer,
                 client_address,
                 client_ep_id,
+                pair_token,
             } => {
                 frame.field(tag::HANDSHAKE_STEP, &[STEP_CONN_REQUEST]);
                 frame.field(tag::CLIENT_ID, &client_id.to_le_bytes());
@@ -109,12 +127,18 @@ impl HandshakeWire {
                 frame.field(tag::ERR_MODE_PEER, &[u8::from(*err_mode_peer)]);
                 frame.field(tag::WORKER_ADDRESS, &client_address.encode_unchecked()?);
                 frame.field(tag::CLIENT_EP_ID, &client_ep_id.to_le_bytes());
+                pair_field(frame, *pair_token);
             }
-            HandshakeWire::Accept { server_address, server_ep_id, client_ep_id } => {
+            HandshakeWire::Accept { server_address, server_ep_id, client_ep_id, pair_token } => {
                 frame.field(tag::HANDSHAKE_STEP, &[STEP_ACCEPT]);
                 frame.field(tag::WORKER_ADDRESS, &server_address.encode_unchecked()?);
                 frame.field(tag::CLIENT_EP_ID, &client_ep_id.to_le_bytes());
                 frame.field(tag::SERVER_EP_ID, &server_ep_id.to_le_bytes());
+                pair_field(frame, *pair_token);
+            }
+            HandshakeWire::PairProof { client_ep_id } => {
+                frame.field(tag::HANDSHAKE_STEP, &[STEP_PAIR_PROOF]);
+                frame.field(tag::CLIENT_EP_ID, &client_ep_id.to_le_bytes());
             }
             HandshakeWire::Reject { reason_status, client_ep_id } => {
                 frame.field(tag::HANDSHAKE_STEP, &[STEP_REJECT]);
@@ -141,12 +165,15 @@ impl HandshakeWire {
                 },
                 client_address: worker_address(&mut fields, "client_address")?,
                 client_ep_id,
+                pair_token: pair_token(&mut fields)?,
             },
             STEP_ACCEPT => HandshakeWire::Accept {
                 server_address: worker_address(&mut fields, "server_address")?,
                 server_ep_id: u64::from_le_bytes(fields.require_array(tag::SERVER_EP_ID, "server_ep_id")?),
                 client_ep_id,
+                pair_token: pair_token(&mut fields)?,
             },
+            STEP_PAIR_PROOF => HandshakeWire::PairProof { client_ep_id },
             STEP_REJECT => HandshakeWire::Reject {
                 reason_status: i8::from_le_bytes(fields.require_array(tag::REJECT_STATUS, "reason_status")?),
                 client_ep_id,
@@ -167,6 +194,7 @@ impl HandshakeWire {
                 client_address.validate()
             }
             HandshakeWire::Accept { server_address, .. } => server_address.validate(),
+            HandshakeWire::PairProof { .. } => Ok(()),
             HandshakeWire::Reject { reason_status, .. } => {
                 if (REJECT_STATUS_MIN..=REJECT_STATUS_MAX).contains(reason_status) {
                     Ok(())
@@ -183,8 +211,28 @@ impl HandshakeWire {
         match self {
             HandshakeWire::ConnRequest { client_ep_id, .. }
             | HandshakeWire::Accept { client_ep_id, .. }
-            | HandshakeWire::Reject { client_ep_id, .. } => *client_ep_id,
+            | HandshakeWire::Reject { client_ep_id, .. }
+            | HandshakeWire::PairProof { client_ep_id } => *client_ep_id,
         }
+    }
+}
+
+/// Writes the optional pairing token: absent when 0, so a step that pairs nothing is the same
+/// frame as before pairing existed.
+fn pair_field(frame: &mut FrameWriter, token: u64) {
+    if token != 0 {
+        frame.field(tag::PAIR_TOKEN, &token.to_le_bytes());
+    }
+}
+
+/// Reads the optional pairing token; present and 0 is refused, as no token is 0.
+fn pair_token(fields: &mut Fields<'_>) -> Result<u64, WireError> {
+    match fields.take_array::<8>(tag::PAIR_TOKEN)? {
+        None => Ok(0),
+        Some(bytes) => match u64::from_le_bytes(bytes) {
+            0 => Err(WireError::Invalid("pairing token is 0")),
+            token => Ok(token),
+        },
     }
 }
 
@@ -208,6 +256,7 @@ mod tests {
             err_mode_peer: true,
             client_address: sample_worker_address(),
             client_ep_id: 5,
+            pair_token: 0,
         }
     }
 
@@ -218,7 +267,7 @@ mod tests {
             boot_id: None,
             transports: vec![TransportAddress::Uring { addr: "[fe80::7%4]:9000".parse().unwrap() }],
         };
-        HandshakeWire::Accept { server_address, server_ep_id: u64::MAX, client_ep_id: 5 }
+        HandshakeWire::Accept { server_address, server_ep_id: u64::MAX, client_ep_id: 5, pair_token: 0 }
     }
 
     fn reject() -> HandshakeWire {
@@ -274,8 +323,47 @@ mod tests {
             err_mode_peer: false,
             client_address: accept_address(),
             client_ep_id: 1,
+            pair_token: 0,
         };
         assert_eq!(HandshakeWire::decode(&plain.encode()), Ok(plain));
+    }
+
+    #[test]
+    fn pairing_steps_round_trip() {
+        let mut request = conn_request();
+        if let HandshakeWire::ConnRequest { pair_token, .. } = &mut request {
+            *pair_token = 0xFEED;
+        }
+        let mut answer = accept();
+        if let HandshakeWire::Accept { pair_token, .. } = &mut answer {
+            *pair_token = u64::MAX;
+        }
+        let proof = HandshakeWire::PairProof { client_ep_id: 5 };
+        for step in [request, answer, proof] {
+            assert_eq!(HandshakeWire::decode(&step.encode()), Ok(step.clone()));
+            assert_eq!(step.client_ep_id(), 5);
+        }
+        // No token is written as no field: the frame of a step that pairs nothing is unchanged.
+        let bytes = conn_request().encode();
+        let mut fields = decode_frame(&bytes, FrameKind::Handshake).unwrap();
+        assert_eq!(fields.take(tag::PAIR_TOKEN), None);
+    }
+
+    #[test]
+    fn rejects_zero_or_misplaced_pair_token() {
+        for step in [conn_request(), accept()] {
+            let zero = frame_with(&step, &[(tag::PAIR_TOKEN, &[0; 8])]);
+            assert!(matches!(HandshakeWire::decode(&zero), Err(WireError::Invalid(_))));
+            let short = frame_with(&step, &[(tag::PAIR_TOKEN, &[1; 7])]);
+            assert_eq!(
+                HandshakeWire::decode(&short),
+                Err(WireError::BadFieldLength { field: tag::PAIR_TOKEN, len: 7 })
+            );
+        }
+        for step in [reject(), HandshakeWire::PairProof { client_ep_id: 5 }] {
+            let bytes = frame_with(&step, &[(tag::PAIR_TOKEN, &[1; 8])]);
+            assert_eq!(HandshakeWire::decode(&bytes), Err(WireError::UnknownCriticalField(tag::PAIR_TOKEN)));
+        }
     }
 
     fn accept_address() -> WorkerAddressWire {
@@ -293,6 +381,7 @@ mod tests {
             err_mode_peer: false,
             client_address: largest_worker_address(),
             client_ep_id: 2,
+            pair_token: u64::MAX,
         };
         let bytes = step.encode();
         assert!(bytes.len() <= MAX_FRAME_LEN);
@@ -323,6 +412,7 @@ mod tests {
             err_mode_peer: false,
             client_address: sample_worker_address(),
             client_ep_id: 2,
+            pair_token: 0,
         };
         assert_eq!(rejected(&long), WireError::TooLong { len: MAX_NAME_LEN + 1, max: MAX_NAME_LEN });
         let bytes = frame_replacing(&conn_request(), tag::EP_NAME, Some(b"\xC0\x80"));
@@ -338,9 +428,10 @@ mod tests {
             err_mode_peer: false,
             client_address: bad.clone(),
             client_ep_id: 2,
+            pair_token: 0,
         };
         assert!(matches!(rejected(&request), WireError::Invalid(_)));
-        let answer = HandshakeWire::Accept { server_address: bad, server_ep_id: 1, client_ep_id: 2 };
+        let answer = HandshakeWire::Accept { server_address: bad, server_ep_id: 1, client_ep_id: 2, pair_token: 0 };
         assert!(matches!(rejected(&answer), WireError::Invalid(_)));
     }
 
@@ -359,7 +450,7 @@ mod tests {
 
     #[test]
     fn rejects_unknown_step_and_bad_flag() {
-        for step in [0, 4, 0xFF] {
+        for step in [0, 5, 0xFF] {
             let bytes = frame_replacing(&reject(), tag::HANDSHAKE_STEP, Some(&[step]));
             assert!(matches!(HandshakeWire::decode(&bytes), Err(WireError::Invalid(_))), "{step}");
         }

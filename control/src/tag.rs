@@ -63,3 +63,7 @@ pub const CLIENT_EP_ID: u8 = 0x94;
 pub const SERVER_EP_ID: u8 = 0x95;
 /// The `ucs_status_t` a listener rejected a connection with (`i8`).
 pub const REJECT_STATUS: u8 = 0x96;
+/// The token of a connection request that a pairing of two workers' connections concerns
+/// (`u64`, never 0): the request a client's new endpoint proposes to share, or the request of the
+/// server endpoint that answers for both.
+pub const PAIR_TOKEN: u8 = 0x97;

@@ -185,25 +185,31 @@ fn arb_worker_address() -> impl Strategy<Value = WorkerAddressWire> {
 }
 
 fn arb_handshake() -> impl Strategy<Value = HandshakeWire> {
-    let request = (any::<u64>(), arb_name(), any::<bool>(), arb_worker_address(), any::<u64>()).prop_map(
-        |(client_id, ep_name, err_mode_peer, client_address, client_ep_id)| HandshakeWire::ConnRequest {
-            client_id,
-            ep_name,
-            err_mode_peer,
-            client_address,
-            client_ep_id,
-        },
-    );
-    let accept = (arb_worker_address(), any::<u64>(), any::<u64>()).prop_map(
-        |(server_address, server_ep_id, client_ep_id)| HandshakeWire::Accept {
+    let request =
+        (any::<u64>(), arb_name(), any::<bool>(), arb_worker_address(), any::<u64>(), any::<u64>()).prop_map(
+            |(client_id, ep_name, err_mode_peer, client_address, client_ep_id, pair_token)| {
+                HandshakeWire::ConnRequest {
+                    client_id,
+                    ep_name,
+                    err_mode_peer,
+                    client_address,
+                    client_ep_id,
+                    pair_token,
+                }
+            },
+        );
+    let accept = (arb_worker_address(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+        |(server_address, server_ep_id, client_ep_id, pair_token)| HandshakeWire::Accept {
             server_address,
             server_ep_id,
             client_ep_id,
+            pair_token,
         },
     );
+    let proof = any::<u64>().prop_map(|client_ep_id| HandshakeWire::PairProof { client_ep_id });
     let reject = (REJECT_STATUS_MIN..=REJECT_STATUS_MAX, any::<u64>())
         .prop_map(|(reason_status, client_ep_id)| HandshakeWire::Reject { reason_status, client_ep_id });
-    prop_oneof![2 => request, 2 => accept, 1 => reject]
+    prop_oneof![2 => request, 2 => accept, 1 => reject, 1 => proof]
 }
 
 // ---------------------------------------------------------------------------------------------

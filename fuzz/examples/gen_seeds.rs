@@ -125,8 +125,10 @@ fn handshakes() -> Vec<HandshakeWire> {
             err_mode_peer: true,
             client_address: address.clone(),
             client_ep_id: 1,
+            pair_token: 0,
         },
-        HandshakeWire::Accept { server_address: address, server_ep_id: 2, client_ep_id: 1 },
+        HandshakeWire::Accept { server_address: address, server_ep_id: 2, client_ep_id: 1, pair_token: 0 },
+        HandshakeWire::PairProof { client_ep_id: 1 },
         HandshakeWire::Reject { reason_status: -22, client_ep_id: 1 },
     ]
 }

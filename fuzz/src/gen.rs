@@ -180,19 +180,22 @@ pub fn worker_address(u: &mut Unstructured<'_>) -> Result<WorkerAddressWire> {
 
 /// A handshake step.
 pub fn handshake(u: &mut Unstructured<'_>) -> Result<HandshakeWire> {
-    Ok(match u.int_in_range(0u8..=2)? {
+    Ok(match u.int_in_range(0u8..=3)? {
         0 => HandshakeWire::ConnRequest {
             client_id: u.arbitrary()?,
             ep_name: name(u)?,
             err_mode_peer: u.arbitrary()?,
             client_address: worker_address(u)?,
             client_ep_id: u.arbitrary()?,
+            pair_token: u.arbitrary()?,
         },
         1 => HandshakeWire::Accept {
             server_address: worker_address(u)?,
             server_ep_id: u.arbitrary()?,
             client_ep_id: u.arbitrary()?,
+            pair_token: u.arbitrary()?,
         },
+        2 => HandshakeWire::PairProof { client_ep_id: u.arbitrary()? },
         _ => HandshakeWire::Reject {
             reason_status: if mostly(u)? { u.int_in_range(-100..=-1)? } else { u.arbitrary()? },
             client_ep_id: u.arbitrary()?,

@@ -336,6 +336,7 @@ fn hello_frame(stream: &TcpStream, rng: &mut Rng) -> Vec<u8> {
             transports: vec![TransportAddress::Uring { addr: local }],
         },
         client_ep_id: 1,
+        pair_token: 0,
     };
     op_frame(&Op::Hello, &hello.encode())
 }
