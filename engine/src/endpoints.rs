@@ -6,6 +6,11 @@
 //! so an id is never issued twice; a slot whose generation would wrap is retired instead.
 //! Generations start at one, so no id is zero (see [`crate::ids`]). An id from anywhere (a
 //! stale one, one from another engine, any `u64`) finds its endpoint or nothing.
+//!
+//! An endpoint merged into another (see [`crate::Engine::absorb_endpoint`]) leaves an alias: its
+//! id finds the endpoint it became, through a lookup made only when the slot misses, so the hot
+//! path stays an index and a compare. Since no id is issued twice, an alias never hides a newer
+//! endpoint.
 
 use crate::ids::EndpointId;
 
@@ -16,6 +21,8 @@ pub(crate) struct EndpointTable<T> {
     /// Free slots, reused last-freed first.
     free: Vec<u32>,
     len: usize,
+    /// Ids of merged endpoints, with the id of the endpoint each became.
+    aliases: Vec<(EndpointId, EndpointId)>,
 }
 
 #[derive(Debug)]
@@ -35,7 +42,7 @@ fn join(slot: usize, generation: u32) -> EndpointId {
 
 impl<T> Default for EndpointTable<T> {
     fn default() -> Self {
-        EndpointTable { slots: Vec::new(), free: Vec::new(), len: 0 }
+        EndpointTable { slots: Vec::new(), free: Vec::new(), len: 0, aliases: Vec::new() }
     }
 }
 
@@ -54,29 +61,66 @@ impl<T> EndpointTable<T> {
         join(index, 1)
     }
 
-    /// The endpoint of `id`, if it is still here.
+    /// The endpoint of `id` (or of the endpoint `id` was merged into), if it is still here.
     #[inline]
     pub(crate) fn get(&self, id: &EndpointId) -> Option<&T> {
-        let (index, generation) = split(*id);
-        let slot = self.slots.get(index)?;
-        if slot.generation != generation {
-            return None;
+        match self.slot_of(*id) {
+            Some(index) => self.slots[index].ep.as_ref(),
+            None => self.slot_of(self.alias_of(*id)?).and_then(|index| self.slots[index].ep.as_ref()),
         }
-        slot.ep.as_ref()
     }
 
-    /// The endpoint of `id`, if it is still here, to change.
+    /// The endpoint of `id` (or of the endpoint `id` was merged into), if it is still here, to
+    /// change.
     #[inline]
     pub(crate) fn get_mut(&mut self, id: &EndpointId) -> Option<&mut T> {
-        let (index, generation) = split(*id);
-        let slot = self.slots.get_mut(index)?;
-        if slot.generation != generation {
-            return None;
-        }
-        slot.ep.as_mut()
+        let index = match self.slot_of(*id) {
+            Some(index) => index,
+            None => self.slot_of(self.alias_of(*id)?)?,
+        };
+        self.slots[index].ep.as_mut()
     }
 
-    /// Takes the endpoint of `id` out; its id is never valid again.
+    /// The slot holding the endpoint of `id` itself (no alias).
+    #[inline]
+    fn slot_of(&self, id: EndpointId) -> Option<usize> {
+        let (index, generation) = split(id);
+        let slot = self.slots.get(index)?;
+        (slot.generation == generation && slot.ep.is_some()).then_some(index)
+    }
+
+    /// The endpoint a merged endpoint's id now finds.
+    #[cold]
+    fn alias_of(&self, id: EndpointId) -> Option<EndpointId> {
+        self.aliases.iter().find(|(from, _)| *from == id).map(|&(_, to)| to)
+    }
+
+    /// Takes endpoint `from` out because it was merged into `to` (which must be here): `from`'s
+    /// id, and the ids merged into it before, find `to` from now on.
+    pub(crate) fn merge(&mut self, from: EndpointId, to: EndpointId) -> Option<T> {
+        if from == to {
+            return None;
+        }
+        let index = self.slot_of(from)?;
+        self.slot_of(to)?;
+        let slot = &mut self.slots[index];
+        let ep = slot.ep.take()?;
+        self.len -= 1;
+        if slot.generation < u32::MAX {
+            slot.generation += 1;
+            self.free.push(index as u32);
+        }
+        for alias in &mut self.aliases {
+            if alias.1 == from {
+                alias.1 = to;
+            }
+        }
+        self.aliases.push((from, to));
+        Some(ep)
+    }
+
+    /// Takes the endpoint of `id` out (never through an alias); its id, and the ids of the
+    /// endpoints merged into it, are never valid again.
     pub(crate) fn remove(&mut self, id: &EndpointId) -> Option<T> {
         let (index, generation) = split(*id);
         let slot = self.slots.get_mut(index)?;
@@ -84,6 +128,9 @@ impl<T> EndpointTable<T> {
             return None;
         }
         let ep = slot.ep.take()?;
+        if !self.aliases.is_empty() {
+            self.aliases.retain(|(_, to)| to != id);
+        }
         self.len -= 1;
         if slot.generation < u32::MAX {
             slot.generation += 1;
@@ -160,6 +207,29 @@ mod tests {
             *n += 10;
         }
         assert_eq!(table.values().copied().collect::<Vec<_>>(), vec![10, 11, 13, 14]);
+    }
+
+    #[test]
+    fn a_merged_endpoints_id_finds_the_endpoint_it_became_until_that_one_goes() {
+        let mut table = EndpointTable::default();
+        let merged = table.insert("merged");
+        let kept = table.insert("kept");
+        let chained = table.insert("chained");
+        assert_eq!(table.merge(merged, kept), Some("merged"));
+        assert_eq!(table.get(&merged), Some(&"kept"));
+        *table.get_mut(&merged).unwrap() = "kept, changed";
+        assert_eq!(table.get(&kept), Some(&"kept, changed"));
+        assert_eq!(table.remove(&merged), None, "removal never follows an alias");
+        assert_eq!(table.merge(kept, chained), Some("kept, changed"));
+        assert_eq!(table.get(&merged), Some(&"chained"));
+        assert_eq!(table.merge(chained, chained), None, "an endpoint is not merged into itself");
+        table.remove(&chained);
+        assert_eq!(table.get(&merged), None);
+        assert_eq!(table.get(&kept), None);
+        // The freed slots are reused under new ids that no alias names.
+        let fresh = table.insert("fresh");
+        assert_eq!(table.get(&fresh), Some(&"fresh"));
+        assert_eq!(table.get(&merged), None);
     }
 
     #[test]

@@ -368,6 +368,51 @@ impl Engine {
         self.try_finish_close(ep_id);
     }
 
+    /// Merges endpoint `from` into the connecting endpoint `into`: both connect this worker to
+    /// the same peer worker (`from` was accepted from the peer's request, `into` is the
+    /// application's own, which the peer answered by pairing it with that request). `into` takes
+    /// `from`'s link, the stream bytes that arrived on it and its operations, and is ready on it;
+    /// `from`'s id finds `into` from then on, and `into`'s own link is left for the caller to
+    /// close. Nothing is reported about `from`. Returns false, changing nothing, when `from` is
+    /// not ready or `into` is not waiting for its answer.
+    pub fn absorb_endpoint(&mut self, into: EndpointId, from: EndpointId) -> bool {
+        if into == from {
+            return false;
+        }
+        let from_ready = matches!(self.eps.get(&from), Some(ep) if ep.phase == Phase::Ready && ep.answered);
+        let into_waiting = matches!(self.eps.get(&into), Some(ep) if !ep.answered && !matches!(ep.phase, Phase::Dead(_)));
+        if !(from_ready && into_waiting) {
+            return false;
+        }
+        let Some(old) = self.eps.merge(from, into) else { return false };
+        for op in self.ops.values_mut() {
+            if op.ep == Some(from) {
+                op.ep = Some(into);
+            }
+        }
+        if self.bulk_active.remove(&from) {
+            self.bulk_active.insert(into);
+        }
+        self.rx_hint = None;
+        let Some(ep) = self.eps.get_mut(&into) else { return false };
+        ep.stream.absorb(old.stream);
+        let mut bulk = old.bulk;
+        bulk.append(&mut ep.bulk);
+        ep.bulk = bulk;
+        let mut fenced = old.fenced;
+        fenced.append(&mut ep.fenced);
+        ep.fenced = fenced;
+        ep.rma_in_flight += old.rma_in_flight;
+        ep.flushes += old.flushes;
+        ep.implicit_failure = ep.implicit_failure.or(old.implicit_failure);
+        ep.tx_seen |= old.tx_seen;
+        ep.last_rx = old.last_rx;
+        ep.last_tx = old.last_tx.or(ep.last_tx);
+        self.endpoint_ready(into, old.link, old.caps);
+        self.serve_stream(into);
+        true
+    }
+
     /// Delivers what arrives on `link` to endpoint `ep_id` as well as what arrives on its own
     /// link: a worker's endpoint to its own address also receives on the link its connection was
     /// accepted on, so what it sends, it receives (UCP's self endpoint).

@@ -43,6 +43,17 @@ pub(crate) struct StreamRx {
 }
 
 impl StreamRx {
+    /// The stream of an endpoint merged into this one's: its bytes (which arrived first) come
+    /// before any of ours, and our waiting receives after any of its.
+    pub(crate) fn absorb(&mut self, mut earlier: StreamRx) {
+        earlier.chunks.extend(std::mem::take(&mut self.chunks));
+        if self.head != 0 {
+            debug_assert!(false, "a connecting endpoint has read no stream bytes");
+        }
+        earlier.posted.extend(std::mem::take(&mut self.posted));
+        *self = earlier;
+    }
+
     /// Unread bytes that arrived (pulls in progress not counted).
     pub(crate) fn unread(&self) -> usize {
         self.chunks.iter().filter(|c| c.pulling.is_none()).map(|c| c.bytes.len()).sum::<usize>() - self.head
@@ -297,7 +308,7 @@ impl Engine {
         }
     }
 
-    fn serve_stream(&mut self, ep_id: EndpointId) {
+    pub(crate) fn serve_stream(&mut self, ep_id: EndpointId) {
         let Some(ep) = self.eps.get_mut(&ep_id) else { return };
         let mut spent = Vec::new();
         ep.stream.serve(&mut self.events, &mut spent);

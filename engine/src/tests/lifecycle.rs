@@ -378,3 +378,39 @@ fn endpoint_closed_while_connecting_sends_its_held_frames_once_answered_then_clo
     engine.release_endpoint(ep);
     assert!(engine.table_counts().is_empty(), "{:?}", engine.table_counts());
 }
+
+/// A worker's new endpoint to a peer that had connected to it first takes over the peer's
+/// connection: what it sent while waiting goes out on that link, stream bytes that arrived there
+/// before are the first it reads, and the merged endpoint's id finds it.
+#[test]
+fn an_endpoint_absorbs_the_one_its_peer_connected_first() {
+    let mut p = Pair::new(Net::emulated());
+    let early = pattern(12, 9);
+    p.a.engine.stream_send(p.a.ep, send_buf(&early)).unwrap();
+    p.drive();
+    let accepted = p.b.ep;
+    let own_link = LinkId(99);
+    let mine = p.b.engine.add_endpoint(own_link, Net::emulated().caps(), true, false);
+    let reply = pattern(8, 40);
+    let sent = p.b.engine.stream_send(mine, send_buf(&reply)).unwrap();
+    let held = p.b.track(sent);
+    let mut first = vec![0u8; 12];
+    let recv = pending(p.b.engine.stream_recv(mine, recv_buf(&mut first), true).unwrap());
+    let mut got = vec![0u8; 8];
+    let at_a = pending(p.a.engine.stream_recv(p.a.ep, recv_buf(&mut got), true).unwrap());
+    p.drive();
+    assert!(!p.a.done(at_a), "a connecting endpoint sent before its answer");
+    assert!(!p.b.engine.absorb_endpoint(accepted, mine), "only a connecting endpoint absorbs");
+    assert!(p.b.engine.absorb_endpoint(mine, accepted));
+    assert_eq!(p.b.engine.link_of(mine), Some(LINK));
+    assert_eq!(p.b.engine.link_of(accepted), Some(LINK), "the merged id finds the endpoint");
+    assert!(!p.b.engine.absorb_endpoint(mine, accepted), "nothing left to absorb");
+    p.drive();
+    assert_eq!(p.b.status(recv), Status::Ok);
+    assert_eq!(first, early);
+    assert_eq!(p.b.status(held), Status::Ok);
+    assert_eq!(p.a.status(at_a), Status::Ok);
+    assert_eq!(got, reply);
+    p.b.ep = mine;
+    p.assert_no_leaks();
+}
