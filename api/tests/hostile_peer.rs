@@ -9,13 +9,14 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::net::{collecting_listener, wait, AcceptedAll};
+use common::raw::{op_frame, raw_frame};
 use proptest::prelude::*;
 use zcx::{
     AtomicOp, AtomicSize, Context, Endpoint, EpParams, Features, MemHandle, MemMapParams, Prot,
     RequestParams, Status, TagSendParams, Worker, WorkerParams,
 };
 use zcx_control::RkeyWire;
-use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
+use zcx_dataplane::proto::wire::Op;
 
 struct Target {
     ctx: Context,
@@ -124,13 +125,6 @@ fn outcome<B: Send + 'static>(
     wait(workers, issued?).map(drop)
 }
 
-/// Writes one transport frame (length prefix + bytes) to a raw socket.
-fn raw_frame(stream: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
-    let mut framed = (bytes.len() as u32).to_le_bytes().to_vec();
-    framed.extend_from_slice(bytes);
-    stream.write_all(&framed)
-}
-
 /// Writes one placed frame (the form rendezvous data takes): flagged length word, payload length,
 /// header, then the payload.
 fn raw_placed(stream: &mut TcpStream, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
@@ -139,14 +133,6 @@ fn raw_placed(stream: &mut TcpStream, header: &[u8], payload: &[u8]) -> std::io:
     framed.extend_from_slice(header);
     framed.extend_from_slice(payload);
     stream.write_all(&framed)
-}
-
-fn op_frame(op: &Op, payload: &[u8]) -> Vec<u8> {
-    let mut header = [0u8; MAX_HEADER_LEN];
-    let n = op.encode(&mut header);
-    let mut frame = header[..n].to_vec();
-    frame.extend_from_slice(payload);
-    frame
 }
 
 /// After the garbage, an honest client still gets through.

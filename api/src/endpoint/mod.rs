@@ -25,6 +25,7 @@ use crate::request::{OpInfo, ReqCell, Request, RequestParams};
 use crate::status::{fail_with, Result, Status};
 use crate::worker::ep_handle::DirectLane;
 use crate::worker::lifecycle::{self, EpSetup};
+use crate::worker::pairing;
 use crate::worker::state::State;
 use crate::worker::Worker;
 
@@ -347,24 +348,34 @@ impl Worker {
                 ConnectTarget::Sockaddr { remote, local: local_sockaddr },
                 setup,
                 client_id,
+                0,
             )?,
             (None, Some(bytes)) => {
                 let peer = WorkerAddressWire::decode(&bytes)
                     .map_err(|e| fail_with(Status::InvalidParam, format!("worker address: {e}")))?;
                 let target = lifecycle::address_target(&core.st, &peer)?;
                 if peer.name == core.st.address.name {
-                    lifecycle::create_client_ep(&mut core, ConnectTarget::Address(target), setup, client_id)?
-                } else if let Some(id) = lifecycle::claim_implicit(&mut core.st, &peer.name, setup.clone()) {
-                    id
+                    lifecycle::create_client_ep(
+                        &mut core,
+                        ConnectTarget::Address(target),
+                        setup,
+                        client_id,
+                        0,
+                    )?
                 } else {
+                    // A connection the peer made to us first is shared if the peer proves it
+                    // made it (`worker::pairing`).
+                    let pair = pairing::implicit_token(&core.st, &peer.name);
                     let id = lifecycle::create_client_ep(
                         &mut core,
                         ConnectTarget::Address(target),
                         setup,
                         client_id,
+                        pair,
                     )?;
                     if let Some(state) = core.st.eps.get_mut(&id) {
                         state.peer_worker = Some(peer.name.clone());
+                        state.proposed_pair = pair;
                     }
                     id
                 }

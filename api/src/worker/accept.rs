@@ -16,6 +16,7 @@ use zcx_engine::EndpointId;
 use crate::status::Status;
 use crate::worker::ep_handle::Endpoint;
 use crate::worker::lifecycle::{create_server_ep, reject_link, ServerEpParams};
+use crate::worker::pairing;
 use crate::worker::state::{Deferred, State};
 use crate::worker::WorkerShared;
 
@@ -40,6 +41,8 @@ pub(crate) struct ConnRequestData {
     pub ep_name: String,
     pub err_mode_peer: bool,
     pub client_ep_id: u64,
+    /// The request's pairing proposal (see `worker::pairing`), 0 for none.
+    pub pair_token: u64,
     pub client_worker: String,
     /// The client's worker address, for a worker other than the listener's that accepts it.
     pub client_address: zcx_control::WorkerAddressWire,
@@ -53,21 +56,13 @@ pub(crate) fn on_conn_request(st: &mut State, listener: ListenerId, data: ConnRe
     let Some(entry) = st.listeners.get(&listener) else {
         if listener == ListenerId(0) {
             // A peer connecting by our worker address: accepted without asking the application,
-            // unless it is one of our own endpoints connecting to us, or our own request to it
-            // crossed this one.
-            if crate::worker::lifecycle::accept_self(st, &data)
-                || crate::worker::lifecycle::pair_crossed(st, &data)
-            {
+            // unless it is one of our own endpoints connecting to us, it proves it may share a
+            // connection we made to it, or our own request to it crossed this one.
+            if crate::worker::lifecycle::accept_self(st, &data) || pairing::answer_proposal(st, &data) {
                 return;
             }
-            let ep = create_server_ep(
-                st,
-                &data,
-                ServerEpParams { err_mode_peer: data.err_mode_peer, ..Default::default() },
-            );
-            if let Some(state) = st.eps.get_mut(&ep) {
-                state.peer_worker = Some(data.client_worker.clone());
-                state.implicit = true;
+            if let Some(data) = pairing::hold_crossing(st, data) {
+                pairing::accept_implicit(st, &data);
             }
         } else {
             reject_link(st, &data, Status::Rejected);

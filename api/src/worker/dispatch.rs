@@ -19,6 +19,7 @@ use zcx_engine::{OpId, Received};
 use crate::status::Status;
 use crate::worker::am::{AmBytes, AmDelivery};
 use crate::worker::am_lent::LentAm;
+use crate::worker::pairing;
 use crate::worker::state::{status_of, Deferred, State};
 
 /// Handles one transport event. `lend`: the poll's offer of frames to keep past the event (see
@@ -59,6 +60,7 @@ pub(crate) fn on_event(st: &mut State, event: TlEvent<'_>, lend: Option<&LendSlo
         }
         TlEvent::LinkFailed { link, error } => {
             st.incoming.remove(&link);
+            pairing::link_gone(st, link);
             st.engine.link_failed(link, status_of(error));
             st.absorb_events();
         }
@@ -116,7 +118,14 @@ pub(crate) fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
         }
     };
     match hello {
-        HandshakeWire::ConnRequest { client_id, ep_name, err_mode_peer, client_address, client_ep_id } => {
+        HandshakeWire::ConnRequest {
+            client_id,
+            ep_name,
+            err_mode_peer,
+            client_address,
+            client_ep_id,
+            pair_token,
+        } => {
             let Some(incoming) = st.incoming.remove(&link) else {
                 tracing::warn!(?link, "connection request on a link that is not a new connection");
                 protocol_violation(st, link);
@@ -132,19 +141,24 @@ pub(crate) fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                 ep_name,
                 err_mode_peer,
                 client_ep_id,
+                pair_token,
                 client_worker: client_address.name.clone(),
                 client_address,
                 client_lane,
             };
             crate::worker::accept::on_conn_request(st, incoming.listener, request);
         }
-        HandshakeWire::Accept { server_address, server_ep_id: _, client_ep_id } => {
+        HandshakeWire::Accept { server_address, server_ep_id: _, client_ep_id, pair_token } => {
             let Some(&ep) = st.connecting.get(&client_ep_id) else {
                 tracing::warn!(?link, "handshake answer for no connecting endpoint");
                 protocol_violation(st, link);
                 return;
             };
             let Some(old) = st.engine.link_of(ep) else { return };
+            if pair_token != 0 && old == link && pairing::on_answer(st, ep, link, pair_token) {
+                pairing::release_held(st);
+                return;
+            }
             if old != link {
                 // The server answered on a new link (shared memory): it carries the endpoint from
                 // now on, and the request's link is closed.
@@ -178,6 +192,9 @@ pub(crate) fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
                     st.engine.endpoint_ready(ep, link, st.caps_for(link))
                 }
             }
+            if !st.held_requests.is_empty() {
+                pairing::release_held(st);
+            }
         }
         HandshakeWire::Reject { reason_status, client_ep_id } => {
             let Some(&ep) = st.connecting.get(&client_ep_id) else {
@@ -191,6 +208,7 @@ pub(crate) fn on_hello(st: &mut State, link: LinkId, payload: &[u8]) {
             let status = Status::from_code(i32::from(reason_status)).unwrap_or(Status::Rejected);
             st.engine.fail_endpoint(ep, status);
         }
+        HandshakeWire::PairProof { client_ep_id } => pairing::on_proof(st, link, client_ep_id),
     }
 }
 

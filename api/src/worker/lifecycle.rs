@@ -67,33 +67,9 @@ fn new_state(st: &State, id: EndpointId, setup: EpSetup) -> EpState {
         down: false,
         peer_worker: None,
         implicit: false,
+        peer_token: 0,
+        proposed_pair: 0,
     }
-}
-
-/// An endpoint accepted from `peer`'s worker address that the application has not taken yet:
-/// `ucp_ep_create` to that worker takes it instead of connecting again, so the two workers' endpoints
-/// to each other are one connection (as UCX pairs them), and a stream or a reply sent on one
-/// arrives on the other.
-pub(crate) fn claim_implicit(st: &mut State, peer: &str, setup: EpSetup) -> Option<EndpointId> {
-    let (&id, _) = st.eps.iter().find(|(id, ep)| {
-        ep.implicit
-            && !ep.down
-            && ep.peer_worker.as_deref() == Some(peer)
-            && !matches!(st.engine.phase(**id), None | Some(Phase::Dead(_)))
-    })?;
-    let ep = st.eps.get_mut(&id)?;
-    ep.implicit = false;
-    if let Some(name) = setup.name {
-        ep.name = name;
-    }
-    ep.err_handler = setup.err_handler;
-    ep.err_reported = !setup.err_mode_peer;
-    ep.user_data = setup.user_data;
-    if setup.err_mode_peer {
-        st.engine.watch_peer(id);
-    }
-    tracing::debug!(ep = %id, peer, "endpoint taken from the peer's connection");
-    Some(id)
 }
 
 /// A connection request from one of this worker's own endpoints (an endpoint to its own
@@ -105,46 +81,9 @@ pub(crate) fn accept_self(st: &mut State, request: &ConnRequestData) -> bool {
         return false;
     }
     let Some(&id) = st.connecting.get(&request.client_ep_id) else { return false };
-    answer_on(st, request.link, id, request.client_ep_id);
+    answer_on(st, request.link, id, request.client_ep_id, 0);
     st.engine.alias_link(request.link, id);
     tracing::debug!(ep = %id, link = ?request.link, "endpoint to this worker answered itself");
-    true
-}
-
-/// A connection request from a peer's worker address, when this worker is connecting an endpoint
-/// of its own to that peer: the two requests crossed. Both workers keep the connection the worker
-/// with the smaller name made: the larger one answers the peer's request with its own endpoint
-/// (which leaves its request's link), the smaller one ignores the peer's request, which the peer
-/// abandons likewise. Returns false when there is no crossing (an ordinary request).
-pub(crate) fn pair_crossed(st: &mut State, request: &ConnRequestData) -> bool {
-    let client = request.client_worker.as_str();
-    let mine = st.address.name.as_str();
-    if client == mine {
-        return false;
-    }
-    let crossed = st.connecting.iter().find_map(|(&token, &id)| {
-        let ep = st.eps.get(&id)?;
-        (!ep.down && ep.peer_worker.as_deref() == Some(client)).then_some((token, id))
-    });
-    let Some((token, id)) = crossed else { return false };
-    if client > mine {
-        // Ours wins; the peer pairs its endpoint with our request and closes this link.
-        tracing::debug!(ep = %id, client, "crossed connection requests: the peer answers ours");
-        return true;
-    }
-    let Some(old) = st.engine.link_of(id) else { return false };
-    answer_on(st, request.link, id, request.client_ep_id);
-    st.connecting.remove(&token);
-    if let Some(state) = st.eps.get_mut(&id) {
-        state.remote_addr = Some(request.peer);
-        if let Some(verbs_link) = state.verbs_link.take() {
-            st.to_close.push((verbs_link, true));
-        }
-    }
-    st.lanes_taken.push((id, old));
-    let caps = st.caps_for(request.link);
-    st.engine.endpoint_ready(id, request.link, caps);
-    tracing::debug!(ep = %id, client, link = ?request.link, "crossed connection requests: answered the peer's");
     true
 }
 
@@ -155,6 +94,7 @@ pub(crate) fn create_client_ep(
     target: ConnectTarget<'_>,
     setup: EpSetup,
     client_id: u64,
+    pair_token: u64,
 ) -> Result<EndpointId, Status> {
     let Core { tl, st } = core;
     let sockaddr = match &target {
@@ -191,6 +131,7 @@ pub(crate) fn create_client_ep(
         err_mode_peer,
         client_address,
         client_ep_id: token,
+        pair_token,
     };
     let (local, remote) = tl.link_addrs(link);
     state.local_addr = local;
@@ -249,6 +190,7 @@ pub(crate) fn create_server_ep(
         server_address: st.address.clone(),
         server_ep_id: id.raw(),
         client_ep_id: request.client_ep_id,
+        pair_token: 0,
     };
     match &request.client_lane {
         Some(lane) => {
@@ -287,16 +229,21 @@ pub(crate) fn accept_elsewhere(
     let mut state = new_state(st, id, setup);
     state.remote_addr = Some(request.peer);
     st.eps.insert(id, state);
-    answer_on(st, link, id, request.client_ep_id);
+    answer_on(st, link, id, request.client_ep_id, 0);
     tracing::debug!(ep = %id, ?link, client = request.client_id, "accepted on another worker");
     Ok(id)
 }
 
 /// Answers a connection request (its client's endpoint `client_ep_id`) on `link` with endpoint
-/// `id`: the link then carries it.
-fn answer_on(st: &mut State, link: LinkId, id: EndpointId, client_ep_id: u64) {
-    let accept =
-        HandshakeWire::Accept { server_address: st.address.clone(), server_ep_id: id.raw(), client_ep_id };
+/// `id`, naming the request of ours it pairs with (`pair_token`, 0 for none): the link then
+/// carries it.
+pub(crate) fn answer_on(st: &mut State, link: LinkId, id: EndpointId, client_ep_id: u64, pair_token: u64) {
+    let accept = HandshakeWire::Accept {
+        server_address: st.address.clone(),
+        server_ep_id: id.raw(),
+        client_ep_id,
+        pair_token,
+    };
     st.send_hello(link, accept.encode());
     st.established.push(link);
 }

@@ -22,6 +22,7 @@ pub(crate) mod ep_handle;
 #[cfg(test)]
 mod layering;
 pub(crate) mod lifecycle;
+pub(crate) mod pairing;
 mod pending;
 pub(crate) mod pull;
 pub(crate) mod put_help;
@@ -933,6 +934,10 @@ impl Core {
         for id in unanswered {
             tracing::warn!(ep = %id, "no answer from the server; endpoint failed");
             st.engine.fail_endpoint(id, Status::Unreachable);
+        }
+        if !st.held_requests.is_empty() {
+            st.absorb_events();
+            crate::worker::pairing::release_held(st);
         }
         st.engine.handle_timeout(now);
         self.drain();

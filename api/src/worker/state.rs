@@ -96,13 +96,18 @@ pub(crate) struct EpState {
     pub verbs_link: Option<LinkId>,
     /// The engine reported the endpoint down.
     pub down: bool,
-    /// The worker at the other end, by name, for an endpoint made from a worker address (either
-    /// side): how two endpoints the two workers make to each other find each other (see
-    /// `lifecycle::pair_or_accept`).
+    /// The worker at the other end, by the name its address or request gives, for an endpoint
+    /// made from a worker address (either side); a claim until a pairing proves it (see
+    /// `worker::pairing`).
     pub peer_worker: Option<String>,
-    /// Accepted from a peer's worker address with no application handle yet: the next endpoint
-    /// the application makes to that worker is this one.
+    /// Accepted from a peer's worker address with no application handle yet: the application's
+    /// next endpoint to that worker may take it over, if the peer proves it made it.
     pub implicit: bool,
+    /// An implicit endpoint's: the token (`client_ep_id`) of the request it was accepted from.
+    pub peer_token: u64,
+    /// Client side: the implicit endpoint's token this endpoint's request proposed to pair with
+    /// (0 for none).
+    pub proposed_pair: u64,
 }
 
 impl EpState {
@@ -379,6 +384,8 @@ pub(crate) struct State {
     pub doorbell_generation: u64,
     /// Client endpoints still connecting, by the token their request carries.
     pub connecting: FastMap<u64, EndpointId>,
+    /// Peers' requests held while they cross one of ours (see `worker::pairing`).
+    pub held_requests: Vec<crate::worker::pairing::HeldRequest>,
     /// The member of the transport set that is shared memory, if this worker has it.
     pub shm_member: Option<usize>,
     /// The member of the transport set that is DPDK, if this worker has it.
@@ -496,6 +503,7 @@ impl State {
             #[cfg(test)]
             rung_takes: 0,
             connecting: FastMap::default(),
+            held_requests: Vec::new(),
             shm_member: None,
             dpdk_member: None,
             verbs: None,

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod net;
+pub mod raw;
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
