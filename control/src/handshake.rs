@@ -431,7 +431,8 @@ mod tests {
             pair_token: 0,
         };
         assert!(matches!(rejected(&request), WireError::Invalid(_)));
-        let answer = HandshakeWire::Accept { server_address: bad, server_ep_id: 1, client_ep_id: 2, pair_token: 0 };
+        let answer =
+            HandshakeWire::Accept { server_address: bad, server_ep_id: 1, client_ep_id: 2, pair_token: 0 };
         assert!(matches!(rejected(&answer), WireError::Invalid(_)));
     }
 

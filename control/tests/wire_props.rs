@@ -185,19 +185,17 @@ fn arb_worker_address() -> impl Strategy<Value = WorkerAddressWire> {
 }
 
 fn arb_handshake() -> impl Strategy<Value = HandshakeWire> {
-    let request =
-        (any::<u64>(), arb_name(), any::<bool>(), arb_worker_address(), any::<u64>(), any::<u64>()).prop_map(
-            |(client_id, ep_name, err_mode_peer, client_address, client_ep_id, pair_token)| {
-                HandshakeWire::ConnRequest {
-                    client_id,
-                    ep_name,
-                    err_mode_peer,
-                    client_address,
-                    client_ep_id,
-                    pair_token,
-                }
-            },
-        );
+    let request = (any::<u64>(), arb_name(), any::<bool>(), arb_worker_address(), any::<u64>(), any::<u64>())
+        .prop_map(|(client_id, ep_name, err_mode_peer, client_address, client_ep_id, pair_token)| {
+            HandshakeWire::ConnRequest {
+                client_id,
+                ep_name,
+                err_mode_peer,
+                client_address,
+                client_ep_id,
+                pair_token,
+            }
+        });
     let accept = (arb_worker_address(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
         |(server_address, server_ep_id, client_ep_id, pair_token)| HandshakeWire::Accept {
             server_address,

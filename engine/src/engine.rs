@@ -380,7 +380,8 @@ impl Engine {
             return false;
         }
         let from_ready = matches!(self.eps.get(&from), Some(ep) if ep.phase == Phase::Ready && ep.answered);
-        let into_waiting = matches!(self.eps.get(&into), Some(ep) if !ep.answered && !matches!(ep.phase, Phase::Dead(_)));
+        let into_waiting =
+            matches!(self.eps.get(&into), Some(ep) if !ep.answered && !matches!(ep.phase, Phase::Dead(_)));
         if !(from_ready && into_waiting) {
             return false;
         }
