@@ -46,6 +46,7 @@ pub mod buffer;
 pub mod config;
 mod context;
 mod endpoint;
+pub mod iov;
 mod listener;
 mod mem;
 mod packed;
@@ -62,6 +63,7 @@ pub use endpoint::{
     AmProto, AmSendParams, AtomicOp, AtomicSize, CloseMode, Endpoint, EpAttr, EpFlags, EpParams, EpRkey,
     ErrHandler, ErrMode, ServerEpParams, TagInfo, TagMessage, TagSendParams,
 };
+pub use iov::{IovRecv, IovSend};
 pub use listener::{AcceptHandler, ConnHandler, ConnRequest, Listener, ListenerParams};
 pub use mem::{
     MemAdvice, MemAdviseParams, MemAttr, MemHandle, MemMapFlags, MemMapParams, MemhPackFlags, MemoryType,

@@ -155,14 +155,11 @@ pub unsafe fn gather(
             let entries = unsafe { iov(buffer, count) };
             let total = entries.iter().map(|e| e.length).sum();
             let mut bytes = Vec::with_capacity(total);
-            for entry in entries {
-                if entry.length > 0 {
-                    // SAFETY: each entry is valid for reads of its length (the caller's contract).
-                    bytes.extend_from_slice(unsafe {
-                        std::slice::from_raw_parts(entry.buffer.cast(), entry.length)
-                    });
-                }
-            }
+            let parts = entries.iter().filter(|e| e.length > 0).map(|e| {
+                // SAFETY: each entry is valid for reads of its length (the caller's contract).
+                unsafe { std::slice::from_raw_parts(e.buffer.cast::<u8>(), e.length) }
+            });
+            zcx::iov::gather(&mut bytes, parts);
             Ok(SendData::Packed(bytes))
         }
         Dt::Generic(generic) => {
@@ -221,19 +218,13 @@ pub unsafe fn scatter(
             // until completion; its heap bytes do not move.
             let buf = unsafe { RawBuf::new(staging.as_mut_ptr().cast(), total) };
             let finish: Finish = Box::new(move |status, outcome: &Outcome| {
-                let mut left = &staging[..outcome.length.min(staging.len())];
-                for (ptr, len) in entries {
-                    if left.is_empty() {
-                        break;
-                    }
-                    let n = len.min(left.len());
-                    if n == 0 {
-                        continue;
-                    }
-                    // SAFETY: each entry is valid for writes of its length (the caller's contract).
-                    unsafe { std::ptr::copy_nonoverlapping(left.as_ptr(), ptr as *mut u8, n) };
-                    left = &left[n..];
-                }
+                let staged = &staging[..outcome.length.min(staging.len())];
+                let parts = entries.iter().filter(|e| e.1 > 0).map(|&(ptr, len)| {
+                    // SAFETY: each entry is valid for writes of its length (the caller's
+                    // contract), and none overlaps the staging buffer.
+                    unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) }
+                });
+                zcx::iov::scatter(staged, parts);
                 status
             });
             Ok(RecvTarget { buf, finish: Some(finish) })
