@@ -63,8 +63,11 @@ unsafe fn put(
     if ep.is_null() || rkey.is_null() {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
     }
+    // UCX 1.13 supports only bytes (`ucp_dt_make_contig(1)`) for RMA, and its library takes
+    // `count` bytes at `buffer` whatever datatype the parameters name; programs rely on that
+    // (`ucx_perftest -D iov` puts from its IOV array itself), so this does the same.
     // SAFETY: the caller's contract.
-    let data = match unsafe { dt::gather(buffer, count, dt::of_param(param)) } {
+    let data = match unsafe { dt::gather(buffer, count, dt::BYTES) } {
         Ok(data) => data,
         Err(s) => return request::status_ptr(status::ucs(s)),
     };
@@ -99,8 +102,9 @@ unsafe fn get(
     if ep.is_null() || rkey.is_null() {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
     }
+    // Bytes whatever the datatype, as for a put.
     // SAFETY: the caller's contract.
-    let target = match unsafe { dt::scatter(buffer, count, dt::of_param(param)) } {
+    let target = match unsafe { dt::scatter(buffer, count, dt::BYTES) } {
         Ok(target) => target,
         Err(s) => return request::status_ptr(status::ucs(s)),
     };

@@ -519,13 +519,11 @@ fn tcp_iov() {
 }
 
 #[test]
-#[ignore = "not yet passing on zcx's libucp: the target never sees the last put from an iov"]
 fn default_tls_iov_put() {
     run_group("default_tls_iov_put", 9, Tls::Default, iov_put());
 }
 
 #[test]
-#[ignore = "not yet passing on zcx's libucp: the target never sees the last put from an iov"]
 fn tcp_iov_put() {
     run_group("tcp_iov_put", 9, Tls::Tcp, iov_put());
 }
