@@ -37,7 +37,26 @@ pub struct Completion<B> {
 
 /// A completion callback (`ucp_send_nbx_callback_t` & co). Runs from `Worker::progress`, once,
 /// only for a request that did not complete at once.
-pub type Callback = Box<dyn FnOnce(Status, &OpInfo) + Send>;
+pub enum Callback {
+    /// Any closure.
+    Boxed(BoxedCallback),
+    /// A function and the word it gets (a callback and its `user_data`, as UCP takes them):
+    /// nothing is allocated, which matters to callers issuing millions of operations a second.
+    Plain(fn(usize, Status, &OpInfo), usize),
+}
+
+/// A completion callback that is any closure.
+pub type BoxedCallback = Box<dyn FnOnce(Status, &OpInfo) + Send>;
+
+impl Callback {
+    /// Runs the callback.
+    pub fn call(self, status: Status, info: &OpInfo) {
+        match self {
+            Callback::Boxed(f) => f(status, info),
+            Callback::Plain(f, arg) => f(arg, status, info),
+        }
+    }
+}
 
 /// Per-operation parameters (the `ucp_request_param_t` fields that make sense in Rust).
 #[derive(Default)]
@@ -49,7 +68,14 @@ pub struct RequestParams {
 impl RequestParams {
     /// Parameters with a completion callback.
     pub fn with_callback(callback: impl FnOnce(Status, &OpInfo) + Send + 'static) -> Self {
-        RequestParams { callback: Some(Box::new(callback)) }
+        RequestParams { callback: Some(Callback::Boxed(Box::new(callback))) }
+    }
+
+    /// Parameters with a completion callback that is a plain function, called with `arg`
+    /// (UCP's callback and `user_data`); unlike [`RequestParams::with_callback`] this allocates
+    /// nothing.
+    pub fn with_fn(callback: fn(usize, Status, &OpInfo), arg: usize) -> Self {
+        RequestParams { callback: Some(Callback::Plain(callback, arg)) }
     }
 }
 
@@ -748,7 +774,7 @@ mod tests {
             let callbacks = std::mem::take(&mut *lock.lock().unwrap());
             let n = callbacks.len();
             for (callback, status, info) in callbacks {
-                callback(status, &info);
+                callback.call(status, &info);
             }
             n
         }
@@ -757,7 +783,7 @@ mod tests {
         fn recorder() -> (Arc<Mutex<Vec<Status>>>, Callback) {
             let seen = Arc::new(Mutex::new(Vec::new()));
             let record = Arc::clone(&seen);
-            (seen, Box::new(move |status, _: &OpInfo| record.lock().unwrap().push(status)))
+            (seen, Callback::Boxed(Box::new(move |status, _: &OpInfo| record.lock().unwrap().push(status))))
         }
 
         /// A buffer counting its drops: an operation's buffer must be dropped exactly once.
@@ -947,7 +973,7 @@ mod tests {
                 let deferred = std::mem::take(&mut worker.lock().unwrap().deferred);
                 assert_eq!(deferred.len(), 1, "one callback per request");
                 for (callback, status, info) in deferred {
-                    callback(status, &info);
+                    callback.call(status, &info);
                 }
                 assert_eq!(*seen.lock().unwrap(), [status]);
                 assert!(matches!(status, Status::Ok | Status::Canceled));

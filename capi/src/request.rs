@@ -175,12 +175,15 @@ impl Req {
 
     /// A completion callback for the Rust operation, completing this request.
     pub fn rust_callback(self) -> zcx::RequestParams {
-        zcx::RequestParams::with_callback(move |status: zcx::Status, info: &zcx::OpInfo| {
-            self.complete(
+        // `user` is the request this callback was made for, which stays out of the pool until
+        // its completion (this call) and its release have both happened.
+        fn complete(user: usize, status: zcx::Status, info: &zcx::OpInfo) {
+            Req(user as *mut u8).complete(
                 status::ucs(status),
                 Outcome { length: info.length, sender_tag: info.sender_tag, value: info.value },
             )
-        })
+        }
+        zcx::RequestParams::with_fn(complete, self.0 as usize)
     }
 
     /// `ucp_request_check_status`.

@@ -245,6 +245,13 @@ pub(crate) enum Unexpected {
     Rts { sender_req: u64, total_len: u64, pull: Option<(u64, Arc<[u8]>)> },
 }
 
+/// Byte vectors of at most [`POOL_SMALL_CAPACITY`] bytes the engine keeps for reuse.
+const POOL_SMALL: usize = 4096;
+const POOL_SMALL_CAPACITY: usize = 1024;
+/// Larger byte vectors (up to [`POOL_LARGE_CAPACITY`]) it keeps while its pool is shorter than this.
+const POOL_LARGE: usize = 64;
+const POOL_LARGE_CAPACITY: usize = 256 << 10;
+
 /// The sans-IO protocol engine of one worker. See the crate documentation.
 pub struct Engine {
     pub(crate) config: EngineConfig,
@@ -779,8 +786,15 @@ impl Engine {
 
     /// Returns a byte vector to the pool.
     pub(crate) fn recycle(&mut self, data: Vec<u8>) {
-        // Large ones are freed, so the pool stays small whatever sizes went by.
-        if self.pool.len() < 64 && data.capacity() <= 256 << 10 {
+        // Many small ones are kept, since a burst of unexpected eager messages takes one each and
+        // a receiver catching up returns them all; few large ones, and none huge, so the pool
+        // stays bounded whatever sizes went by.
+        let keep = if data.capacity() <= POOL_SMALL_CAPACITY {
+            self.pool.len() < POOL_SMALL
+        } else {
+            data.capacity() <= POOL_LARGE_CAPACITY && self.pool.len() < POOL_LARGE
+        };
+        if keep {
             self.pool.push(data);
         }
     }

@@ -675,7 +675,7 @@ impl WorkerShared {
 
     fn run_deferred(self: &Arc<Self>, item: Deferred, am_handlers: Option<&am::AmHandlers>) {
         match item {
-            Deferred::Callback(callback, status, info) => callback(status, &info),
+            Deferred::Callback(callback, status, info) => callback.call(status, &info),
             Deferred::Wake(waker) => waker.wake(),
             Deferred::ErrHandler { ep, handler, status } => {
                 let endpoint = Endpoint::attach(self, ep);
