@@ -142,6 +142,9 @@ pub(crate) trait Completer: Send + Sync {
 
     /// `Request::cancel`: with the lock held, reads what to undo with `target` and undoes it.
     fn cancel_request(&self, target: &dyn Fn(&WorkerLocked) -> CancelTarget);
+
+    /// Runs `callback` with `status` and `info` from the next progress, as a completion's.
+    fn defer_callback(&self, callback: Callback, status: Status, info: OpInfo);
 }
 
 /// The worker's view of an in-progress request, without its buffer type.
@@ -401,6 +404,29 @@ impl<B: Send + 'static> Request<B> {
     /// request).
     pub fn completed_at_once(&self) -> bool {
         matches!(self.inner, Inner::Ready(_) | Inner::Taken)
+    }
+
+    /// Sets the completion callback of a request that did not complete at once and was issued
+    /// without one: it runs from progress, once, as one given at issue does (also when the
+    /// operation completed meanwhile). For a caller (the C library) that sets up what a
+    /// completion needs only for operations that did not complete at once. Gives the callback
+    /// back for a request that completed at once, or whose worker is gone.
+    pub fn set_callback(&self, callback: Callback) -> std::result::Result<(), Callback> {
+        let Inner::Pending(cell) = &self.inner else { return Err(callback) };
+        let Some(worker) = cell.worker().upgrade() else { return Err(callback) };
+        let mut callback = Some(callback);
+        worker.with_lock(&mut |_held| {
+            // Under the worker's lock, which every completion holds: the cell is either done or
+            // its completion will find the callback.
+            if !cell.is_done() {
+                // SAFETY: worker-side field, written with the worker's lock held.
+                unsafe { *cell.callback.get() = callback.take() };
+            }
+        });
+        if let (Some(callback), Some((status, info))) = (callback, cell.outcome()) {
+            worker.defer_callback(callback, status, info);
+        }
+        Ok(())
     }
 
     /// `ucp_request_check_status`: `InProgress`, or the final status.
@@ -734,6 +760,10 @@ mod tests {
             }
 
             fn cancel_request(&self, _: &dyn Fn(&WorkerLocked) -> CancelTarget) {
+                unreachable!("a detached cell's worker never upgrades")
+            }
+
+            fn defer_callback(&self, _: Callback, _: Status, _: OpInfo) {
                 unreachable!("a detached cell's worker never upgrades")
             }
         }

@@ -175,6 +175,11 @@ impl Req {
 
     /// A completion callback for the Rust operation, completing this request.
     pub fn rust_callback(self) -> zcx::RequestParams {
+        zcx::RequestParams { callback: Some(self.callback()) }
+    }
+
+    /// The Rust operation's completion callback that completes this request.
+    pub fn callback(self) -> zcx::Callback {
         // `user` is the request this callback was made for, which stays out of the pool until
         // its completion (this call) and its release have both happened.
         fn complete(user: usize, status: zcx::Status, info: &zcx::OpInfo) {
@@ -183,7 +188,7 @@ impl Req {
                 Outcome { length: info.length, sender_tag: info.sender_tag, value: info.value },
             )
         }
-        zcx::RequestParams::with_fn(complete, self.0 as usize)
+        zcx::Callback::Plain(complete, self.0 as usize)
     }
 
     /// `ucp_request_check_status`.
@@ -441,12 +446,91 @@ pub enum Immediate<'a> {
     Report(Option<&'a mut dyn FnMut(&Outcome)>),
 }
 
-/// Issues an operation on a request from `pool` set up by `setup`, and returns what UCP returns:
-/// an error status, NULL, or the request.
+/// Issues an operation and returns what UCP returns: an error status, NULL, or a request from
+/// `pool` set up by `setup`. A request is taken only when one is handed back (the operation did
+/// not complete at once, or UCP's rules return a completed one) or given by the caller
+/// (`UCP_OP_ATTR_FIELD_REQUEST`), so an operation that completes at once and returns NULL
+/// touches no request at all.
 ///
 /// # Safety
 /// `param` is null or valid, with the layout `RequestPool::take` requires of a caller's request.
 pub unsafe fn run<B: Send + 'static>(
+    pool: &RequestPool,
+    param: *const ucp_request_param_t,
+    setup: Setup,
+    immediate: Immediate<'_>,
+    issue: impl FnOnce(zcx::RequestParams) -> zcx::Result<zcx::Request<B>>,
+    outcome_of: impl FnOnce(&zcx::Completion<B>) -> Outcome,
+) -> ucs_status_ptr_t {
+    // SAFETY: the caller's contract.
+    let mask = unsafe { attr_mask(param) };
+    if mask & ucp_op_attr_t::UCP_OP_ATTR_FIELD_REQUEST != 0 {
+        // SAFETY: the caller's contract.
+        return unsafe { run_in_request(pool, param, setup, immediate, issue, outcome_of) };
+    }
+    let request = match issue(zcx::RequestParams::default()) {
+        Ok(request) => request,
+        Err(status) => return status_ptr(status::ucs(status)),
+    };
+    if !request.completed_at_once() {
+        // Pending when issued: UCP returns the request, whose callback runs from progress.
+        // SAFETY: the caller's contract.
+        let req = unsafe { pool.take(param, setup) };
+        if request.set_callback(req.callback()).is_err() {
+            // Its worker is gone, which the caller's own handle on it rules out.
+            req.complete(ucs_status_t::UCS_ERR_CANCELED, Outcome::default());
+            return req.user();
+        }
+        req.keep_op(Box::new(request));
+        return req.user();
+    }
+    let (status, outcome) = match request.try_take() {
+        Ok(result) => result_parts(&result, outcome_of),
+        Err(_) => unreachable!("a request completed at once is taken at once"),
+    };
+    if quiet(mask, immediate, &outcome) {
+        return status_ptr(match setup.finish {
+            Some(finish) => finish(status, &outcome),
+            None => status,
+        });
+    }
+    // SAFETY: the caller's contract.
+    let req = unsafe { pool.take(param, setup) };
+    req.complete(status, outcome);
+    req.user()
+}
+
+/// A completed operation's status and what it reports.
+fn result_parts<B>(
+    result: &zcx::Result<zcx::Completion<B>>,
+    outcome_of: impl FnOnce(&zcx::Completion<B>) -> Outcome,
+) -> (ucs_status_t::Type, Outcome) {
+    match result {
+        Ok(completion) => (ucs_status_t::UCS_OK, outcome_of(completion)),
+        Err(status) => (status::ucs(*status), Outcome::default()),
+    }
+}
+
+/// Whether an operation that completed at once returns NULL (reporting what `immediate` says),
+/// rather than the completed request.
+fn quiet(mask: u32, immediate: Immediate<'_>, outcome: &Outcome) -> bool {
+    match immediate {
+        Immediate::Null => mask & ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL == 0,
+        Immediate::Report(Some(report)) => {
+            report(outcome);
+            true
+        }
+        Immediate::Report(None) => false,
+    }
+}
+
+/// [`run`] in the caller's request (`UCP_OP_ATTR_FIELD_REQUEST`), which is set up before the
+/// operation is issued, and completed even when UCP returns NULL: the caller may still ask it
+/// (`ucp_request_test`), as Open MPI's blocking receive does whatever the call returned.
+///
+/// # Safety
+/// As [`run`].
+unsafe fn run_in_request<B: Send + 'static>(
     pool: &RequestPool,
     param: *const ucp_request_param_t,
     setup: Setup,
@@ -477,21 +561,9 @@ pub unsafe fn run<B: Send + 'static>(
             req.user()
         }
         Ok(result) => {
-            let (status, outcome) = match &result {
-                Ok(completion) => (ucs_status_t::UCS_OK, outcome_of(completion)),
-                Err(status) => (status::ucs(*status), Outcome::default()),
-            };
-            let quiet = match immediate {
-                Immediate::Null => mask & ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL == 0,
-                Immediate::Report(Some(report)) => {
-                    report(&outcome);
-                    true
-                }
-                Immediate::Report(None) => false,
-            };
-            if quiet {
-                let status = req.finish_quietly(status, outcome);
-                return status_ptr(status);
+            let (status, outcome) = result_parts(&result, outcome_of);
+            if quiet(mask, immediate, &outcome) {
+                return status_ptr(req.finish_quietly(status, outcome));
             }
             req.complete(status, outcome);
             req.user()

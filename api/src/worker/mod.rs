@@ -766,7 +766,9 @@ impl Completer for WorkerShared {
     }
 
     fn with_lock(&self, f: &mut dyn FnMut(&WorkerLocked)) {
-        let core = self.lock();
+        // The plain mutex, not a `CoreGuard`: what runs here (a look at a request, a waker or a
+        // callback stored in it) leaves no work for progress, so the quiet watch stays armed.
+        let core = self.core.lock().unwrap_or_else(|p| p.into_inner());
         f(core.st.held());
     }
 
@@ -774,6 +776,10 @@ impl Completer for WorkerShared {
         let mut core = self.lock();
         let target = target(core.st.held());
         self.cancel(&mut core, target);
+    }
+
+    fn defer_callback(&self, callback: crate::request::Callback, status: Status, info: OpInfo) {
+        self.lock().st.deferred.push(Deferred::Callback(callback, status, info));
     }
 }
 
