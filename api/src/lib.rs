@@ -69,7 +69,7 @@ pub use mem::{
     MemAdvice, MemAdviseParams, MemAttr, MemHandle, MemMapFlags, MemMapParams, MemhPackFlags, MemoryType,
     PackedBuffer, Prot,
 };
-pub use packed::{packed_len, PACKED_HEADER_LEN};
+pub use packed::{packed_len, worker_address_uid, PACKED_HEADER_LEN};
 pub use request::{Callback, Completion, OpInfo, Request, RequestParams};
 pub use rkey::{RemoteKey, RkeyCompareParams};
 pub use status::{last_error_detail, status_string, Result, Status};

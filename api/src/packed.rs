@@ -11,3 +11,14 @@ pub const PACKED_HEADER_LEN: usize = zcx_control::HEADER_LEN;
 pub fn packed_len(header: &[u8]) -> Option<usize> {
     zcx_control::frame_len(header)
 }
+
+/// `ucp_worker_address_query`'s `worker_uid`: the unique id of the worker whose address
+/// `address` is (the first 8 bytes of its 16-byte random identity, little-endian). A malformed
+/// address → `INVALID_PARAM`.
+pub fn worker_address_uid(address: &[u8]) -> crate::Result<u64> {
+    let wire = zcx_control::WorkerAddressWire::decode(address)
+        .map_err(|e| crate::status::fail_with(crate::Status::InvalidParam, format!("worker address: {e}")))?;
+    let mut uid = [0u8; 8];
+    uid.copy_from_slice(&wire.worker_uid[..8]);
+    Ok(u64::from_le_bytes(uid))
+}

@@ -236,7 +236,7 @@ pub unsafe extern "C" fn ucp_ep_create(
 /// # Safety
 /// `address` is a worker address from `ucp_worker_get_address` or `ucp_worker_query` (at least
 /// as many bytes as its header states).
-unsafe fn address_bytes(address: *const ucp_address_t) -> Option<Vec<u8>> {
+pub(crate) unsafe fn address_bytes(address: *const ucp_address_t) -> Option<Vec<u8>> {
     // SAFETY: the caller's contract: the header is there.
     let header = unsafe { std::slice::from_raw_parts(address.cast::<u8>(), zcx::PACKED_HEADER_LEN) };
     let len = zcx::packed_len(header)?;

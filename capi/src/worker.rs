@@ -431,16 +431,35 @@ pub unsafe extern "C" fn ucp_worker_wait_mem(_worker: ucp_worker_h, _address: *m
     std::hint::spin_loop();
 }
 
-/// `ucp_worker_address_query`: nothing to report beyond the address itself (no UID).
+/// `ucp_worker_address_query`: the unique id of the worker an address belongs to
+/// (`UCP_WORKER_ADDRESS_ATTR_FIELD_UID`).
 ///
 /// # Safety
-/// Any arguments.
+/// `address` is null or a worker address from `ucp_worker_get_address` or `ucp_worker_query`;
+/// `attr` null or valid.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_address_query(
-    _address: *mut ucp_address_t,
-    _attr: *mut ucp_worker_address_attr_t,
+    address: *mut ucp_address_t,
+    attr: *mut ucp_worker_address_attr_t,
 ) -> ucs_status_t::Type {
-    ucs_status_t::UCS_ERR_UNSUPPORTED
+    // SAFETY: the caller's contract.
+    let (Some(attr), false) = (unsafe { attr.as_mut() }, address.is_null()) else {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    };
+    if attr.field_mask & u64::from(ucp_worker_address_attr_field::UCP_WORKER_ADDRESS_ATTR_FIELD_UID) == 0 {
+        return ucs_status_t::UCS_OK;
+    }
+    // SAFETY: the caller's contract.
+    let Some(bytes) = (unsafe { crate::endpoint::address_bytes(address) }) else {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    };
+    match zcx::worker_address_uid(&bytes) {
+        Ok(uid) => {
+            attr.worker_uid = uid;
+            ucs_status_t::UCS_OK
+        }
+        Err(status) => crate::status::ucs(status),
+    }
 }
 
 /// A C string for logs.

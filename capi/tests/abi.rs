@@ -50,8 +50,8 @@ use ucp::tag::{
     ucp_tag_send_nbx, ucp_tag_send_sync_nbx,
 };
 use ucp::worker::{
-    ucp_worker_arm, ucp_worker_create, ucp_worker_destroy, ucp_worker_fence, ucp_worker_flush_nbx,
-    ucp_worker_get_address, ucp_worker_get_efd, ucp_worker_progress, ucp_worker_query,
+    ucp_worker_address_query, ucp_worker_arm, ucp_worker_create, ucp_worker_destroy, ucp_worker_fence,
+    ucp_worker_flush_nbx, ucp_worker_get_address, ucp_worker_get_efd, ucp_worker_progress, ucp_worker_query,
     ucp_worker_release_address, ucp_worker_signal, ucp_worker_wait,
 };
 
@@ -2063,5 +2063,43 @@ fn context_query_request_size_is_the_library_header_before_each_request() {
         );
         // SAFETY: a live context without workers, cleaned up once.
         unsafe { ucp_cleanup(ctx) };
+    }
+}
+
+/// `ucp_worker_address_query` names the worker an address belongs to: the same id for any copy
+/// of one worker's address, another for another worker's; a corrupted address is refused.
+#[test]
+fn worker_address_query_tells_whose_address_it_is() {
+    let _env = env_read();
+    let ctx = init(&base_params());
+    let (one, two) = (
+        new_worker(ctx, ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE),
+        new_worker(ctx, ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE),
+    );
+    let uid = |address: &mut Vec<u8>| {
+        let mut attr: ucp_worker_address_attr_t = zeroed();
+        attr.field_mask = u64::from(ucp_worker_address_attr_field::UCP_WORKER_ADDRESS_ATTR_FIELD_UID);
+        // SAFETY: a whole worker address (or its corruption, of the same length) and a valid attr.
+        let status = unsafe { ucp_worker_address_query(address.as_mut_ptr().cast(), &mut attr) };
+        (status, attr.worker_uid)
+    };
+    let (mut a, mut a_again, mut b) = (address_of(one), address_of(one), address_of(two));
+    let (status, uid_a) = uid(&mut a);
+    assert_eq!(status, UCS_OK, "ucp_worker_address_query failed: {}", name(status));
+    assert_eq!(uid(&mut a_again), (UCS_OK, uid_a));
+    let (status, uid_b) = uid(&mut b);
+    assert_eq!(status, UCS_OK);
+    assert_ne!(uid_a, uid_b, "two workers, one id");
+    let last = a.len() - 1;
+    a[last] ^= 0x40;
+    assert_eq!(uid(&mut a).0, UCS_ERR_INVALID_PARAM, "a corrupted address");
+    // SAFETY: null address and attr are refused before anything is read.
+    let null = unsafe { ucp_worker_address_query(null_mut(), null_mut()) };
+    assert_eq!(null, UCS_ERR_INVALID_PARAM);
+    // SAFETY: live workers without endpoints and a context without others, each freed once.
+    unsafe {
+        ucp_worker_destroy(one);
+        ucp_worker_destroy(two);
+        ucp_cleanup(ctx);
     }
 }
