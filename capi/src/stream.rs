@@ -246,17 +246,36 @@ pub unsafe extern "C" fn ucp_stream_data_release(_ep: ucp_ep_h, data: *mut c_voi
     unsafe { libc::free(data) };
 }
 
-/// `ucp_stream_worker_poll`: not provided; zcx reports stream data through receives.
+/// `ucp_stream_worker_poll`: up to `max_eps` endpoints with stream data to read, each with its
+/// `user_data`; an endpoint is reported once per arrival of data. Makes no progress.
 ///
 /// # Safety
-/// Any arguments.
+/// `worker` is live; `poll_eps` valid for `max_eps` writes.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_stream_worker_poll(
-    _worker: ucp_worker_h,
-    _poll_eps: *mut ucp_stream_poll_ep_t,
-    _max_eps: usize,
+    worker: ucp_worker_h,
+    poll_eps: *mut ucp_stream_poll_ep_t,
+    max_eps: usize,
     _flags: c_uint,
 ) -> isize {
-    tracing::warn!("ucp_stream_worker_poll is not supported by zcx");
-    ucs_status_t::UCS_ERR_UNSUPPORTED as isize
+    if worker.is_null() || (poll_eps.is_null() && max_eps > 0) {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM as isize;
+    }
+    // SAFETY: the caller's contract.
+    let cw = unsafe { crate::worker::worker_ref(worker) };
+    let ready = cw.worker.stream_poll(max_eps);
+    for (i, ep) in ready.iter().enumerate() {
+        let handle = crate::endpoint::handle_of(cw, ep);
+        let user_data = if handle.is_null() {
+            std::ptr::null_mut()
+        } else {
+            // SAFETY: a handle of this worker's endpoint, live while the application holds it.
+            unsafe { crate::endpoint::ep_ref(handle) }.user_data
+        };
+        // SAFETY: `i < max_eps` (the poll returns at most that many); the caller's contract.
+        unsafe {
+            poll_eps.add(i).write(ucp_stream_poll_ep_t { ep: handle, user_data, flags: 0, reserved: [0; 16] })
+        };
+    }
+    ready.len() as isize
 }

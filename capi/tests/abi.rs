@@ -44,7 +44,9 @@ use ucp::request_api::{
     ucp_request_test,
 };
 use ucp::rma::{ucp_atomic_op_nbx, ucp_put_nbx};
-use ucp::stream::{ucp_stream_recv_nbx, ucp_stream_recv_request_test, ucp_stream_send_nbx};
+use ucp::stream::{
+    ucp_stream_recv_nbx, ucp_stream_recv_request_test, ucp_stream_send_nbx, ucp_stream_worker_poll,
+};
 use ucp::tag::{
     ucp_tag_msg_recv_nbx, ucp_tag_probe_nb, ucp_tag_recv_nbr, ucp_tag_recv_nbx, ucp_tag_recv_request_test,
     ucp_tag_send_nbx, ucp_tag_send_sync_nbx,
@@ -239,6 +241,12 @@ fn recv_param(seen: Option<&Seen>, mask: u32) -> ucp_request_param_t {
 fn with_datatype(mut p: ucp_request_param_t, datatype: ucp_datatype_t) -> ucp_request_param_t {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
     p.datatype = datatype;
+    p
+}
+
+fn with_flags(mut p: ucp_request_param_t, flags: u32) -> ucp_request_param_t {
+    p.op_attr_mask |= ucp_op_attr_t::UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = flags;
     p
 }
 
@@ -2102,4 +2110,41 @@ fn worker_address_query_tells_whose_address_it_is() {
         ucp_worker_destroy(two);
         ucp_cleanup(ctx);
     }
+}
+
+/// `ucp_stream_worker_poll` reports the endpoint stream bytes arrived on, once per arrival, and
+/// nothing once they were read.
+#[test]
+fn stream_worker_poll_reports_an_endpoint_once_per_arrival() {
+    let pair = Pair::new();
+    let poll = |worker: ucp_worker_h| {
+        let mut eps: [ucp_stream_poll_ep_t; 4] = zeroed();
+        // SAFETY: a live worker and room for 4 entries.
+        let n = unsafe { ucp_stream_worker_poll(worker, eps.as_mut_ptr(), eps.len(), 0) };
+        assert!(n >= 0, "ucp_stream_worker_poll failed: {n}");
+        eps[..n as usize].iter().map(|e| e.ep).collect::<Vec<_>>()
+    };
+    assert!(poll(pair.b).is_empty());
+    let data = *b"polled";
+    // SAFETY: a live endpoint; `data` outlives the send, waited for below.
+    let sent =
+        unsafe { ucp_stream_send_nbx(pair.ab, data.as_ptr().cast(), data.len(), &send_param(None, 0)) };
+    assert_eq!(pair.wait("the stream send", sent), UCS_OK);
+    let mut ready = Vec::new();
+    pair.until("a ready endpoint", || {
+        ready = poll(pair.b);
+        !ready.is_empty()
+    });
+    assert_eq!(ready, vec![pair.ba], "the endpoint the bytes arrived on");
+    assert!(poll(pair.b).is_empty(), "reported twice for one arrival");
+    let mut got = [0u8; 6];
+    let mut length = 0usize;
+    let param = with_flags(recv_param(None, 0), ucp_stream_recv_flags_t::UCP_STREAM_RECV_FLAG_WAITALL);
+    // SAFETY: a live endpoint; `got` and `length` outlive the receive, waited for below.
+    let recv =
+        unsafe { ucp_stream_recv_nbx(pair.ba, got.as_mut_ptr().cast(), got.len(), &mut length, &param) };
+    assert_eq!(pair.wait("the stream receive", recv), UCS_OK);
+    assert_eq!(&got, &data);
+    // SAFETY: a null worker is refused.
+    assert!(unsafe { ucp_stream_worker_poll(null_mut(), null_mut(), 0, 0) } < 0);
 }

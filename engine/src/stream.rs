@@ -40,6 +40,8 @@ pub(crate) struct StreamRx {
     chunks: VecDeque<Chunk>,
     /// Bytes of the front chunk already taken.
     head: usize,
+    /// Bytes arrived since the last [`Engine::stream_poll`] reported this endpoint.
+    fresh: bool,
 }
 
 impl StreamRx {
@@ -51,7 +53,16 @@ impl StreamRx {
             debug_assert!(false, "a connecting endpoint has read no stream bytes");
         }
         earlier.posted.extend(std::mem::take(&mut self.posted));
+        earlier.fresh |= self.fresh;
         *self = earlier;
+    }
+
+    /// Whether [`Engine::stream_poll`] reports the endpoint: bytes arrived since it last did,
+    /// and some are still unread. Either way, the next report waits for new bytes.
+    fn take_ready(&mut self) -> bool {
+        let ready = self.fresh && self.unread() > 0;
+        self.fresh = false;
+        ready
     }
 
     /// Unread bytes that arrived (pulls in progress not counted).
@@ -304,6 +315,7 @@ impl Engine {
             let copy = self.pooled_copy(rest);
             if let Some(ep) = self.eps.get_mut(&ep_id) {
                 ep.stream.chunks.push_back(Chunk { bytes: copy, pulling: None });
+                ep.stream.fresh = true;
             }
         }
     }
@@ -383,8 +395,23 @@ impl Engine {
         if let Some(chunk) = ep.stream.chunks.iter_mut().find(|c| c.pulling == Some(op_id)) {
             chunk.pulling = None;
             chunk.bytes = bytes;
+            ep.stream.fresh = true;
         }
         self.serve_stream(ep_id);
+    }
+
+    /// `ucp_stream_worker_poll`: up to `max` endpoints with unread stream bytes, each reported
+    /// once per arrival: an endpoint comes back only after more bytes arrived on it. Appended to
+    /// `out`. A scan of the endpoints: for a poll, not for a per-message path.
+    pub fn stream_poll(&mut self, max: usize, out: &mut Vec<EndpointId>) {
+        for (id, ep) in self.eps.iter_mut() {
+            if out.len() >= max {
+                return;
+            }
+            if ep.stream.take_ready() {
+                out.push(id);
+            }
+        }
     }
 
     /// Withdraws a waiting stream receive; true if it was waiting (it completes CANCELED).

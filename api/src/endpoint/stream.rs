@@ -82,3 +82,14 @@ impl Endpoint {
         })
     }
 }
+
+impl crate::worker::Worker {
+    /// `ucp_stream_worker_poll`: up to `max` endpoints with stream bytes to read, each reported
+    /// once per arrival (an endpoint comes back only after more bytes arrived on it). Makes no
+    /// progress; call [`crate::Worker::progress`] for bytes to arrive.
+    pub fn stream_poll(&self, max: usize) -> Vec<Endpoint> {
+        let mut ready = Vec::new();
+        self.shared.lock().st.engine.stream_poll(max, &mut ready);
+        ready.into_iter().map(|id| Endpoint::attach(&self.shared, id)).collect()
+    }
+}

@@ -154,3 +154,31 @@ fn a_stream_send_now_comes_back_as_its_frame_only_when_nothing_is_ahead() {
     assert_eq!(out, [small, big, last].concat());
     p.assert_no_leaks();
 }
+
+/// `ucp_stream_worker_poll`: an endpoint with unread bytes is reported once per arrival, and not
+/// at all once its bytes were read.
+#[test]
+fn stream_poll_reports_an_endpoint_once_per_arrival_of_unread_bytes() {
+    let mut p = Pair::new(Net::emulated());
+    let poll = |p: &mut Pair| {
+        let mut ready = Vec::new();
+        p.b.engine.stream_poll(8, &mut ready);
+        ready
+    };
+    assert!(poll(&mut p).is_empty());
+    let data = pattern(10, 5);
+    p.a.engine.stream_send(p.a.ep, send_buf(&data)).unwrap();
+    p.drive();
+    assert_eq!(poll(&mut p), vec![p.b.ep]);
+    assert!(poll(&mut p).is_empty(), "reported again without new bytes");
+    p.a.engine.stream_send(p.a.ep, send_buf(&data)).unwrap();
+    p.drive();
+    let mut none = Vec::new();
+    p.b.engine.stream_poll(0, &mut none);
+    assert!(none.is_empty(), "more than max");
+    let mut all = vec![0u8; 20];
+    let start = p.b.engine.stream_recv(p.b.ep, recv_buf(&mut all), true).unwrap();
+    assert!(matches!(start, Start::Done(Status::Ok, _)));
+    assert!(poll(&mut p).is_empty(), "reported with nothing left to read");
+    p.assert_no_leaks();
+}
