@@ -168,3 +168,28 @@ fn an_impostor_whose_request_crosses_ours_gets_nothing() {
         secret_reaches_only_the_real_worker(&victim, &real, &ep, &mut impostor);
     }
 }
+
+/// A flood of impostors' requests crossing the victim's own request: the victim holds a bounded
+/// number and answers the rest at once, keeps serving, and its endpoint still reaches only the
+/// real worker.
+#[test]
+fn a_flood_of_crossing_claims_is_bounded_and_harmless() {
+    let ctx = context();
+    let (victim, real) = (worker(&ctx, "zz-victim"), worker(&ctx, "aa-real"));
+    let ep = endpoint_to(&victim, &real);
+    let mut impostors: Vec<TcpStream> = (0..200).map(|_| dial(&victim)).collect();
+    for (i, impostor) in impostors.iter_mut().enumerate() {
+        raw_hello(impostor, &claim(&real, 0x1000 + i as u64)).unwrap();
+    }
+    let mut first = impostors.pop().unwrap();
+    received_while(&mut first, Duration::from_millis(300), || {
+        victim.progress();
+    });
+    secret_reaches_only_the_real_worker(&victim, &real, &ep, &mut first);
+    for impostor in &mut impostors {
+        let seen = received_while(impostor, Duration::from_millis(1), || {
+            victim.progress();
+        });
+        assert!(!seen.windows(SECRET.len()).any(|w| w == SECRET), "an impostor received the secret");
+    }
+}
