@@ -63,10 +63,13 @@ pub struct EpRkey {
     rkey: RemoteKey,
     /// Where the owner's verdict on the key stands ([`Vouch`]).
     vouch: Arc<AtomicU8>,
-    /// The endpoint's "direct access allowed" flag, when it reached its peer over shared memory
-    /// at unpack time and the region is memfd-backed: cleared by the worker when the endpoint
-    /// fails or closes. Read without the worker's lock, so direct accesses take no lock at all.
-    live: Option<Arc<AtomicBool>>,
+    /// The endpoint's "direct access allowed" flag, set by the operation that asks the owner to
+    /// vouch for the key: the first one to find the endpoint ready over shared memory with a
+    /// memfd-backed region. Not at unpack time, because programs commonly unpack a key right
+    /// after creating the endpoint, before its link is chosen. Cleared by the worker when the
+    /// endpoint fails or closes. Read without the worker's lock, so direct accesses take no lock
+    /// at all.
+    live: OnceLock<Arc<AtomicBool>>,
     /// The region's local mapping, filled by the first operation after the owner vouched for the
     /// key: later operations check bounds and prot against it and add an offset, nothing more.
     window: OnceLock<Window>,
@@ -159,16 +162,6 @@ impl Endpoint {
     pub fn rkey_unpack(&self, packed: &[u8]) -> Result<EpRkey> {
         let rkey = self.shared().ctx.rkey_unpack(packed)?;
         let wire = rkey.wire();
-        let live = {
-            let core = self.shared().lock();
-            let st = &core.st;
-            let on_shm = st.engine.phase(self.id()) == Some(Phase::Ready)
-                && st.engine.link_of(self.id()).is_some_and(|link| st.shm_member == Some(member_of(link)));
-            st.eps
-                .get(&self.id())
-                .filter(|_| on_shm && rkey.is_shareable())
-                .map(|ep| Arc::clone(&ep.direct_ok))
-        };
         Ok(EpRkey {
             ep: self.id(),
             engine_key: zcx_engine::RemoteKey {
@@ -182,7 +175,7 @@ impl Endpoint {
             },
             rkey,
             vouch: Arc::new(AtomicU8::new(Vouch::UNASKED)),
-            live,
+            live: OnceLock::new(),
             window: OnceLock::new(),
             help_min: self.shared().ctx.inner.put_help_min,
         })
@@ -196,7 +189,7 @@ impl Endpoint {
     /// would refuse it, and no byte is touched.
     #[inline(always)]
     fn direct_view(rkey: &EpRkey, remote_addr: u64, len: u64, need: Prot) -> Option<Result<*mut u8>> {
-        let live = rkey.live.as_ref()?;
+        let live = rkey.live.get()?;
         let window = match rkey.window.get() {
             Some(window) => window,
             None => Self::open_window(rkey)?,
@@ -228,18 +221,30 @@ impl Endpoint {
             return None;
         }
         let local = key.ptr(key.base()).ok()? as usize;
-        Some(rkey.window.get_or_init(|| Window { base: key.base(), end, prot: key.prot(), local }))
+        Some(rkey.window.get_or_init(|| {
+            let region = rkey.engine_key.region;
+            tracing::debug!(ep = %rkey.ep, region, "direct RMA through the peer's mapping");
+            Window { base: key.base(), end, prot: key.prot(), local }
+        }))
     }
 
     /// Asks the owner to vouch for `rkey` (see [`EpRkey`]), once, when the endpoint could then
-    /// access the key's region directly. Sent before the operation that needs it, so the owner
-    /// answers in order; a key check that cannot be sent is asked again by a later operation.
+    /// access the key's region directly: it is ready, its link is a shared-memory one and the
+    /// region is memfd-backed. Sent before the operation that needs it, so the owner answers in
+    /// order; a key check that cannot be sent, or an endpoint not ready yet, is asked again by a
+    /// later operation.
     fn ask_vouch(st: &mut State, ep: EndpointId, rkey: &EpRkey) {
-        if rkey.live.is_none() || rkey.vouch.load(Ordering::Acquire) != Vouch::UNASKED {
+        if !rkey.rkey.is_shareable() || rkey.vouch.load(Ordering::Acquire) != Vouch::UNASKED {
             return;
         }
+        let on_shm = st.engine.phase(ep) == Some(Phase::Ready)
+            && st.engine.link_of(ep).is_some_and(|link| st.shm_member == Some(member_of(link)));
+        let Some(state) = st.eps.get(&ep).filter(|_| on_shm) else { return };
+        let direct_ok = Arc::clone(&state.direct_ok);
         let Ok(claim) = rkey.rkey.wire().try_encode() else { return };
         let Ok(op) = st.engine.key_check(ep, &claim) else { return };
+        // The endpoint of a key never changes, so neither does its flag: a second set is a no-op.
+        let _ = rkey.live.set(direct_ok);
         rkey.vouch.store(Vouch::ASKED, Ordering::Release);
         st.sinks.insert(op, Arc::new(KeyCheckSink { vouch: Arc::clone(&rkey.vouch) }));
     }
