@@ -271,23 +271,41 @@ impl Endpoint {
         self.check_rkey(rkey)?;
         let bytes = buf.as_bytes();
         let (ptr, len) = (bytes.as_ptr(), bytes.len());
-        match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE) {
-            Some(Ok(dst)) => {
-                // `dst..dst + len` lies in the peer's region mapped here, which the key keeps
-                // mapped; `ptr..ptr + len` is the caller's buffer, which `SendBuf` keeps in place.
-                // The two never overlap (ours is not the peer's view).
-                if len >= rkey.help_min() {
-                    // SAFETY: the two ranges above are valid and disjoint for `len` bytes.
-                    unsafe { self.put_helped(ptr, dst, len, remote_addr, rkey)? };
-                } else if len > 0 {
-                    // SAFETY: as above.
-                    unsafe { zcx_dataplane::copy::copy_bytes(ptr, dst, len) };
-                }
-                Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
-            }
+        match self.put_direct(bytes, remote_addr, rkey) {
+            Some(Ok(())) => Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() })),
             Some(Err(status)) => Err(status),
             None => self.put_emulated(buf, (ptr, len), remote_addr, rkey, params),
         }
+    }
+
+    /// Extension: [`Endpoint::put`] (`ucp_put_nbx`) done before the call returns, without a
+    /// request, when it can be: over shared memory with a key its owner vouched for. `None`: the
+    /// put has to go to the target, so nothing was done; use [`Endpoint::put`]. Otherwise the
+    /// final result: the bytes are in the target's memory, or the access was refused as the
+    /// target would refuse it and no byte moved. For callers that need no request for an
+    /// operation that completed at once (the C API's `ucp_put_nbx` returning `UCS_OK`).
+    #[inline(always)]
+    pub fn put_direct(&self, bytes: &[u8], remote_addr: u64, rkey: &EpRkey) -> Option<Result<()>> {
+        if rkey.ep != self.id() {
+            return None;
+        }
+        let len = bytes.len();
+        let dst = match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE)? {
+            Ok(dst) => dst,
+            Err(status) => return Some(Err(status)),
+        };
+        // `dst..dst + len` lies in the peer's region mapped here, which the key keeps mapped;
+        // `bytes` is the caller's, borrowed for the whole copy. The two never overlap (ours is
+        // not the peer's view).
+        if len >= rkey.help_min() {
+            // SAFETY: the two ranges above are valid and disjoint for `len` bytes.
+            return Some(unsafe { self.put_helped(bytes.as_ptr(), dst, len, remote_addr, rkey) });
+        }
+        if len > 0 {
+            // SAFETY: as above.
+            unsafe { zcx_dataplane::copy::copy_bytes(bytes.as_ptr(), dst, len) };
+        }
+        Some(Ok(()))
     }
 
     /// The put of [`Endpoint::put`] executed by the target. Out of line, so the direct path stays
@@ -347,22 +365,8 @@ impl Endpoint {
     #[inline]
     pub fn put_nbi(&self, bytes: &[u8], remote_addr: u64, rkey: &EpRkey) -> Result<()> {
         self.check_rkey(rkey)?;
-        let len = bytes.len();
-        match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE) {
-            Some(Ok(dst)) => {
-                // As in `put`: `dst..dst + len` lies in the peer's region mapped here and kept
-                // mapped by the key; `bytes` is borrowed for the whole copy.
-                if len >= rkey.help_min() {
-                    // SAFETY: the two ranges above are valid and disjoint for `len` bytes.
-                    return unsafe { self.put_helped(bytes.as_ptr(), dst, len, remote_addr, rkey) };
-                }
-                if len > 0 {
-                    // SAFETY: as above.
-                    unsafe { zcx_dataplane::copy::copy_bytes(bytes.as_ptr(), dst, len) };
-                }
-                Ok(())
-            }
-            Some(Err(status)) => Err(status),
+        match self.put_direct(bytes, remote_addr, rkey) {
+            Some(result) => result,
             None => self.put_nbi_by_target(bytes, remote_addr, rkey),
         }
     }
@@ -392,19 +396,33 @@ impl Endpoint {
         self.check_rkey(rkey)?;
         let dst = buf.as_mut_bytes();
         let (ptr, len) = (dst.as_mut_ptr(), dst.len());
-        match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_READ) {
-            Some(Ok(src)) => {
-                if len > 0 {
-                    // SAFETY: `src..src + len` lies in the peer's region mapped here, kept mapped
-                    // by the key; `ptr..ptr + len` is the caller's buffer (`RecvBuf` keeps it in
-                    // place and writable). They never overlap.
-                    unsafe { zcx_dataplane::copy::copy_bytes(src, ptr, len) };
-                }
-                Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
-            }
+        match self.get_direct(dst, remote_addr, rkey) {
+            Some(Ok(())) => Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() })),
             Some(Err(status)) => Err(status),
             None => self.get_emulated(buf, (ptr, len), remote_addr, rkey, params),
         }
+    }
+
+    /// Extension: [`Endpoint::get`] (`ucp_get_nbx`) done before the call returns, without a
+    /// request, when it can be (as [`Endpoint::put_direct`]). `None`: nothing was done; use
+    /// [`Endpoint::get`]. Otherwise the final result: `dst` holds the bytes, or the access was
+    /// refused as the target would refuse it and `dst` is untouched.
+    #[inline(always)]
+    pub fn get_direct(&self, dst: &mut [u8], remote_addr: u64, rkey: &EpRkey) -> Option<Result<()>> {
+        if rkey.ep != self.id() {
+            return None;
+        }
+        let len = dst.len();
+        let src = match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_READ)? {
+            Ok(src) => src,
+            Err(status) => return Some(Err(status)),
+        };
+        if len > 0 {
+            // SAFETY: `src..src + len` lies in the peer's region mapped here, kept mapped by the
+            // key; `dst` is the caller's, borrowed writable for the whole copy. They never overlap.
+            unsafe { zcx_dataplane::copy::copy_bytes(src, dst.as_mut_ptr(), len) };
+        }
+        Some(Ok(()))
     }
 
     /// The get of [`Endpoint::get`] executed by the target. Out of line, so the direct path stays
@@ -449,22 +467,17 @@ impl Endpoint {
                 format!("atomic target {remote_addr:#x} not {bytes}-byte aligned"),
             ));
         }
-        let need = Prot::REMOTE_READ | Prot::REMOTE_WRITE;
-        match Self::direct_view(rkey, remote_addr, u64::from(bytes), need) {
-            Some(Ok(word)) if word as usize % usize::from(bytes) == 0 => {
-                // SAFETY: `word` is aligned to the operand size (just checked) and its `bytes`
-                // bytes lie in the peer's region mapped here, kept mapped by the key. Peers
-                // access atomic targets atomically only, as the RMA contract requires.
-                let old = unsafe { rma_exec::apply_atomic(word, op, bytes, value, compare) };
+        match self.atomic_direct(op, size, value, compare, remote_addr, rkey) {
+            Some(Ok(old)) => {
                 return Ok(Request::ready(
                     (),
                     OpInfo { length: usize::from(bytes), value: old, ..OpInfo::default() },
                 ));
             }
             Some(Err(status)) => return Err(status),
-            // Misaligned in our view of the region (cannot happen for zcx allocations): emulate.
-            Some(Ok(_)) | None => {}
+            None => {}
         }
+        let need = Prot::REMOTE_READ | Prot::REMOTE_WRITE;
         rkey.check_claims(remote_addr, u64::from(bytes), need)?;
         let shared = self.shared();
         let mut guard = shared.lock();
@@ -477,6 +490,39 @@ impl Endpoint {
         st.sinks.insert(op, cell.clone());
         guard.drain();
         Ok(Request::pending(cell))
+    }
+
+    /// Extension: [`Endpoint::atomic`] (`ucp_atomic_op_nbx`) done before the call returns,
+    /// without a request, when it can be (as [`Endpoint::put_direct`]): the previous value, or
+    /// the refusal the target would give, with the word untouched. `None`: nothing was done
+    /// (also for a target address not aligned to the operand size); use [`Endpoint::atomic`].
+    #[inline(always)]
+    pub fn atomic_direct(
+        &self,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        compare: u64,
+        remote_addr: u64,
+        rkey: &EpRkey,
+    ) -> Option<Result<u64>> {
+        let bytes = size.bytes();
+        if rkey.ep != self.id() || remote_addr % u64::from(bytes) != 0 {
+            return None;
+        }
+        let need = Prot::REMOTE_READ | Prot::REMOTE_WRITE;
+        let word = match Self::direct_view(rkey, remote_addr, u64::from(bytes), need)? {
+            Ok(word) => word,
+            Err(status) => return Some(Err(status)),
+        };
+        // Misaligned in our view of the region (cannot happen for zcx allocations): emulated.
+        if word as usize % usize::from(bytes) != 0 {
+            return None;
+        }
+        // SAFETY: `word` is aligned to the operand size (just checked) and its `bytes` bytes lie
+        // in the peer's region mapped here, kept mapped by the key. Peers access atomic targets
+        // atomically only, as the RMA contract requires.
+        Some(Ok(unsafe { rma_exec::apply_atomic(word, op, bytes, value, compare) }))
     }
 }
 
