@@ -1719,25 +1719,27 @@ fn settle(pair: &Pair, what: &str, r: Ret) -> Status {
     }
 }
 
-// `ucx_perftest`'s one-sided tests unpack the key right after `ucp_ep_create` and never progress
-// the target's worker while the initiator measures. Over shared memory a key to memory the
-// library allocated is used directly once its owner vouched for it: the operation is then done
-// when the call returns, which returns NULL (`UCS_OK`) and runs no callback, unless the caller
-// asked for a request (`UCP_OP_ATTR_FLAG_NO_IMM_CMPL`), which comes back completed.
+// `ucx_perftest`'s one-sided tests unpack the key right after `ucp_ep_create`, flush the worker
+// "to force wireup completion", and then, with `-o`, never progress the target's worker again.
+// Over shared memory a key to memory the library allocated is used directly once its owner
+// vouched for it, which the flush's round trip brings: the operation is then done when the call
+// returns, which returns NULL (`UCS_OK`) and runs no callback, unless the caller asked for a
+// request (`UCP_OP_ATTR_FLAG_NO_IMM_CMPL`), which comes back completed.
 #[test]
 fn one_sided_operations_complete_at_once_over_shared_memory_with_the_target_idle() {
     const LEN: u64 = 4096;
     let pair = unwired_shm_pair();
     let mapped = Mapped::new(&pair, None, LEN as usize);
     let base = mapped.address;
-    wire_up(&pair);
-    // The first operation asks the owner to vouch for the key; the answer comes before its own.
-    let first = put_with(&pair, b"vouched?", base, mapped.rkey, &send_param(None, 0));
-    assert_eq!(settle(&pair, "the first put", first), UCS_OK, "the first put failed");
+    // SAFETY: a live worker; no parameters.
+    let flush = unsafe { ucp_worker_flush_nbx(pair.a, null()) };
+    assert_eq!(pair.wait("the worker flush", flush), UCS_OK, "the worker flush failed");
     let word = |offset: u64| {
         // SAFETY: 8 bytes inside the library's allocation, no operation outstanding.
         unsafe { ((base + offset) as *const u64).read() }
     };
+    let first = put_with(&pair, b"vouched?", base, mapped.rkey, &send_param(None, 0));
+    assert_eq!(first, Ret::Null, "the first put after the flush did not complete at once");
 
     // From here on neither worker is progressed.
     let seen = Seen::new();

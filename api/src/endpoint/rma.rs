@@ -47,10 +47,13 @@ impl AtomicSize {
 /// that endpoint only.
 ///
 /// Over shared memory the key's region is mapped here and accessed with CPU copies and atomics,
-/// but only once its owner has vouched for the key as a whole: the first operation with it asks
-/// the owner ([`KeyCheck`](zcx_dataplane::proto::wire::Op::KeyCheck)), which says yes only when
-/// every claim of the key (region, access key, base, length, protection, memfd locator) equals
-/// its own record. Until then, and for good when the owner says no, operations go to the owner,
+/// but only once its owner has vouched for the key as a whole: unpacking the key asks the owner
+/// ([`KeyCheck`](zcx_dataplane::proto::wire::Op::KeyCheck)), which says yes only when every claim
+/// of the key (region, access key, base, length, protection, memfd locator) equals its own
+/// record. Asked at unpack time, the verdict comes back with the endpoint's first round trip
+/// (a program's flush after connecting, as `ucx_perftest` does), so operations after it are
+/// direct even when the owner's worker is never progressed again. Until then, and for good when
+/// the owner says no, operations go to the owner,
 /// which checks each one against its record as over any transport. So the bounds and protection
 /// enforced here are always the owner's: a key edited to be longer, shifted or more permissive
 /// never opens a direct view. As in UCP, the owner must not unmap a region while peers still use
@@ -63,15 +66,9 @@ pub struct EpRkey {
     rkey: RemoteKey,
     /// Where the owner's verdict on the key stands ([`Vouch`]).
     vouch: Arc<AtomicU8>,
-    /// The endpoint's "direct access allowed" flag, set by the operation that asks the owner to
-    /// vouch for the key: the first one to find the endpoint ready over shared memory with a
-    /// memfd-backed region. Not at unpack time, because programs commonly unpack a key right
-    /// after creating the endpoint, before its link is chosen. Cleared by the worker when the
-    /// endpoint fails or closes. Read without the worker's lock, so direct accesses take no lock
-    /// at all.
-    live: OnceLock<Arc<AtomicBool>>,
     /// The region's local mapping, filled by the first operation after the owner vouched for the
-    /// key: later operations check bounds and prot against it and add an offset, nothing more.
+    /// key that finds the endpoint ready over shared memory: later operations check bounds and
+    /// prot against it and add an offset, nothing more.
     window: OnceLock<Window>,
     /// `ZCX_SHM_PUT_HELP` (the smallest put the target helps copy, `usize::MAX` when off), kept
     /// here where a direct put reads it with the key's other fields.
@@ -90,6 +87,10 @@ impl Vouch {
     const VOUCHED: u8 = 2;
     /// The owner refused the key: every operation with it goes to the owner.
     const REFUSED: u8 = 3;
+    /// The owner vouched, but the endpoint was not on a shared-memory link when an operation
+    /// looked: operations go to the owner, and the next one that finds the endpoint there turns
+    /// this back into [`Vouch::VOUCHED`].
+    const VOUCHED_ELSEWHERE: u8 = 4;
 }
 
 /// The completion of a key check: records the owner's verdict.
@@ -111,7 +112,7 @@ impl OpSink for KeyCheckSink {
 }
 
 /// Where a vouched key's region lies in the peer's address space and in ours.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Window {
     /// The region's first remote address.
     base: u64,
@@ -120,6 +121,9 @@ struct Window {
     prot: Prot,
     /// The local address of `base` in our mapping of the peer's memfd (kept mapped by the key).
     local: usize,
+    /// The endpoint's "direct access allowed" flag, cleared by the worker when the endpoint
+    /// fails or closes. Read without the worker's lock, so direct accesses take no lock at all.
+    live: Arc<AtomicBool>,
 }
 
 impl EpRkey {
@@ -162,7 +166,7 @@ impl Endpoint {
     pub fn rkey_unpack(&self, packed: &[u8]) -> Result<EpRkey> {
         let rkey = self.shared().ctx.rkey_unpack(packed)?;
         let wire = rkey.wire();
-        Ok(EpRkey {
+        let rkey = EpRkey {
             ep: self.id(),
             engine_key: zcx_engine::RemoteKey {
                 region: wire.region_id,
@@ -175,10 +179,15 @@ impl Endpoint {
             },
             rkey,
             vouch: Arc::new(AtomicU8::new(Vouch::UNASKED)),
-            live: OnceLock::new(),
             window: OnceLock::new(),
             help_min: self.shared().ctx.inner.put_help_min,
-        })
+        };
+        if rkey.rkey.is_shareable() {
+            let mut guard = self.shared().lock();
+            Self::prepare_direct(&mut guard.st, self.id(), &rkey);
+            guard.drain();
+        }
+        Ok(rkey)
     }
 
     /// Where `[remote_addr, remote_addr + len)` of the key's region is mapped here, when the
@@ -188,13 +197,12 @@ impl Endpoint {
     /// executes the operation). `Some(Err)`: the access is refused here exactly as the target
     /// would refuse it, and no byte is touched.
     #[inline(always)]
-    fn direct_view(rkey: &EpRkey, remote_addr: u64, len: u64, need: Prot) -> Option<Result<*mut u8>> {
-        let live = rkey.live.get()?;
+    fn direct_view(&self, rkey: &EpRkey, remote_addr: u64, len: u64, need: Prot) -> Option<Result<*mut u8>> {
         let window = match rkey.window.get() {
             Some(window) => window,
-            None => Self::open_window(rkey)?,
+            None => self.open_window(rkey)?,
         };
-        if !live.load(Ordering::Acquire) {
+        if !window.live.load(Ordering::Acquire) {
             return None;
         }
         if remote_addr < window.base || remote_addr.checked_add(len).is_none_or(|last| last > window.end) {
@@ -208,10 +216,11 @@ impl Endpoint {
         Some(Ok((window.local + (remote_addr - window.base) as usize) as *mut u8))
     }
 
-    /// Maps the key's region once its owner vouched for it. `None` while it has not, or when the
-    /// mapping fails (owner gone, kernel refuses): the emulated path then reports it.
+    /// Maps the key's region once its owner vouched for it and the endpoint is ready over shared
+    /// memory (a look under the worker's lock, once). `None` while it is not, or when the mapping
+    /// fails (owner gone, kernel refuses): the emulated path then reports it.
     #[cold]
-    fn open_window(rkey: &EpRkey) -> Option<&Window> {
+    fn open_window<'k>(&self, rkey: &'k EpRkey) -> Option<&'k Window> {
         if rkey.vouch.load(Ordering::Acquire) != Vouch::VOUCHED {
             return None;
         }
@@ -220,31 +229,58 @@ impl Endpoint {
         if key.length() == 0 {
             return None;
         }
+        let Some(live) = Self::direct_flag(&self.shared().lock().st, rkey.ep) else {
+            // Not on shared memory (yet): no more looks under the lock until an operation through
+            // the owner finds it there (`prepare_direct`).
+            let _ = rkey.vouch.compare_exchange(
+                Vouch::VOUCHED,
+                Vouch::VOUCHED_ELSEWHERE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            return None;
+        };
         let local = key.ptr(key.base()).ok()? as usize;
         Some(rkey.window.get_or_init(|| {
             let region = rkey.engine_key.region;
             tracing::debug!(ep = %rkey.ep, region, "direct RMA through the peer's mapping");
-            Window { base: key.base(), end, prot: key.prot(), local }
+            Window { base: key.base(), end, prot: key.prot(), local, live }
         }))
     }
 
-    /// Asks the owner to vouch for `rkey` (see [`EpRkey`]), once, when the endpoint could then
-    /// access the key's region directly: it is ready, its link is a shared-memory one and the
-    /// region is memfd-backed. Sent before the operation that needs it, so the owner answers in
-    /// order; a key check that cannot be sent, or an endpoint not ready yet, is asked again by a
-    /// later operation.
-    fn ask_vouch(st: &mut State, ep: EndpointId, rkey: &EpRkey) {
-        if !rkey.rkey.is_shareable() || rkey.vouch.load(Ordering::Acquire) != Vouch::UNASKED {
-            return;
-        }
+    /// The direct flag of endpoint `ep` when it is ready on a shared-memory link.
+    fn direct_flag(st: &State, ep: EndpointId) -> Option<Arc<AtomicBool>> {
         let on_shm = st.engine.phase(ep) == Some(Phase::Ready)
             && st.engine.link_of(ep).is_some_and(|link| st.shm_member == Some(member_of(link)));
-        let Some(state) = st.eps.get(&ep).filter(|_| on_shm) else { return };
-        let direct_ok = Arc::clone(&state.direct_ok);
+        st.eps.get(&ep).filter(|_| on_shm).map(|state| Arc::clone(&state.direct_ok))
+    }
+
+    /// Readies `rkey` (memfd-backed) for direct access, under the worker's lock: asks the owner
+    /// to vouch for the key (see [`EpRkey`]) while a shared-memory link may be, or become, the
+    /// endpoint's: when it is ready on one, or still connecting. The key check goes before any
+    /// operation that follows, so the owner answers in order; one that cannot be sent, or whose
+    /// answer was lost with a failed link, is asked again by a later operation through the owner.
+    fn prepare_direct(st: &mut State, ep: EndpointId, rkey: &EpRkey) {
+        if !rkey.rkey.is_shareable() {
+            return;
+        }
+        let phase = st.engine.phase(ep);
+        let on_shm = Self::direct_flag(st, ep).is_some();
+        if on_shm {
+            // Vouched while elsewhere: the next operation opens the window.
+            let _ = rkey.vouch.compare_exchange(
+                Vouch::VOUCHED_ELSEWHERE,
+                Vouch::VOUCHED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        let may_go_direct = on_shm || phase == Some(Phase::Connecting);
+        if !may_go_direct || rkey.vouch.load(Ordering::Acquire) != Vouch::UNASKED {
+            return;
+        }
         let Ok(claim) = rkey.rkey.wire().try_encode() else { return };
         let Ok(op) = st.engine.key_check(ep, &claim) else { return };
-        // The endpoint of a key never changes, so neither does its flag: a second set is a no-op.
-        let _ = rkey.live.set(direct_ok);
         rkey.vouch.store(Vouch::ASKED, Ordering::Release);
         st.sinks.insert(op, Arc::new(KeyCheckSink { vouch: Arc::clone(&rkey.vouch) }));
     }
@@ -290,7 +326,7 @@ impl Endpoint {
             return None;
         }
         let len = bytes.len();
-        let dst = match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE)? {
+        let dst = match self.direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE)? {
             Ok(dst) => dst,
             Err(status) => return Some(Err(status)),
         };
@@ -344,7 +380,7 @@ impl Endpoint {
         let mut guard = shared.lock();
         let st = &mut guard.st;
         st.usable_ep(self.id())?;
-        Self::ask_vouch(st, self.id(), rkey);
+        Self::prepare_direct(st, self.id(), rkey);
         let cookie = st.sinks.reserve();
         let started = start(&mut st.engine, cookie).map(Start::Pending);
         let result = st.cookie_request(shared, cookie, started, buf, params.callback, false);
@@ -377,7 +413,7 @@ impl Endpoint {
         let mut guard = self.shared().lock();
         let st = &mut guard.st;
         st.usable_ep(self.id())?;
-        Self::ask_vouch(st, self.id(), rkey);
+        Self::prepare_direct(st, self.id(), rkey);
         let result = st.engine.put_nbi(self.id(), bytes, remote_addr, &rkey.engine_key);
         // A small one is an inline transmit: sent before `bytes` goes back to the caller.
         guard.drain();
@@ -413,7 +449,7 @@ impl Endpoint {
             return None;
         }
         let len = dst.len();
-        let src = match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_READ)? {
+        let src = match self.direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_READ)? {
             Ok(src) => src,
             Err(status) => return Some(Err(status)),
         };
@@ -483,7 +519,7 @@ impl Endpoint {
         let mut guard = shared.lock();
         let st = &mut guard.st;
         st.usable_ep(self.id())?;
-        Self::ask_vouch(st, self.id(), rkey);
+        Self::prepare_direct(st, self.id(), rkey);
         let op: OpId =
             st.engine.atomic(self.id(), op, bytes, value, compare, remote_addr, &rkey.engine_key)?;
         let cell = ReqCell::new(shared, (), params.callback);
@@ -511,7 +547,7 @@ impl Endpoint {
             return None;
         }
         let need = Prot::REMOTE_READ | Prot::REMOTE_WRITE;
-        let word = match Self::direct_view(rkey, remote_addr, u64::from(bytes), need)? {
+        let word = match self.direct_view(rkey, remote_addr, u64::from(bytes), need)? {
             Ok(word) => word,
             Err(status) => return Some(Err(status)),
         };
