@@ -27,7 +27,8 @@
 #                       this host) and tcp (over loopback)
 #   CASES               test:size pairs, default: tag_lat, ucp_put_lat, stream_lat, ucp_am_lat
 #                       at 8 B and 64 KiB; tag_bw, ucp_put_bw at 8 B and 1 MiB; ucp_get at 8 B
-#                       (latency) and 1 MiB (bandwidth); ucp_fadd at 8 B
+#                       (latency) and 1 MiB (bandwidth); ucp_fadd at 8 B; also ucp_swap, ucp_cswap
+#                       (latency) and ucp_add (a rate, as bandwidth)
 #   LAT_ITERS           iterations of a latency case: 20000 over shm, 5000 over tcp (UCX's get
 #                       over TCP takes about 1 ms each) (LAT_WARMUP=500)
 #   RATE_ITERS=100000   iterations of a bandwidth case below 64 KiB (RATE_WARMUP=1000)
@@ -71,7 +72,7 @@ case_spec() {
         # A get is timed one by one: latency when small, bandwidth when bulk.
         ucp_get) if [ "$2" -ge 65536 ]; then metric=bandwidth_MBps; else metric=latency_us; fi
             iters=$lat_iters warmup=$LAT_WARMUP ;;
-        tag_bw | ucp_put_bw | ucp_am_bw | stream_bw) metric=bandwidth_MBps iters=$RATE_ITERS warmup=$RATE_WARMUP ;;
+        tag_bw | ucp_put_bw | ucp_add | ucp_am_bw | stream_bw) metric=bandwidth_MBps iters=$RATE_ITERS warmup=$RATE_WARMUP ;;
         *) return 1 ;;
     esac
     if [ "$metric" = bandwidth_MBps ] && [ "$2" -ge 65536 ]; then iters=$BW_ITERS warmup=$BW_WARMUP; fi

@@ -243,3 +243,172 @@ fn keys_edited_to_reach_past_their_region_touch_nothing_outside_it() {
     }
     drop(inner);
 }
+
+/// Two workers and an endpoint from one to the other that has not connected yet: nothing was
+/// progressed, as in a program that unpacks its peer's keys right after creating the endpoint
+/// (`ucx_perftest` does).
+struct Unwired {
+    ctx: Context,
+    server: Worker,
+    client: Worker,
+    ep: Endpoint,
+    accepted: AcceptedAll,
+    _listener: zcx::Listener,
+}
+
+impl Unwired {
+    fn new() -> Unwired {
+        let ctx = Context::with_features(Features::TAG | Features::RMA | Features::AMO32 | Features::AMO64)
+            .unwrap();
+        let server = ctx.create_worker(&WorkerParams::default()).unwrap();
+        let client = ctx.create_worker(&WorkerParams::default()).unwrap();
+        let (listener, accepted) = collecting_listener(&server);
+        let ep = client.create_endpoint(EpParams::sockaddr(listener.sockaddr())).unwrap();
+        Unwired { ctx, server, client, ep, accepted, _listener: listener }
+    }
+
+    fn workers(&self) -> [&Worker; 2] {
+        [&self.client, &self.server]
+    }
+
+    /// Progresses both workers until the endpoint is connected; true when it runs over shared
+    /// memory, where keys may open a direct view.
+    fn connect(&self) -> bool {
+        progress_until(&self.workers(), "the endpoint to connect", || {
+            !self.accepted.lock().unwrap().is_empty() && self.ep.query().unwrap().status == Status::Ok
+        });
+        self.ep.query().unwrap().transports == ["shm"]
+    }
+
+    fn outcome<B: Send + 'static>(&self, issued: zcx::Result<Request<B>>) -> Result<B, Status> {
+        Ok(wait(&self.workers(), issued?)?.buf)
+    }
+}
+
+/// A key unpacked before its endpoint connected, as `ucx_perftest` unpacks them: over shared
+/// memory the owner's verdict on it comes back with the endpoint's first round trip (here a
+/// flush), after which puts, gets and atomics are done by the calling thread before the call
+/// returns, with the owner's worker never progressed again; and the owner's bounds still hold
+/// there.
+#[test]
+fn a_key_unpacked_before_its_endpoint_connects_is_used_directly_after_a_round_trip() {
+    let p = Unwired::new();
+    let len = 64 << 10;
+    let memh = region(&p.ctx, len, RW, 0x5A);
+    let base = memh.address() as u64;
+    let rkey = p.ep.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap();
+    assert!(p.ep.put_direct(&[1; 8], base, &rkey).is_none(), "direct before the owner vouched for the key");
+    let on_shm = p.connect();
+    wait(&p.workers(), p.ep.flush().unwrap()).unwrap();
+    if !on_shm {
+        // Over the network every access goes to the owner.
+        assert!(p.ep.put_direct(&[1; 8], base, &rkey).is_none());
+        assert!(p.ep.get_direct(&mut [0; 8], base, &rkey).is_none());
+        assert!(p.ep.atomic_direct(AtomicOp::Add, AtomicSize::U64, 1, 0, base, &rkey).is_none());
+        let got = p.outcome(p.ep.get(vec![0u8; 8], base, &rkey, RequestParams::default())).unwrap();
+        assert_eq!(got, vec![0x5A; 8]);
+        return;
+    }
+    // From here on the owner's worker is never progressed.
+    assert_eq!(p.ep.put_direct(&[0x11; 16], base + 64, &rkey), Some(Ok(())));
+    assert_eq!(bytes_at(memh.address().wrapping_add(64), 16), vec![0x11; 16]);
+    let mut got = [0u8; 16];
+    assert_eq!(p.ep.get_direct(&mut got, base + 56, &rkey), Some(Ok(())));
+    assert_eq!(got[..8], [0x5A; 8]);
+    assert_eq!(got[8..], [0x11; 8]);
+    let old = p.ep.atomic_direct(AtomicOp::Add, AtomicSize::U64, 5, 0, base + 128, &rkey);
+    assert_eq!(old, Some(Ok(u64::from_le_bytes([0x5A; 8]))));
+    let swapped = p.ep.atomic_direct(AtomicOp::Cswap, AtomicSize::U32, 7, 0x5A5A_5A5A, base + 136, &rkey);
+    assert_eq!(swapped, Some(Ok(0x5A5A_5A5A)));
+    assert_eq!(
+        bytes_at(memh.address().wrapping_add(128), 8),
+        (u64::from_le_bytes([0x5A; 8]) + 5).to_le_bytes()
+    );
+    assert_eq!(bytes_at(memh.address().wrapping_add(136), 4), 7u32.to_le_bytes());
+    // The calls with requests complete at once too.
+    let put = p.ep.put(vec![0x22; 8], base + 256, &rkey, RequestParams::default()).unwrap();
+    assert!(put.completed_at_once(), "a put through a vouched key went to the owner");
+    assert_eq!(bytes_at(memh.address().wrapping_add(256), 8), vec![0x22; 8]);
+    // Past the end: refused here, whole, as the owner would refuse it.
+    let before = snapshot(&memh);
+    assert_eq!(p.ep.put_direct(&[0xEE; 16], base + len as u64 - 8, &rkey), Some(Err(Status::InvalidAddr)));
+    assert_eq!(p.ep.get_direct(&mut [0; 16], base + len as u64 - 8, &rkey), Some(Err(Status::InvalidAddr)));
+    let past = p.ep.atomic_direct(AtomicOp::Swap, AtomicSize::U64, 1, 0, base + len as u64, &rkey);
+    assert_eq!(past, Some(Err(Status::InvalidAddr)));
+    assert!(snapshot(&memh) == before, "a refused direct access wrote");
+}
+
+/// Keys edited by a hostile peer (longer, base moved with or without the locator, locator moved,
+/// write protection added) and unpacked before the endpoint connected: the direct calls never
+/// read or write a byte the owner did not register for them, before or after the owner saw
+/// accesses with them. The honest key beside them does go direct, so the direct path was open.
+#[test]
+fn edited_keys_unpacked_before_their_endpoint_connects_reach_nothing_directly() {
+    let p = Unwired::new();
+    let parent = region(&p.ctx, MIB, LOCAL, 0x5A);
+    let (rw_off, ro_off, inner_len) = (256 << 10, 512 << 10, 64 << 10);
+    // SAFETY: both ranges lie inside `parent`, which outlives them.
+    let (rw, ro) = unsafe {
+        let at = |off: usize| MemMapParams::new().address(parent.address().wrapping_add(off));
+        (
+            p.ctx.mem_map(&at(rw_off).length(inner_len).prot(RW)).unwrap(),
+            p.ctx.mem_map(&at(ro_off).length(inner_len).prot(RO)).unwrap(),
+        )
+    };
+    type Edit = fn(&mut RkeyWire);
+    let edits: [(&str, &MemHandle, Edit); 6] = [
+        ("honest", &rw, |_| {}),
+        ("longer", &rw, |w| w.length = 512 << 10),
+        ("base moved down", &rw, |w| {
+            w.base -= 128 << 10;
+            w.length += 128 << 10;
+            if let Some(shm) = &mut w.shm {
+                shm.map_offset -= 128 << 10;
+            }
+        }),
+        ("locator moved", &rw, |w| {
+            if let Some(shm) = &mut w.shm {
+                shm.map_offset += 128 << 10;
+            }
+        }),
+        ("base moved, locator kept", &rw, |w| w.base += 32 << 10),
+        ("write added", &ro, |w| w.prot |= RW.bits()),
+    ];
+    let keys: Vec<(&str, &MemHandle, EpRkey)> =
+        edits.into_iter().map(|(name, memh, edit)| (name, memh, forged(&p.ep, memh, edit))).collect();
+    let on_shm = p.connect();
+    let before = snapshot(&parent);
+    let mut honest_went_direct = false;
+    for round in 0..3 {
+        for (name, memh, rkey) in &keys {
+            let base = memh.address() as u64;
+            // An access through the owner first, which also asks it to vouch for the key. Its
+            // outcome is the owner's to decide; it writes the bytes that are there already.
+            let _ = p.outcome(p.ep.put(vec![0x5A; 8], base, rkey, RequestParams::default()));
+            let _ = p.outcome(p.ep.get(vec![0u8; 8], base, rkey, RequestParams::default()));
+            let what = |at: &str| format!("{name} key, round {round}, {at}");
+            for outside in [base + inner_len as u64, base + (128 << 10), base - 8, base - (64 << 10)] {
+                let at = format!("at {:+}", outside as i64 - base as i64);
+                let put = p.ep.put_direct(&[0xEE; 8], outside, rkey);
+                assert!(!matches!(put, Some(Ok(()))), "direct put outside accepted: {}", what(&at));
+                let get = p.ep.get_direct(&mut [0; 8], outside, rkey);
+                assert!(!matches!(get, Some(Ok(()))), "direct get outside accepted: {}", what(&at));
+                let amo = p.ep.atomic_direct(AtomicOp::Add, AtomicSize::U64, 1, 0, outside, rkey);
+                assert!(!matches!(amo, Some(Ok(_))), "direct atomic outside accepted: {}", what(&at));
+            }
+            let inside = p.ep.get_direct(&mut [0; 8], base + 8, rkey);
+            if *name == "honest" {
+                honest_went_direct |= inside == Some(Ok(()));
+            }
+            if memh.prot() == RO {
+                let put = p.ep.put_direct(&[0xEE; 8], base + 8, rkey);
+                assert!(!matches!(put, Some(Ok(()))), "direct put into read-only memory: {}", what("inside"));
+                let amo = p.ep.atomic_direct(AtomicOp::Add, AtomicSize::U64, 1, 0, base + 8, rkey);
+                assert!(!matches!(amo, Some(Ok(_))), "direct atomic on read-only memory: {}", what("inside"));
+            }
+            assert!(snapshot(&parent) == before, "{}: bytes changed", what("after its accesses"));
+        }
+    }
+    assert_eq!(honest_went_direct, on_shm, "the honest key's direct path (shared memory: {on_shm})");
+    drop((rw, ro));
+}

@@ -30,6 +30,33 @@ unsafe fn atomic_operand(
     }
 }
 
+/// Whether an operation with `param` that completes at once may skip its request: UCP then
+/// returns `UCS_OK` and runs no callback. Not when the caller asked for the request anyway
+/// (`UCP_OP_ATTR_FLAG_NO_IMM_CMPL`) or gave its own memory for it (`UCP_OP_ATTR_FIELD_REQUEST`),
+/// whose status it may read afterwards.
+///
+/// # Safety
+/// `param` null or valid.
+#[inline(always)]
+unsafe fn may_skip_request(param: *const ucp_request_param_t) -> bool {
+    // SAFETY: the caller's contract.
+    let mask = unsafe { request::attr_mask(param) };
+    mask & (ucp_op_attr_t::UCP_OP_ATTR_FLAG_NO_IMM_CMPL | ucp_op_attr_t::UCP_OP_ATTR_FIELD_REQUEST) == 0
+}
+
+/// The bytes at `ptr`, empty for a zero length (when `ptr` may be null).
+///
+/// # Safety
+/// Otherwise `ptr` is valid for reads of `len` bytes during the borrow.
+#[inline(always)]
+unsafe fn bytes_at<'a>(ptr: *const c_void, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(ptr.cast(), len) }
+}
+
 /// `ucp_put_nbx`.
 ///
 /// # Safety
@@ -67,12 +94,21 @@ unsafe fn put(
     // `count` bytes at `buffer` whatever datatype the parameters name; programs rely on that
     // (`ucx_perftest -D iov` puts from its IOV array itself), so this does the same.
     // SAFETY: the caller's contract.
+    let (cep, key) = unsafe { (ep_ref(ep), rkey_ref(rkey)) };
+    // A put done at once over shared memory needs no request (nor its allocation and pool).
+    // SAFETY: the caller's contract.
+    if unsafe { may_skip_request(param) } {
+        // SAFETY: the caller's contract: the buffer is valid for `count` bytes.
+        let bytes = unsafe { bytes_at(buffer, count) };
+        if let Some(result) = cep.ep.put_direct(bytes, remote_addr, &key.rkey) {
+            return request::status_ptr(status::of(result));
+        }
+    }
+    // SAFETY: the caller's contract.
     let data = match unsafe { dt::gather(buffer, count, dt::BYTES) } {
         Ok(data) => data,
         Err(s) => return request::status_ptr(status::ucs(s)),
     };
-    // SAFETY: the caller's contract.
-    let (cep, key) = unsafe { (ep_ref(ep), rkey_ref(rkey)) };
     // SAFETY: the caller's contract.
     unsafe {
         request::run(
@@ -104,14 +140,27 @@ unsafe fn get(
     }
     // Bytes whatever the datatype, as for a put.
     // SAFETY: the caller's contract.
+    let (cep, key) = unsafe { (ep_ref(ep), rkey_ref(rkey)) };
+    // As in `put`: a get done at once needs no request.
+    // SAFETY: the caller's contract.
+    if unsafe { may_skip_request(param) } {
+        let dst: &mut [u8] = if count == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller's contract: the buffer is valid for writes of `count` bytes.
+            unsafe { std::slice::from_raw_parts_mut(buffer.cast(), count) }
+        };
+        if let Some(result) = cep.ep.get_direct(dst, remote_addr, &key.rkey) {
+            return request::status_ptr(status::of(result));
+        }
+    }
+    // SAFETY: the caller's contract.
     let target = match unsafe { dt::scatter(buffer, count, dt::BYTES) } {
         Ok(target) => target,
         Err(s) => return request::status_ptr(status::ucs(s)),
     };
     setup.finish = target.finish;
     let buf = target.buf;
-    // SAFETY: the caller's contract.
-    let (cep, key) = unsafe { (ep_ref(ep), rkey_ref(rkey)) };
     // SAFETY: the caller's contract.
     unsafe {
         request::run(
@@ -257,17 +306,27 @@ unsafe fn atomic(
     }
     // SAFETY: the caller's contract.
     let (cep, key) = unsafe { (ep_ref(ep), rkey_ref(rkey)) };
+    // As in `put`: an atomic done at once needs no request; the previous value goes straight to
+    // the reply buffer.
+    // SAFETY: the caller's contract.
+    if unsafe { may_skip_request(param) } {
+        if let Some(result) = cep.ep.atomic_direct(op, size, value, compare, remote_addr, &key.rkey) {
+            return request::status_ptr(match result {
+                Ok(old) => {
+                    // SAFETY: the caller's contract: null or valid for a write of the operand size.
+                    unsafe { write_reply(reply, size, old) };
+                    ucs_status_t::UCS_OK
+                }
+                Err(s) => status::ucs(s),
+            });
+        }
+    }
     if !reply.is_null() {
         let reply = reply as usize;
         let finish: Finish = Box::new(move |status, outcome: &Outcome| {
             if status == ucs_status_t::UCS_OK {
                 // SAFETY: the caller's contract: valid for a write of the operand size.
-                unsafe {
-                    match size {
-                        zcx::AtomicSize::U32 => (reply as *mut u32).write_unaligned(outcome.value as u32),
-                        zcx::AtomicSize::U64 => (reply as *mut u64).write_unaligned(outcome.value),
-                    }
-                }
+                unsafe { write_reply(reply as *mut c_void, size, outcome.value) };
             }
             status
         });
@@ -283,6 +342,24 @@ unsafe fn atomic(
             |rp| cep.ep.atomic(op, size, value, compare, remote_addr, &key.rkey, rp),
             |c| Outcome { value: c.info.value, ..Outcome::default() },
         )
+    }
+}
+
+/// Writes an atomic's previous value, `size` bytes, to `reply` unless it is null.
+///
+/// # Safety
+/// `reply` null or valid for a write of the operand size.
+#[inline(always)]
+unsafe fn write_reply(reply: *mut c_void, size: zcx::AtomicSize, old: u64) {
+    if reply.is_null() {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        match size {
+            zcx::AtomicSize::U32 => reply.cast::<u32>().write_unaligned(old as u32),
+            zcx::AtomicSize::U64 => reply.cast::<u64>().write_unaligned(old),
+        }
     }
 }
 

@@ -23,15 +23,15 @@ use std::time::{Duration, Instant};
 
 use ucp::bindings::ucp_op_attr_t::{
     UCP_OP_ATTR_FIELD_CALLBACK, UCP_OP_ATTR_FIELD_DATATYPE, UCP_OP_ATTR_FIELD_FLAGS,
-    UCP_OP_ATTR_FIELD_RECV_INFO, UCP_OP_ATTR_FIELD_REQUEST, UCP_OP_ATTR_FIELD_USER_DATA,
-    UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+    UCP_OP_ATTR_FIELD_RECV_INFO, UCP_OP_ATTR_FIELD_REPLY_BUFFER, UCP_OP_ATTR_FIELD_REQUEST,
+    UCP_OP_ATTR_FIELD_USER_DATA, UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
 };
 use ucp::bindings::ucs_status_t::{
     UCS_ERR_CANCELED, UCS_ERR_INVALID_PARAM, UCS_ERR_MESSAGE_TRUNCATED, UCS_ERR_UNSUPPORTED, UCS_INPROGRESS,
     UCS_OK,
 };
 use ucp::bindings::*;
-use ucp::config::{ucp_config_print, ucp_config_read, ucp_config_release};
+use ucp::config::{ucp_config_modify, ucp_config_print, ucp_config_read, ucp_config_release};
 use ucp::context::{ucp_cleanup, ucp_context_query, ucp_init_version};
 use ucp::dt::{ucp_dt_create_generic, ucp_dt_destroy};
 use ucp::endpoint::{ucp_ep_close_nbx, ucp_ep_create, ucp_ep_flush_nbx, ucp_ep_query};
@@ -43,7 +43,7 @@ use ucp::request_api::{
     ucp_request_cancel, ucp_request_check_status, ucp_request_free, ucp_request_query, ucp_request_release,
     ucp_request_test,
 };
-use ucp::rma::{ucp_atomic_op_nbx, ucp_put_nbx};
+use ucp::rma::{ucp_atomic_op_nbx, ucp_get_nbx, ucp_put_nbx};
 use ucp::stream::{
     ucp_stream_recv_nbx, ucp_stream_recv_request_test, ucp_stream_send_nbx, ucp_stream_worker_poll,
 };
@@ -1396,9 +1396,18 @@ struct Mapped {
 impl Mapped {
     /// `length` bytes at `address` registered, or, without an address, allocated by the library.
     fn new(pair: &Pair, address: Option<*mut u8>, length: usize) -> Mapped {
+        Mapped::with_prot(pair, address, length, None)
+    }
+
+    /// [`Mapped::new`] with `prot` (`UCP_MEM_MAP_PROT_*`) when given.
+    fn with_prot(pair: &Pair, address: Option<*mut u8>, length: usize, prot: Option<u32>) -> Mapped {
         let mut params: ucp_mem_map_params_t = zeroed();
         params.field_mask = u64::from(ucp_mem_map_params_field::UCP_MEM_MAP_PARAM_FIELD_LENGTH);
         params.length = length;
+        if let Some(prot) = prot {
+            params.field_mask |= u64::from(ucp_mem_map_params_field::UCP_MEM_MAP_PARAM_FIELD_PROT);
+            params.prot = prot;
+        }
         match address {
             Some(address) => {
                 params.field_mask |= u64::from(ucp_mem_map_params_field::UCP_MEM_MAP_PARAM_FIELD_ADDRESS);
@@ -1639,6 +1648,239 @@ fn atomic_add(pair: &Pair, mapped: &Mapped, operand: &u64, datatype: Option<u64>
 fn remote_u64(mapped: &Mapped) -> u64 {
     // SAFETY: the library's allocation of at least 8 bytes, no operation outstanding.
     unsafe { (mapped.address as *const u64).read() }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One-sided operations over shared memory, issued as `ucx_perftest` issues them.
+
+/// Two workers of one context on shared memory whatever the environment says, an endpoint each
+/// way, and nothing progressed yet: a key unpacked now is unpacked before the endpoints are wired
+/// up, as `ucx_perftest` unpacks its peer's key right after `ucp_ep_create`.
+fn unwired_shm_pair() -> Pair {
+    let env = env_read();
+    let mut config = null_mut();
+    // SAFETY: a valid out-pointer; no prefix, no file.
+    assert_eq!(unsafe { ucp_config_read(null(), null(), &mut config) }, UCS_OK, "ucp_config_read");
+    // SAFETY: a live configuration and NUL-terminated strings.
+    let status = unsafe { ucp_config_modify(config, c"TLS".as_ptr(), c"shm,tcp".as_ptr()) };
+    assert_eq!(status, UCS_OK, "ucp_config_modify(TLS=shm,tcp): {}", name(status));
+    let mut ctx = null_mut();
+    // SAFETY: valid parameters, a live configuration and a valid out-pointer.
+    let status = unsafe { ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &base_params(), config, &mut ctx) };
+    // SAFETY: read above, released once; the context keeps what it needs.
+    unsafe { ucp_config_release(config) };
+    assert_eq!(status, UCS_OK, "ucp_init_version failed: {}", name(status));
+    let mode = ucs_thread_mode_t::UCS_THREAD_MODE_SINGLE;
+    let (a, b) = (new_worker(ctx, mode), new_worker(ctx, mode));
+    let (ab, ba) = (connect(a, b), connect(b, a));
+    Pair { ctx, a, b, ab, ba, _env: env }
+}
+
+/// Wires up an unwired pair with a message each way.
+fn wire_up(pair: &Pair) {
+    for (ep, to) in [(pair.ab, pair.b), (pair.ba, pair.a)] {
+        let mut got = [0u8; 8];
+        let recv = pair.recv_on(to, &mut got, WARM, &recv_param(None, 0));
+        let sent = pair.send_on(ep, b"warm-up!", WARM, &send_param(None, 0));
+        assert_eq!(pair.wait("the wire-up receive", recv), UCS_OK, "the wire-up receive failed");
+        assert_eq!(pair.wait("the wire-up send", sent), UCS_OK, "the wire-up send failed");
+    }
+}
+
+/// A put of `data` at `address` on A → B with `param`, as returned.
+fn put_with(pair: &Pair, data: &[u8], address: u64, rkey: ucp_rkey_h, param: &ucp_request_param_t) -> Ret {
+    // SAFETY: a live endpoint and key; every caller waits for a returned request before `data`
+    // goes away.
+    ret(unsafe { ucp_put_nbx(pair.ab, data.as_ptr().cast(), data.len(), address, rkey, param) })
+}
+
+/// A get into `buf` from `address` on A → B with `param`, as returned.
+fn get_with(pair: &Pair, buf: &mut [u8], address: u64, rkey: ucp_rkey_h, param: &ucp_request_param_t) -> Ret {
+    // SAFETY: as in `put_with`.
+    ret(unsafe { ucp_get_nbx(pair.ab, buf.as_mut_ptr().cast(), buf.len(), address, rkey, param) })
+}
+
+/// A fetching atomic `op` of `operand` (`size` bytes) at `address`, the previous value landing
+/// in `reply`, as returned.
+fn fetch_with(
+    pair: &Pair,
+    op: ucp_atomic_op_t::Type,
+    (operand, size): (&u64, u64),
+    address: u64,
+    rkey: ucp_rkey_h,
+    reply: &mut u64,
+    seen: Option<&Seen>,
+) -> Ret {
+    let mut param = with_datatype(send_param(seen, UCP_OP_ATTR_FIELD_REPLY_BUFFER), contig(size));
+    param.reply_buffer = (reply as *mut u64).cast();
+    // SAFETY: a live endpoint and key; the operand and reply outlive the operation (every caller
+    // waits for a returned request).
+    ret(unsafe { ucp_atomic_op_nbx(pair.ab, op, (operand as *const u64).cast(), 1, address, rkey, &param) })
+}
+
+/// The final status of what an operation returned, waiting for a request.
+fn settle(pair: &Pair, what: &str, r: Ret) -> Status {
+    match r {
+        Ret::Null => UCS_OK,
+        Ret::Err(status) => status,
+        Ret::Req(req) => pair.wait(what, req),
+    }
+}
+
+// `ucx_perftest`'s one-sided tests unpack the key right after `ucp_ep_create`, flush the worker
+// "to force wireup completion", and then, with `-o`, never progress the target's worker again.
+// Over shared memory a key to memory the library allocated is used directly once its owner
+// vouched for it, which the flush's round trip brings: the operation is then done when the call
+// returns, which returns NULL (`UCS_OK`) and runs no callback, unless the caller asked for a
+// request (`UCP_OP_ATTR_FLAG_NO_IMM_CMPL`), which comes back completed.
+#[test]
+fn one_sided_operations_complete_at_once_over_shared_memory_with_the_target_idle() {
+    const LEN: u64 = 4096;
+    let pair = unwired_shm_pair();
+    let mapped = Mapped::new(&pair, None, LEN as usize);
+    let base = mapped.address;
+    // SAFETY: a live worker; no parameters.
+    let flush = unsafe { ucp_worker_flush_nbx(pair.a, null()) };
+    assert_eq!(pair.wait("the worker flush", flush), UCS_OK, "the worker flush failed");
+    let word = |offset: u64| {
+        // SAFETY: 8 bytes inside the library's allocation, no operation outstanding.
+        unsafe { ((base + offset) as *const u64).read() }
+    };
+    let first = put_with(&pair, b"vouched?", base, mapped.rkey, &send_param(None, 0));
+    assert_eq!(first, Ret::Null, "the first put after the flush did not complete at once");
+
+    // From here on neither worker is progressed.
+    let seen = Seen::new();
+    let put = put_with(&pair, &7u64.to_le_bytes(), base + 8, mapped.rkey, &send_param(Some(&seen), 0));
+    assert_eq!(put, Ret::Null, "a put through a vouched key did not complete at once");
+    assert_eq!(word(8), 7, "the put's bytes are not in the target's memory");
+    let mut got = [0u8; 16];
+    let get = get_with(&pair, &mut got, base, mapped.rkey, &send_param(Some(&seen), 0));
+    assert_eq!(get, Ret::Null, "a get through a vouched key did not complete at once");
+    assert_eq!(&got[..8], b"vouched?");
+    assert_eq!(got[8..], 7u64.to_le_bytes());
+    let mut reply = 0u64;
+    let add = ucp_atomic_op_t::UCP_ATOMIC_OP_ADD;
+    let fadd = fetch_with(&pair, add, (&5, 8), base + 8, mapped.rkey, &mut reply, Some(&seen));
+    assert_eq!(fadd, Ret::Null, "a fetch-and-add through a vouched key did not complete at once");
+    assert_eq!((reply, word(8)), (7, 12), "the fetch-and-add's reply and result");
+    // CSWAP: stores the reply buffer's value if the word equals the operand.
+    let mut swap_in = 40u64;
+    let cswap = ucp_atomic_op_t::UCP_ATOMIC_OP_CSWAP;
+    let r = fetch_with(&pair, cswap, (&12, 4), base + 8, mapped.rkey, &mut swap_in, Some(&seen));
+    assert_eq!(r, Ret::Null, "a 32-bit compare-and-swap did not complete at once");
+    assert_eq!((swap_in as u32, word(8)), (12, 40), "the compare-and-swap's reply and result");
+    assert_eq!(seen.calls(), 0, "an operation that completed at once ran its callback");
+
+    // Asked for a request, the caller gets one, completed, its callback run.
+    let param = send_param(Some(&seen), UCP_OP_ATTR_FLAG_NO_IMM_CMPL);
+    let Ret::Req(req) = put_with(&pair, &9u64.to_le_bytes(), base + 8, mapped.rkey, &param) else {
+        panic!("a put with UCP_OP_ATTR_FLAG_NO_IMM_CMPL returned no request");
+    };
+    assert_eq!(check(req), UCS_OK, "the put's request is not complete");
+    assert_eq!(seen.calls(), 1, "the put's callback did not run once");
+    assert_eq!(seen.last("the put").status, UCS_OK);
+    free(req);
+    assert_eq!(word(8), 9);
+
+    // Past the end: refused at once, whole.
+    let past = put_with(&pair, &[0xee; 16], base + LEN - 8, mapped.rkey, &send_param(Some(&seen), 0));
+    assert_eq!(past, Ret::Err(ucs_status_t::UCS_ERR_INVALID_ADDR), "a put past the end");
+    let past = get_with(&pair, &mut got, base + LEN - 8, mapped.rkey, &send_param(Some(&seen), 0));
+    assert_eq!(past, Ret::Err(ucs_status_t::UCS_ERR_INVALID_ADDR), "a get past the end");
+    let r = fetch_with(&pair, add, (&1, 8), base + LEN, mapped.rkey, &mut reply, Some(&seen));
+    assert_eq!(r, Ret::Err(ucs_status_t::UCS_ERR_INVALID_ADDR), "an atomic past the end");
+    assert_eq!(word(LEN - 8), 0, "a refused put wrote");
+    assert_eq!(seen.calls(), 1, "a refused operation ran its callback");
+}
+
+// Keys a hostile peer edited (bounds, base, protection; resealed) and unpacked before the
+// endpoints were wired up, as the key above: no put, get or atomic through them reaches a byte
+// outside what the owner registered, or writes read-only memory, whether the owner or the
+// initiator decides. The honest key completes at once, so the direct path was open.
+#[test]
+fn edited_keys_unpacked_before_wire_up_reach_nothing_outside_their_region() {
+    const PAGE: u64 = 4096;
+    let pair = unwired_shm_pair();
+    // Four pages the library allocated: the second registered read-write, the third read-only.
+    let all = Mapped::new(&pair, None, 4 * PAGE as usize);
+    let (rw_at, ro_at) = (all.address + PAGE, all.address + 2 * PAGE);
+    // SAFETY: the library's allocation of four pages.
+    unsafe { (all.address as *mut u8).write_bytes(0xee, 4 * PAGE as usize) };
+    let local = _bindgen_ty_5::UCP_MEM_MAP_PROT_LOCAL_READ | _bindgen_ty_5::UCP_MEM_MAP_PROT_LOCAL_WRITE;
+    let remote_read = _bindgen_ty_5::UCP_MEM_MAP_PROT_REMOTE_READ;
+    let rw = Mapped::new(&pair, Some(rw_at as *mut u8), PAGE as usize);
+    let ro = Mapped::with_prot(&pair, Some(ro_at as *mut u8), PAGE as usize, Some(local | remote_read));
+    let edited = |packed: &[u8], tag: u8, value: &[u8]| {
+        let mut key = packed.to_vec();
+        let at = field(&key, tag);
+        key[at].copy_from_slice(value);
+        reseal(&mut key);
+        key
+    };
+    let all_prot = local | remote_read | _bindgen_ty_5::UCP_MEM_MAP_PROT_REMOTE_WRITE;
+    let cases: [(&str, Vec<u8>, u64); 5] = [
+        ("honest", rw.packed.clone(), rw_at),
+        ("its length doubled", edited(&rw.packed, 0x84, &(2 * PAGE).to_le_bytes()), rw_at),
+        ("its base one page lower", edited(&rw.packed, 0x83, &(rw_at - PAGE).to_le_bytes()), rw_at),
+        ("its base one page higher", edited(&rw.packed, 0x83, &(rw_at + PAGE).to_le_bytes()), rw_at),
+        ("write protection added", edited(&ro.packed, 0x85, &all_prot.to_le_bytes()), ro_at),
+    ];
+    let keys: Vec<(&str, ucp_rkey_h, u64)> = cases
+        .iter()
+        .filter_map(|(what, key, at)| {
+            let (status, rkey) = unpack(pair.ab, key);
+            assert!(status <= UCS_OK, "ucp_ep_rkey_unpack of a key with {what}: {}", name(status));
+            (status == UCS_OK).then_some((*what, rkey, *at))
+        })
+        .collect();
+    wire_up(&pair);
+    let snapshot = || {
+        // SAFETY: the library's allocation of four pages, no operation outstanding.
+        unsafe { std::slice::from_raw_parts(all.address as *const u8, 4 * PAGE as usize) }.to_vec()
+    };
+    let before = snapshot();
+    let mut honest_at_once = false;
+    let add = ucp_atomic_op_t::UCP_ATOMIC_OP_ADD;
+    for round in 0..3 {
+        for &(edit, rkey, at) in &keys {
+            let what = format!("a key with {edit}, round {round}");
+            // Inside, what the owner allowed: it rewrites the bytes already there.
+            let inside = put_with(&pair, &[0xee; 8], at, rkey, &send_param(None, 0));
+            honest_at_once |= edit == "honest" && inside == Ret::Null;
+            let status = settle(&pair, &what, inside);
+            assert!(status <= UCS_OK, "a put inside through {what}: {}", name(status));
+            for outside in [at - PAGE, at - 8, at + PAGE, at + PAGE + 8] {
+                let at = format!("{what}, at {:+}", outside as i64 - at as i64);
+                let put = put_with(&pair, &[0x11; 8], outside, rkey, &send_param(None, 0));
+                let status = settle(&pair, &at, put);
+                assert!(status < 0, "a put outside through {at}: {}", name(status));
+                let mut got = [0u8; 8];
+                let get = get_with(&pair, &mut got, outside, rkey, &send_param(None, 0));
+                let status = settle(&pair, &at, get);
+                assert!(status < 0, "a get outside through {at}: {}", name(status));
+                let mut reply = 0u64;
+                let fadd = fetch_with(&pair, add, (&1, 8), outside, rkey, &mut reply, None);
+                let status = settle(&pair, &at, fadd);
+                assert!(status < 0, "an atomic outside through {at}: {}", name(status));
+            }
+            if at == ro_at {
+                let put = put_with(&pair, &[0x11; 8], at, rkey, &send_param(None, 0));
+                let status = settle(&pair, &what, put);
+                assert!(status < 0, "a put into read-only memory through {what}: {}", name(status));
+                let mut reply = 0u64;
+                let fadd = fetch_with(&pair, add, (&1, 8), at, rkey, &mut reply, None);
+                let status = settle(&pair, &what, fadd);
+                assert!(status < 0, "an atomic on read-only memory through {what}: {}", name(status));
+            }
+            assert!(snapshot() == before, "bytes changed after the accesses through {what}");
+        }
+    }
+    assert!(honest_at_once, "the honest key's puts never completed at once: no direct path to test");
+    for (_, rkey, _) in keys {
+        // SAFETY: keys unpacked above, destroyed once.
+        unsafe { ucp_rkey_destroy(rkey) };
+    }
 }
 
 #[test]

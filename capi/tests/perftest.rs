@@ -4,7 +4,9 @@
 //! library under test (its `/proc/<pid>/maps`, checked while it runs), both must exit 0 within
 //! [`TIMEOUT`], and the client must print its `Final:` result line with the iterations it was
 //! asked for. Every group runs twice: with UCX's default transports (`UCX_TLS` unset: two
-//! processes on one host use shared memory, a loopback process `self`) and with `UCX_TLS=tcp`.
+//! processes on one host use shared memory, a loopback process `self`) and with `UCX_TLS=tcp`,
+//! except the one-sided tests with an idle target (`-o`), which run over shared memory only:
+//! over TCP the target executes each put and atomic, so they hang on UCX 1.13's own library.
 //!
 //! Each case is printed (`case: ...`) before it runs, and a group that fails lists the cases that
 //! failed, each as the command lines to run by hand. After a case that hangs, the rest of its
@@ -127,6 +129,21 @@ fn atomics() -> Vec<Case> {
         .iter()
         .flat_map(|test| ["4", "8"].map(|size| case(test, size, &[])))
         .collect()
+}
+
+/// `-o`: put, get and the atomics with the target's worker not progressed while they run (only
+/// in `ucx_perftest`'s barriers and flushes).
+fn idle_target() -> Vec<Case> {
+    let mut cases: Vec<Case> = ["ucp_put_lat", "ucp_put_bw", "ucp_get"]
+        .iter()
+        .flat_map(|test| ["8", MIB].map(|size| case(test, size, &["-o"])))
+        .collect();
+    cases.extend(
+        ["ucp_add", "ucp_fadd", "ucp_swap", "ucp_cswap"]
+            .iter()
+            .flat_map(|test| ["4", "8"].map(|size| case(test, size, &["-o"]))),
+    );
+    cases
 }
 
 /// Scatter-gather lists (`-D iov,iov`) of two entries, small and 1 MiB, and of one.
@@ -506,6 +523,11 @@ fn default_tls_atomics() {
 #[test]
 fn tcp_atomics() {
     run_group("tcp_atomics", 2, Tls::Tcp, atomics());
+}
+
+#[test]
+fn default_tls_idle_target() {
+    run_group("default_tls_idle_target", 10, Tls::Default, idle_target());
 }
 
 #[test]

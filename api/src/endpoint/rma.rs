@@ -47,10 +47,13 @@ impl AtomicSize {
 /// that endpoint only.
 ///
 /// Over shared memory the key's region is mapped here and accessed with CPU copies and atomics,
-/// but only once its owner has vouched for the key as a whole: the first operation with it asks
-/// the owner ([`KeyCheck`](zcx_dataplane::proto::wire::Op::KeyCheck)), which says yes only when
-/// every claim of the key (region, access key, base, length, protection, memfd locator) equals
-/// its own record. Until then, and for good when the owner says no, operations go to the owner,
+/// but only once its owner has vouched for the key as a whole: unpacking the key asks the owner
+/// ([`KeyCheck`](zcx_dataplane::proto::wire::Op::KeyCheck)), which says yes only when every claim
+/// of the key (region, access key, base, length, protection, memfd locator) equals its own
+/// record. Asked at unpack time, the verdict comes back with the endpoint's first round trip
+/// (a program's flush after connecting, as `ucx_perftest` does), so operations after it are
+/// direct even when the owner's worker is never progressed again. Until then, and for good when
+/// the owner says no, operations go to the owner,
 /// which checks each one against its record as over any transport. So the bounds and protection
 /// enforced here are always the owner's: a key edited to be longer, shifted or more permissive
 /// never opens a direct view. As in UCP, the owner must not unmap a region while peers still use
@@ -63,12 +66,9 @@ pub struct EpRkey {
     rkey: RemoteKey,
     /// Where the owner's verdict on the key stands ([`Vouch`]).
     vouch: Arc<AtomicU8>,
-    /// The endpoint's "direct access allowed" flag, when it reached its peer over shared memory
-    /// at unpack time and the region is memfd-backed: cleared by the worker when the endpoint
-    /// fails or closes. Read without the worker's lock, so direct accesses take no lock at all.
-    live: Option<Arc<AtomicBool>>,
     /// The region's local mapping, filled by the first operation after the owner vouched for the
-    /// key: later operations check bounds and prot against it and add an offset, nothing more.
+    /// key that finds the endpoint ready over shared memory: later operations check bounds and
+    /// prot against it and add an offset, nothing more.
     window: OnceLock<Window>,
     /// `ZCX_SHM_PUT_HELP` (the smallest put the target helps copy, `usize::MAX` when off), kept
     /// here where a direct put reads it with the key's other fields.
@@ -87,6 +87,10 @@ impl Vouch {
     const VOUCHED: u8 = 2;
     /// The owner refused the key: every operation with it goes to the owner.
     const REFUSED: u8 = 3;
+    /// The owner vouched, but the endpoint was not on a shared-memory link when an operation
+    /// looked: operations go to the owner, and the next one that finds the endpoint there turns
+    /// this back into [`Vouch::VOUCHED`].
+    const VOUCHED_ELSEWHERE: u8 = 4;
 }
 
 /// The completion of a key check: records the owner's verdict.
@@ -108,7 +112,7 @@ impl OpSink for KeyCheckSink {
 }
 
 /// Where a vouched key's region lies in the peer's address space and in ours.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Window {
     /// The region's first remote address.
     base: u64,
@@ -117,6 +121,9 @@ struct Window {
     prot: Prot,
     /// The local address of `base` in our mapping of the peer's memfd (kept mapped by the key).
     local: usize,
+    /// The endpoint's "direct access allowed" flag, cleared by the worker when the endpoint
+    /// fails or closes. Read without the worker's lock, so direct accesses take no lock at all.
+    live: Arc<AtomicBool>,
 }
 
 impl EpRkey {
@@ -159,17 +166,7 @@ impl Endpoint {
     pub fn rkey_unpack(&self, packed: &[u8]) -> Result<EpRkey> {
         let rkey = self.shared().ctx.rkey_unpack(packed)?;
         let wire = rkey.wire();
-        let live = {
-            let core = self.shared().lock();
-            let st = &core.st;
-            let on_shm = st.engine.phase(self.id()) == Some(Phase::Ready)
-                && st.engine.link_of(self.id()).is_some_and(|link| st.shm_member == Some(member_of(link)));
-            st.eps
-                .get(&self.id())
-                .filter(|_| on_shm && rkey.is_shareable())
-                .map(|ep| Arc::clone(&ep.direct_ok))
-        };
-        Ok(EpRkey {
+        let rkey = EpRkey {
             ep: self.id(),
             engine_key: zcx_engine::RemoteKey {
                 region: wire.region_id,
@@ -182,10 +179,15 @@ impl Endpoint {
             },
             rkey,
             vouch: Arc::new(AtomicU8::new(Vouch::UNASKED)),
-            live,
             window: OnceLock::new(),
             help_min: self.shared().ctx.inner.put_help_min,
-        })
+        };
+        if rkey.rkey.is_shareable() {
+            let mut guard = self.shared().lock();
+            Self::prepare_direct(&mut guard.st, self.id(), &rkey);
+            guard.drain();
+        }
+        Ok(rkey)
     }
 
     /// Where `[remote_addr, remote_addr + len)` of the key's region is mapped here, when the
@@ -195,13 +197,12 @@ impl Endpoint {
     /// executes the operation). `Some(Err)`: the access is refused here exactly as the target
     /// would refuse it, and no byte is touched.
     #[inline(always)]
-    fn direct_view(rkey: &EpRkey, remote_addr: u64, len: u64, need: Prot) -> Option<Result<*mut u8>> {
-        let live = rkey.live.as_ref()?;
+    fn direct_view(&self, rkey: &EpRkey, remote_addr: u64, len: u64, need: Prot) -> Option<Result<*mut u8>> {
         let window = match rkey.window.get() {
             Some(window) => window,
-            None => Self::open_window(rkey)?,
+            None => self.open_window(rkey)?,
         };
-        if !live.load(Ordering::Acquire) {
+        if !window.live.load(Ordering::Acquire) {
             return None;
         }
         if remote_addr < window.base || remote_addr.checked_add(len).is_none_or(|last| last > window.end) {
@@ -215,10 +216,11 @@ impl Endpoint {
         Some(Ok((window.local + (remote_addr - window.base) as usize) as *mut u8))
     }
 
-    /// Maps the key's region once its owner vouched for it. `None` while it has not, or when the
-    /// mapping fails (owner gone, kernel refuses): the emulated path then reports it.
+    /// Maps the key's region once its owner vouched for it and the endpoint is ready over shared
+    /// memory (a look under the worker's lock, once). `None` while it is not, or when the mapping
+    /// fails (owner gone, kernel refuses): the emulated path then reports it.
     #[cold]
-    fn open_window(rkey: &EpRkey) -> Option<&Window> {
+    fn open_window<'k>(&self, rkey: &'k EpRkey) -> Option<&'k Window> {
         if rkey.vouch.load(Ordering::Acquire) != Vouch::VOUCHED {
             return None;
         }
@@ -227,15 +229,54 @@ impl Endpoint {
         if key.length() == 0 {
             return None;
         }
+        let Some(live) = Self::direct_flag(&self.shared().lock().st, rkey.ep) else {
+            // Not on shared memory (yet): no more looks under the lock until an operation through
+            // the owner finds it there (`prepare_direct`).
+            let _ = rkey.vouch.compare_exchange(
+                Vouch::VOUCHED,
+                Vouch::VOUCHED_ELSEWHERE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            return None;
+        };
         let local = key.ptr(key.base()).ok()? as usize;
-        Some(rkey.window.get_or_init(|| Window { base: key.base(), end, prot: key.prot(), local }))
+        Some(rkey.window.get_or_init(|| {
+            let region = rkey.engine_key.region;
+            tracing::debug!(ep = %rkey.ep, region, "direct RMA through the peer's mapping");
+            Window { base: key.base(), end, prot: key.prot(), local, live }
+        }))
     }
 
-    /// Asks the owner to vouch for `rkey` (see [`EpRkey`]), once, when the endpoint could then
-    /// access the key's region directly. Sent before the operation that needs it, so the owner
-    /// answers in order; a key check that cannot be sent is asked again by a later operation.
-    fn ask_vouch(st: &mut State, ep: EndpointId, rkey: &EpRkey) {
-        if rkey.live.is_none() || rkey.vouch.load(Ordering::Acquire) != Vouch::UNASKED {
+    /// The direct flag of endpoint `ep` when it is ready on a shared-memory link.
+    fn direct_flag(st: &State, ep: EndpointId) -> Option<Arc<AtomicBool>> {
+        let on_shm = st.engine.phase(ep) == Some(Phase::Ready)
+            && st.engine.link_of(ep).is_some_and(|link| st.shm_member == Some(member_of(link)));
+        st.eps.get(&ep).filter(|_| on_shm).map(|state| Arc::clone(&state.direct_ok))
+    }
+
+    /// Readies `rkey` (memfd-backed) for direct access, under the worker's lock: asks the owner
+    /// to vouch for the key (see [`EpRkey`]) while a shared-memory link may be, or become, the
+    /// endpoint's: when it is ready on one, or still connecting. The key check goes before any
+    /// operation that follows, so the owner answers in order; one that cannot be sent, or whose
+    /// answer was lost with a failed link, is asked again by a later operation through the owner.
+    fn prepare_direct(st: &mut State, ep: EndpointId, rkey: &EpRkey) {
+        if !rkey.rkey.is_shareable() {
+            return;
+        }
+        let phase = st.engine.phase(ep);
+        let on_shm = Self::direct_flag(st, ep).is_some();
+        if on_shm {
+            // Vouched while elsewhere: the next operation opens the window.
+            let _ = rkey.vouch.compare_exchange(
+                Vouch::VOUCHED_ELSEWHERE,
+                Vouch::VOUCHED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        let may_go_direct = on_shm || phase == Some(Phase::Connecting);
+        if !may_go_direct || rkey.vouch.load(Ordering::Acquire) != Vouch::UNASKED {
             return;
         }
         let Ok(claim) = rkey.rkey.wire().try_encode() else { return };
@@ -266,23 +307,41 @@ impl Endpoint {
         self.check_rkey(rkey)?;
         let bytes = buf.as_bytes();
         let (ptr, len) = (bytes.as_ptr(), bytes.len());
-        match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE) {
-            Some(Ok(dst)) => {
-                // `dst..dst + len` lies in the peer's region mapped here, which the key keeps
-                // mapped; `ptr..ptr + len` is the caller's buffer, which `SendBuf` keeps in place.
-                // The two never overlap (ours is not the peer's view).
-                if len >= rkey.help_min() {
-                    // SAFETY: the two ranges above are valid and disjoint for `len` bytes.
-                    unsafe { self.put_helped(ptr, dst, len, remote_addr, rkey)? };
-                } else if len > 0 {
-                    // SAFETY: as above.
-                    unsafe { zcx_dataplane::copy::copy_bytes(ptr, dst, len) };
-                }
-                Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
-            }
+        match self.put_direct(bytes, remote_addr, rkey) {
+            Some(Ok(())) => Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() })),
             Some(Err(status)) => Err(status),
             None => self.put_emulated(buf, (ptr, len), remote_addr, rkey, params),
         }
+    }
+
+    /// Extension: [`Endpoint::put`] (`ucp_put_nbx`) done before the call returns, without a
+    /// request, when it can be: over shared memory with a key its owner vouched for. `None`: the
+    /// put has to go to the target, so nothing was done; use [`Endpoint::put`]. Otherwise the
+    /// final result: the bytes are in the target's memory, or the access was refused as the
+    /// target would refuse it and no byte moved. For callers that need no request for an
+    /// operation that completed at once (the C API's `ucp_put_nbx` returning `UCS_OK`).
+    #[inline(always)]
+    pub fn put_direct(&self, bytes: &[u8], remote_addr: u64, rkey: &EpRkey) -> Option<Result<()>> {
+        if rkey.ep != self.id() {
+            return None;
+        }
+        let len = bytes.len();
+        let dst = match self.direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE)? {
+            Ok(dst) => dst,
+            Err(status) => return Some(Err(status)),
+        };
+        // `dst..dst + len` lies in the peer's region mapped here, which the key keeps mapped;
+        // `bytes` is the caller's, borrowed for the whole copy. The two never overlap (ours is
+        // not the peer's view).
+        if len >= rkey.help_min() {
+            // SAFETY: the two ranges above are valid and disjoint for `len` bytes.
+            return Some(unsafe { self.put_helped(bytes.as_ptr(), dst, len, remote_addr, rkey) });
+        }
+        if len > 0 {
+            // SAFETY: as above.
+            unsafe { zcx_dataplane::copy::copy_bytes(bytes.as_ptr(), dst, len) };
+        }
+        Some(Ok(()))
     }
 
     /// The put of [`Endpoint::put`] executed by the target. Out of line, so the direct path stays
@@ -321,7 +380,7 @@ impl Endpoint {
         let mut guard = shared.lock();
         let st = &mut guard.st;
         st.usable_ep(self.id())?;
-        Self::ask_vouch(st, self.id(), rkey);
+        Self::prepare_direct(st, self.id(), rkey);
         let cookie = st.sinks.reserve();
         let started = start(&mut st.engine, cookie).map(Start::Pending);
         let result = st.cookie_request(shared, cookie, started, buf, params.callback, false);
@@ -342,22 +401,8 @@ impl Endpoint {
     #[inline]
     pub fn put_nbi(&self, bytes: &[u8], remote_addr: u64, rkey: &EpRkey) -> Result<()> {
         self.check_rkey(rkey)?;
-        let len = bytes.len();
-        match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE) {
-            Some(Ok(dst)) => {
-                // As in `put`: `dst..dst + len` lies in the peer's region mapped here and kept
-                // mapped by the key; `bytes` is borrowed for the whole copy.
-                if len >= rkey.help_min() {
-                    // SAFETY: the two ranges above are valid and disjoint for `len` bytes.
-                    return unsafe { self.put_helped(bytes.as_ptr(), dst, len, remote_addr, rkey) };
-                }
-                if len > 0 {
-                    // SAFETY: as above.
-                    unsafe { zcx_dataplane::copy::copy_bytes(bytes.as_ptr(), dst, len) };
-                }
-                Ok(())
-            }
-            Some(Err(status)) => Err(status),
+        match self.put_direct(bytes, remote_addr, rkey) {
+            Some(result) => result,
             None => self.put_nbi_by_target(bytes, remote_addr, rkey),
         }
     }
@@ -368,7 +413,7 @@ impl Endpoint {
         let mut guard = self.shared().lock();
         let st = &mut guard.st;
         st.usable_ep(self.id())?;
-        Self::ask_vouch(st, self.id(), rkey);
+        Self::prepare_direct(st, self.id(), rkey);
         let result = st.engine.put_nbi(self.id(), bytes, remote_addr, &rkey.engine_key);
         // A small one is an inline transmit: sent before `bytes` goes back to the caller.
         guard.drain();
@@ -387,19 +432,33 @@ impl Endpoint {
         self.check_rkey(rkey)?;
         let dst = buf.as_mut_bytes();
         let (ptr, len) = (dst.as_mut_ptr(), dst.len());
-        match Self::direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_READ) {
-            Some(Ok(src)) => {
-                if len > 0 {
-                    // SAFETY: `src..src + len` lies in the peer's region mapped here, kept mapped
-                    // by the key; `ptr..ptr + len` is the caller's buffer (`RecvBuf` keeps it in
-                    // place and writable). They never overlap.
-                    unsafe { zcx_dataplane::copy::copy_bytes(src, ptr, len) };
-                }
-                Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
-            }
+        match self.get_direct(dst, remote_addr, rkey) {
+            Some(Ok(())) => Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() })),
             Some(Err(status)) => Err(status),
             None => self.get_emulated(buf, (ptr, len), remote_addr, rkey, params),
         }
+    }
+
+    /// Extension: [`Endpoint::get`] (`ucp_get_nbx`) done before the call returns, without a
+    /// request, when it can be (as [`Endpoint::put_direct`]). `None`: nothing was done; use
+    /// [`Endpoint::get`]. Otherwise the final result: `dst` holds the bytes, or the access was
+    /// refused as the target would refuse it and `dst` is untouched.
+    #[inline(always)]
+    pub fn get_direct(&self, dst: &mut [u8], remote_addr: u64, rkey: &EpRkey) -> Option<Result<()>> {
+        if rkey.ep != self.id() {
+            return None;
+        }
+        let len = dst.len();
+        let src = match self.direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_READ)? {
+            Ok(src) => src,
+            Err(status) => return Some(Err(status)),
+        };
+        if len > 0 {
+            // SAFETY: `src..src + len` lies in the peer's region mapped here, kept mapped by the
+            // key; `dst` is the caller's, borrowed writable for the whole copy. They never overlap.
+            unsafe { zcx_dataplane::copy::copy_bytes(src, dst.as_mut_ptr(), len) };
+        }
+        Some(Ok(()))
     }
 
     /// The get of [`Endpoint::get`] executed by the target. Out of line, so the direct path stays
@@ -444,34 +503,62 @@ impl Endpoint {
                 format!("atomic target {remote_addr:#x} not {bytes}-byte aligned"),
             ));
         }
-        let need = Prot::REMOTE_READ | Prot::REMOTE_WRITE;
-        match Self::direct_view(rkey, remote_addr, u64::from(bytes), need) {
-            Some(Ok(word)) if word as usize % usize::from(bytes) == 0 => {
-                // SAFETY: `word` is aligned to the operand size (just checked) and its `bytes`
-                // bytes lie in the peer's region mapped here, kept mapped by the key. Peers
-                // access atomic targets atomically only, as the RMA contract requires.
-                let old = unsafe { rma_exec::apply_atomic(word, op, bytes, value, compare) };
+        match self.atomic_direct(op, size, value, compare, remote_addr, rkey) {
+            Some(Ok(old)) => {
                 return Ok(Request::ready(
                     (),
                     OpInfo { length: usize::from(bytes), value: old, ..OpInfo::default() },
                 ));
             }
             Some(Err(status)) => return Err(status),
-            // Misaligned in our view of the region (cannot happen for zcx allocations): emulate.
-            Some(Ok(_)) | None => {}
+            None => {}
         }
+        let need = Prot::REMOTE_READ | Prot::REMOTE_WRITE;
         rkey.check_claims(remote_addr, u64::from(bytes), need)?;
         let shared = self.shared();
         let mut guard = shared.lock();
         let st = &mut guard.st;
         st.usable_ep(self.id())?;
-        Self::ask_vouch(st, self.id(), rkey);
+        Self::prepare_direct(st, self.id(), rkey);
         let op: OpId =
             st.engine.atomic(self.id(), op, bytes, value, compare, remote_addr, &rkey.engine_key)?;
         let cell = ReqCell::new(shared, (), params.callback);
         st.sinks.insert(op, cell.clone());
         guard.drain();
         Ok(Request::pending(cell))
+    }
+
+    /// Extension: [`Endpoint::atomic`] (`ucp_atomic_op_nbx`) done before the call returns,
+    /// without a request, when it can be (as [`Endpoint::put_direct`]): the previous value, or
+    /// the refusal the target would give, with the word untouched. `None`: nothing was done
+    /// (also for a target address not aligned to the operand size); use [`Endpoint::atomic`].
+    #[inline(always)]
+    pub fn atomic_direct(
+        &self,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        compare: u64,
+        remote_addr: u64,
+        rkey: &EpRkey,
+    ) -> Option<Result<u64>> {
+        let bytes = size.bytes();
+        if rkey.ep != self.id() || remote_addr % u64::from(bytes) != 0 {
+            return None;
+        }
+        let need = Prot::REMOTE_READ | Prot::REMOTE_WRITE;
+        let word = match self.direct_view(rkey, remote_addr, u64::from(bytes), need)? {
+            Ok(word) => word,
+            Err(status) => return Some(Err(status)),
+        };
+        // Misaligned in our view of the region (cannot happen for zcx allocations): emulated.
+        if word as usize % usize::from(bytes) != 0 {
+            return None;
+        }
+        // SAFETY: `word` is aligned to the operand size (just checked) and its `bytes` bytes lie
+        // in the peer's region mapped here, kept mapped by the key. Peers access atomic targets
+        // atomically only, as the RMA contract requires.
+        Some(Ok(unsafe { rma_exec::apply_atomic(word, op, bytes, value, compare) }))
     }
 }
 
