@@ -412,3 +412,36 @@ fn edited_keys_unpacked_before_their_endpoint_connects_reach_nothing_directly() 
     assert_eq!(honest_went_direct, on_shm, "the honest key's direct path (shared memory: {on_shm})");
     drop((rw, ro));
 }
+
+/// `ucp_get_nbi`: the bytes land in registered memory by the next flush, which reports a get the
+/// owner refused (a key edited so that only the owner can tell); a range past what the key claims
+/// is refused at once, and nothing lands outside the slice.
+#[test]
+fn get_nbi_lands_by_the_flush_which_reports_a_refusal() {
+    let p = Pair::new();
+    let remote = region(&p.ctx, 4096, RO, 0x3C);
+    let local = region(&p.ctx, 4096, LOCAL, 0);
+    let rkey = p.ep.rkey_unpack(&remote.rkey_pack().unwrap()).unwrap();
+    let base = remote.address() as u64;
+    p.ep.get_nbi(local.slice(100, 200).unwrap(), base + 8, &rkey).unwrap();
+    wait(&p.workers(), p.ep.flush().unwrap()).unwrap();
+    let got = snapshot(&local);
+    assert!(got[100..300].iter().all(|&b| b == 0x3C), "the bytes landed by the flush");
+    assert!(got[..100].iter().chain(&got[300..]).all(|&b| b == 0), "only the slice was written");
+
+    assert!(p.ep.get_nbi(local.slice(0, 64).unwrap(), base + 4096 - 8, &rkey).is_err());
+
+    let forged_key = forged(&p.ep, &remote, |wire| wire.access_key[0] ^= 1);
+    let before = snapshot(&local);
+    let issued = p.ep.get_nbi(local.slice(0, 64).unwrap(), base, &forged_key);
+    if std::env::var("ZCX_TLS").is_ok_and(|tls| tls == "tcp") {
+        // Over TCP only the owner can tell the key is wrong: the refusal comes with the flush.
+        assert_eq!(issued, Ok(()));
+    }
+    if issued.is_ok() {
+        let flushed = wait(&p.workers(), p.ep.flush().unwrap());
+        assert!(flushed.is_err(), "the flush after a refused get reports it");
+    }
+    assert_eq!(snapshot(&local), before, "a refused get wrote nothing");
+    wait(&p.workers(), p.ep.flush().unwrap()).expect("the next flush reports nothing old");
+}

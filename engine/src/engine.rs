@@ -233,6 +233,9 @@ pub(crate) struct Operation {
     /// An implicit put (`put_nbi`): it ends without a completion, its failure going to the
     /// endpoint's next flush, and its bytes are the engine's copy in `implicit_copies`.
     pub implicit: bool,
+    /// An implicit get (`get_nbi`): it completes as any get, and a failure also goes to the
+    /// endpoint's next flush, which is how its caller learns of it.
+    pub flush_reports: bool,
     /// The final status, once known, while tokens are out.
     pub result: Option<(Status, OpInfo)>,
     /// The API's name for the operation, handed back in its completion.
@@ -531,8 +534,16 @@ impl Engine {
 
     pub(crate) fn new_op(&mut self, ep: Option<EndpointId>, kind: OpKind, cookie: Option<Cookie>) -> OpId {
         let id = OpId::from_raw(self.op_ids.next());
-        let record =
-            Operation { ep, kind, tokens: 0, rma_issued: false, implicit: false, result: None, cookie };
+        let record = Operation {
+            ep,
+            kind,
+            tokens: 0,
+            rma_issued: false,
+            implicit: false,
+            flush_reports: false,
+            result: None,
+            cookie,
+        };
         self.ops.insert(id, record);
         id
     }
@@ -680,13 +691,13 @@ impl Engine {
         let Some(op) = self.ops.remove(&id) else { return };
         let (status, info) = op.result.unwrap_or((Status::Ok, OpInfo::default()));
 
+        if (op.implicit || op.flush_reports) && status != Status::Ok {
+            if let Some(ep) = op.ep.and_then(|ep| self.eps.get_mut(&ep)) {
+                ep.implicit_failure.get_or_insert(status);
+            }
+        }
         if op.implicit {
             self.implicit_copies.remove(&id);
-            if status != Status::Ok {
-                if let Some(ep) = op.ep.and_then(|ep| self.eps.get_mut(&ep)) {
-                    ep.implicit_failure.get_or_insert(status);
-                }
-            }
         } else if !op.kind.is_internal() {
             self.events.push_back(Event::Completion(Completion { op: id, status, info, cookie: op.cookie }));
         }

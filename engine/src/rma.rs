@@ -152,6 +152,21 @@ impl Engine {
         Ok(self.submit_rma(ep_id, kind, issue, cookie))
     }
 
+    /// `ucp_get_nbi`: [`Engine::get`] whose failure the endpoint's next flush also reports.
+    pub fn get_nbi(
+        &mut self,
+        ep_id: EndpointId,
+        buf: RecvBuffer,
+        remote_addr: u64,
+        key: &RemoteKey,
+    ) -> Result<OpId, Status> {
+        let op = self.get(ep_id, buf, remote_addr, key)?;
+        if let Some(record) = self.ops.get_mut(&op) {
+            record.flush_reports = true;
+        }
+        Ok(op)
+    }
+
     /// `ucp_atomic_op_nbx` on the `size`-byte (4 or 8) word at `remote_addr`; the completion's
     /// `info.value` is the old value.
     #[allow(clippy::too_many_arguments)]

@@ -117,6 +117,7 @@ impl Engine {
             tokens,
             rma_issued: false,
             implicit: false,
+            flush_reports: false,
             result: None,
             cookie,
         };
