@@ -231,7 +231,7 @@ pub unsafe extern "C" fn ucp_put_nbi(
     }
 }
 
-/// `ucp_get_nbi`: the buffer is filled once a flush completes.
+/// `ucp_get_nbi`: the buffer is filled once a flush completes, which reports a refused get.
 ///
 /// # Safety
 /// As `ucp_get_nbx`.
@@ -243,8 +243,18 @@ pub unsafe extern "C" fn ucp_get_nbi(
     remote_addr: u64,
     rkey: ucp_rkey_h,
 ) -> ucs_status_t::Type {
+    if ep.is_null() || rkey.is_null() {
+        return ucs_status_t::UCS_ERR_INVALID_PARAM;
+    }
     // SAFETY: the caller's contract.
-    implicit(unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none()) })
+    let (cep, key) = unsafe { (ep_ref(ep), rkey_ref(rkey)) };
+    // SAFETY: the caller's contract: the buffer is valid for writes until a flush completes.
+    let buf = unsafe { dt::RawBuf::new(buffer, length) };
+    match cep.ep.get_nbi(buf, remote_addr, &key.rkey) {
+        Ok(true) => ucs_status_t::UCS_OK,
+        Ok(false) => ucs_status_t::UCS_INPROGRESS,
+        Err(s) => status::ucs(s),
+    }
 }
 
 /// `ucp_put_nb` (deprecated form).

@@ -17,7 +17,7 @@ use zcx_engine::{EndpointId, OpId, Phase, RecvBuffer, SendBuffer, Start};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::buffer::{MemSlice, RecvBuf, SendBuf};
+use crate::buffer::{RecvBuf, SendBuf};
 use crate::endpoint::Endpoint;
 use crate::mem::Prot;
 use crate::request::{AfterUnlock, OpInfo, OpSink, ReqCell, Request, RequestParams, WorkerLocked};
@@ -439,18 +439,20 @@ impl Endpoint {
         }
     }
 
-    /// `ucp_get_nbi`: reads `dst.len()` bytes at `remote_addr` into `dst`, a range of registered
-    /// memory (`MemHandle::slice`), with no request: the bytes are there once a later
-    /// [`Endpoint::flush`] (or [`crate::Worker::flush`]) completes, and that flush reports the
-    /// first get that failed since the previous one. Errors found here (a key of another
-    /// endpoint, an access outside the region it claims) are returned at once. Over shared memory
-    /// with a vouched key the bytes are copied before the call returns.
-    pub fn get_nbi(&self, mut dst: MemSlice, remote_addr: u64, rkey: &EpRkey) -> Result<()> {
+    /// `ucp_get_nbi`: reads `dst.len()` bytes at `remote_addr` into `dst` with no request: the
+    /// bytes are there once a later [`Endpoint::flush`] (or [`crate::Worker::flush`]) completes,
+    /// and that flush reports the first get that failed since the previous one. `dst` is dropped
+    /// when the get ends, so it is memory the caller reads elsewhere: registered memory
+    /// ([`crate::MemHandle::slice`]). `Ok(true)`: the bytes are there already (UCP's `UCS_OK`;
+    /// over shared memory with a vouched key, the copy is done before the call returns);
+    /// `Ok(false)`: by the next flush (`UCS_INPROGRESS`). Errors found here (a key of another
+    /// endpoint, an access outside the region it claims) are returned at once.
+    pub fn get_nbi<B: RecvBuf>(&self, mut dst: B, remote_addr: u64, rkey: &EpRkey) -> Result<bool> {
         self.check_rkey(rkey)?;
         let bytes = dst.as_mut_bytes();
         let (ptr, len) = (bytes.as_mut_ptr(), bytes.len());
         if let Some(result) = self.get_direct(bytes, remote_addr, rkey) {
-            return result;
+            return result.map(|()| true);
         }
         let range = (remote_addr, len as u64, Prot::REMOTE_READ);
         let request = self.emulated(dst, range, rkey, RequestParams::default(), |engine, cookie| {
@@ -459,9 +461,9 @@ impl Endpoint {
             let recv_buf = unsafe { RecvBuffer::new(ptr, len) }.with_cookie(cookie);
             engine.get_nbi(self.id(), recv_buf, remote_addr, &rkey.engine_key)
         })?;
-        // Dropped as `ucp_request_free` drops a request: the get goes on, holding the slice.
+        // Dropped as `ucp_request_free` drops a request: the get goes on, holding `dst`.
         drop(request);
-        Ok(())
+        Ok(false)
     }
 
     /// Extension: [`Endpoint::get`] (`ucp_get_nbx`) done before the call returns, without a
