@@ -617,7 +617,9 @@ fn result_lines_are_read_as_ucx_perftest_prints_them() {
     assert!(check_result(one, 20).is_err(), "other iterations");
     assert!(check_result("Waiting for connection...\n", 1000).is_err(), "no result");
     assert!(check_result("Final: 1000 0.3 0.6 0.6 11.6 11.6 0 0", 1000).is_err(), "no message rate");
-    assert!(check_result("Final: 1000 0.3 nan 0.6 11.6 11.6 5 5", 1000).is_err(), "not finite");
+    assert!(check_result("Final: 1000 0.3 0.6 nan 11.6 11.6 5 5", 1000).is_err(), "not finite");
+    let empty_interval = "Final: 1000 13.482 inf 1018.389 0.00 0.00 0 982";
+    assert!(check_result(empty_interval, 1000).is_ok(), "an empty last interval");
     assert!(check_result("Final: 1000 0.3 0.6", 1000).is_err(), "too few fields");
     assert!(check_result("Final: 1000 0.3 0.6 x 11.6 11.6 5 5", 1000).is_err(), "not a number");
 }
