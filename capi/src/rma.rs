@@ -4,8 +4,8 @@ use std::ffi::c_void;
 
 use crate::bindings::*;
 use crate::dt;
-use crate::endpoint::ep_ref;
-use crate::mem::rkey_ref;
+use crate::endpoint::{ep_ref, CEp};
+use crate::mem::{rkey_ref, CRkey};
 use crate::request::{self, Finish, Immediate, Outcome, Setup};
 use crate::status;
 
@@ -84,13 +84,14 @@ pub unsafe extern "C" fn ucp_put_nbx(
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
     // SAFETY: the caller's contract.
-    unsafe { put(ep, buffer, count, remote_addr, rkey, param, Setup::send(param)) }
+    unsafe { put(ep, buffer, count, remote_addr, rkey, param, || Setup::send(param)) }
 }
 
 /// A put with `setup`.
 ///
 /// # Safety
 /// As `ucp_put_nbx`.
+#[inline(always)]
 unsafe fn put(
     ep: ucp_ep_h,
     buffer: *const c_void,
@@ -98,7 +99,7 @@ unsafe fn put(
     remote_addr: u64,
     rkey: ucp_rkey_h,
     param: *const ucp_request_param_t,
-    setup: Setup,
+    setup: impl FnOnce() -> Setup,
 ) -> ucs_status_ptr_t {
     if ep.is_null() || rkey.is_null() {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
@@ -114,6 +115,24 @@ unsafe fn put(
             return request::status_ptr(status::of(result));
         }
     }
+    // SAFETY: the caller's contract.
+    unsafe { put_with_request(cep, key, (buffer, count), remote_addr, param, setup()) }
+}
+
+/// [`put`] with a request: one that goes to the target, or whose caller wants the request.
+/// Out of line, so that the direct path inlined into `ucp_put_nbx` stays small.
+///
+/// # Safety
+/// As `ucp_put_nbx`.
+#[inline(never)]
+unsafe fn put_with_request(
+    cep: &CEp,
+    key: &CRkey,
+    (buffer, count): (*const c_void, usize),
+    remote_addr: u64,
+    param: *const ucp_request_param_t,
+    setup: Setup,
+) -> ucs_status_ptr_t {
     // SAFETY: the caller's contract.
     let data = match unsafe { dt::gather(buffer, count, dt::of_param(param)) } {
         Ok(data) => data,
@@ -136,6 +155,7 @@ unsafe fn put(
 ///
 /// # Safety
 /// As `ucp_get_nbx`.
+#[inline(always)]
 unsafe fn get(
     ep: ucp_ep_h,
     buffer: *mut c_void,
@@ -143,7 +163,7 @@ unsafe fn get(
     remote_addr: u64,
     rkey: ucp_rkey_h,
     param: *const ucp_request_param_t,
-    mut setup: Setup,
+    setup: impl FnOnce() -> Setup,
 ) -> ucs_status_ptr_t {
     if ep.is_null() || rkey.is_null() {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
@@ -163,6 +183,23 @@ unsafe fn get(
             return request::status_ptr(status::of(result));
         }
     }
+    // SAFETY: the caller's contract.
+    unsafe { get_with_request(cep, key, (buffer, count), remote_addr, param, setup()) }
+}
+
+/// [`get`] with a request (see [`put_with_request`]).
+///
+/// # Safety
+/// As `ucp_get_nbx`.
+#[inline(never)]
+unsafe fn get_with_request(
+    cep: &CEp,
+    key: &CRkey,
+    (buffer, count): (*mut c_void, usize),
+    remote_addr: u64,
+    param: *const ucp_request_param_t,
+    mut setup: Setup,
+) -> ucs_status_ptr_t {
     // SAFETY: the caller's contract.
     let target = match unsafe { dt::scatter(buffer, count, dt::of_param(param)) } {
         Ok(target) => target,
@@ -197,7 +234,7 @@ pub unsafe extern "C" fn ucp_get_nbx(
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
     // SAFETY: the caller's contract.
-    unsafe { get(ep, buffer, count, remote_addr, rkey, param, Setup::send(param)) }
+    unsafe { get(ep, buffer, count, remote_addr, rkey, param, || Setup::send(param)) }
 }
 
 /// What an implicit (`nbi`) operation returns: `UCS_OK` when done, `UCS_INPROGRESS` while a
@@ -253,7 +290,7 @@ pub unsafe extern "C" fn ucp_get_nbi(
     rkey: ucp_rkey_h,
 ) -> ucs_status_t::Type {
     // SAFETY: the caller's contract.
-    implicit(unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none()) })
+    implicit(unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none) })
 }
 
 /// `ucp_put_nb` (deprecated form).
@@ -269,9 +306,8 @@ pub unsafe extern "C" fn ucp_put_nb(
     rkey: ucp_rkey_h,
     cb: ucp_send_callback_t,
 ) -> ucs_status_ptr_t {
-    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract.
-    unsafe { put(ep, buffer, length, remote_addr, rkey, std::ptr::null(), setup) }
+    unsafe { put(ep, buffer, length, remote_addr, rkey, std::ptr::null(), || Setup::nb(cb)) }
 }
 
 /// `ucp_get_nb` (deprecated form).
@@ -287,9 +323,8 @@ pub unsafe extern "C" fn ucp_get_nb(
     rkey: ucp_rkey_h,
     cb: ucp_send_callback_t,
 ) -> ucs_status_ptr_t {
-    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract.
-    unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), setup) }
+    unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), || Setup::nb(cb)) }
 }
 
 /// Runs an atomic: `op` with `value` (and, for CSWAP, `compare`) on the `size`-byte word at
@@ -298,6 +333,7 @@ pub unsafe extern "C" fn ucp_get_nb(
 /// # Safety
 /// `ep` and `rkey` live; `reply` null or valid for a `size`-byte write until completion.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn atomic(
     ep: ucp_ep_h,
     op: zcx::AtomicOp,
@@ -308,7 +344,7 @@ unsafe fn atomic(
     rkey: ucp_rkey_h,
     reply: *mut c_void,
     param: *const ucp_request_param_t,
-    mut setup: Setup,
+    setup: impl FnOnce() -> Setup,
 ) -> ucs_status_ptr_t {
     if ep.is_null() || rkey.is_null() {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
@@ -330,6 +366,25 @@ unsafe fn atomic(
             });
         }
     }
+    let operation = (op, size, value, compare);
+    // SAFETY: the caller's contract.
+    unsafe { atomic_with_request(cep, key, operation, remote_addr, reply, param, setup()) }
+}
+
+/// [`atomic`] with a request (see [`put_with_request`]).
+///
+/// # Safety
+/// As [`atomic`].
+#[inline(never)]
+unsafe fn atomic_with_request(
+    cep: &CEp,
+    key: &CRkey,
+    (op, size, value, compare): (zcx::AtomicOp, zcx::AtomicSize, u64, u64),
+    remote_addr: u64,
+    reply: *mut c_void,
+    param: *const ucp_request_param_t,
+    mut setup: Setup,
+) -> ucs_status_ptr_t {
     if !reply.is_null() {
         let reply = reply as usize;
         let finish: Finish = Box::new(move |status, outcome: &Outcome| {
@@ -446,7 +501,7 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
         (operand, 0)
     };
     // SAFETY: the caller's contract.
-    unsafe { atomic(ep, op, size, value, compare, remote_addr, rkey, reply, param, Setup::send(param)) }
+    unsafe { atomic(ep, op, size, value, compare, remote_addr, rkey, reply, param, || Setup::send(param)) }
 }
 
 /// `ucp_atomic_post` (deprecated): a non-fetching atomic, complete once flushed.
@@ -472,18 +527,7 @@ pub unsafe extern "C" fn ucp_atomic_post(
     let Some(size) = atomic_size(op_size) else { return ucs_status_t::UCS_ERR_INVALID_PARAM };
     // SAFETY: the caller's contract; no reply.
     implicit(unsafe {
-        atomic(
-            ep,
-            op,
-            size,
-            value,
-            0,
-            remote_addr,
-            rkey,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            Setup::none(),
-        )
+        atomic(ep, op, size, value, 0, remote_addr, rkey, std::ptr::null_mut(), std::ptr::null(), Setup::none)
     })
 }
 
@@ -522,9 +566,10 @@ pub unsafe extern "C" fn ucp_atomic_fetch_nb(
     } else {
         (value, 0)
     };
-    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract.
-    unsafe { atomic(ep, op, size, value, compare, remote_addr, rkey, result, std::ptr::null(), setup) }
+    unsafe {
+        atomic(ep, op, size, value, compare, remote_addr, rkey, result, std::ptr::null(), || Setup::nb(cb))
+    }
 }
 
 /// Blocking forms kept by `ucp_compat.h`'s users: the put and get they name, waited for.
@@ -543,7 +588,7 @@ pub unsafe extern "C" fn ucp_put(
         return ucs_status_t::UCS_ERR_INVALID_PARAM;
     }
     // SAFETY: the caller's contract.
-    let ptr = unsafe { put(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none()) };
+    let ptr = unsafe { put(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none) };
     // SAFETY: the caller's contract; `ptr` was just returned.
     unsafe { crate::worker::wait_and_free(ep_ref(ep).worker(), ptr) }
 }
@@ -564,7 +609,7 @@ pub unsafe extern "C" fn ucp_get(
         return ucs_status_t::UCS_ERR_INVALID_PARAM;
     }
     // SAFETY: the caller's contract.
-    let ptr = unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none()) };
+    let ptr = unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none) };
     // SAFETY: the caller's contract; `ptr` was just returned.
     unsafe { crate::worker::wait_and_free(ep_ref(ep).worker(), ptr) }
 }
@@ -607,7 +652,7 @@ macro_rules! blocking_post {
                     rkey,
                     std::ptr::null_mut(),
                     std::ptr::null(),
-                    Setup::none(),
+                    Setup::none,
                 );
                 wait_atomic(ep, ptr)
             }
@@ -646,7 +691,7 @@ macro_rules! blocking_fetch {
                     rkey,
                     result.cast(),
                     std::ptr::null(),
-                    Setup::none(),
+                    Setup::none,
                 );
                 wait_atomic(ep, ptr)
             }
@@ -686,7 +731,7 @@ macro_rules! blocking_cswap {
                     rkey,
                     result.cast(),
                     std::ptr::null(),
-                    Setup::none(),
+                    Setup::none,
                 );
                 wait_atomic(ep, ptr)
             }
