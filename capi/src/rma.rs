@@ -4,8 +4,8 @@ use std::ffi::c_void;
 
 use crate::bindings::*;
 use crate::dt;
-use crate::endpoint::ep_ref;
-use crate::mem::rkey_ref;
+use crate::endpoint::{ep_ref, CEp};
+use crate::mem::{rkey_ref, CRkey};
 use crate::request::{self, Finish, Immediate, Outcome, Setup};
 use crate::status;
 
@@ -71,13 +71,14 @@ pub unsafe extern "C" fn ucp_put_nbx(
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
     // SAFETY: the caller's contract.
-    unsafe { put(ep, buffer, count, remote_addr, rkey, param, Setup::send(param)) }
+    unsafe { put(ep, buffer, count, remote_addr, rkey, param, || Setup::send(param)) }
 }
 
 /// A put with `setup`.
 ///
 /// # Safety
 /// As `ucp_put_nbx`.
+#[inline(always)]
 unsafe fn put(
     ep: ucp_ep_h,
     buffer: *const c_void,
@@ -85,7 +86,7 @@ unsafe fn put(
     remote_addr: u64,
     rkey: ucp_rkey_h,
     param: *const ucp_request_param_t,
-    setup: Setup,
+    setup: impl FnOnce() -> Setup,
 ) -> ucs_status_ptr_t {
     if ep.is_null() || rkey.is_null() {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
@@ -104,6 +105,24 @@ unsafe fn put(
             return request::status_ptr(status::of(result));
         }
     }
+    // SAFETY: the caller's contract.
+    unsafe { put_with_request(cep, key, (buffer, count), remote_addr, param, setup()) }
+}
+
+/// [`put`] with a request: one that goes to the target, or whose caller wants the request.
+/// Out of line, so that the direct path inlined into `ucp_put_nbx` stays small.
+///
+/// # Safety
+/// As `ucp_put_nbx`.
+#[inline(never)]
+unsafe fn put_with_request(
+    cep: &CEp,
+    key: &CRkey,
+    (buffer, count): (*const c_void, usize),
+    remote_addr: u64,
+    param: *const ucp_request_param_t,
+    setup: Setup,
+) -> ucs_status_ptr_t {
     // SAFETY: the caller's contract.
     let data = match unsafe { dt::gather(buffer, count, dt::BYTES) } {
         Ok(data) => data,
@@ -126,6 +145,7 @@ unsafe fn put(
 ///
 /// # Safety
 /// As `ucp_get_nbx`.
+#[inline(always)]
 unsafe fn get(
     ep: ucp_ep_h,
     buffer: *mut c_void,
@@ -133,7 +153,7 @@ unsafe fn get(
     remote_addr: u64,
     rkey: ucp_rkey_h,
     param: *const ucp_request_param_t,
-    mut setup: Setup,
+    setup: impl FnOnce() -> Setup,
 ) -> ucs_status_ptr_t {
     if ep.is_null() || rkey.is_null() {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
@@ -154,6 +174,23 @@ unsafe fn get(
             return request::status_ptr(status::of(result));
         }
     }
+    // SAFETY: the caller's contract.
+    unsafe { get_with_request(cep, key, (buffer, count), remote_addr, param, setup()) }
+}
+
+/// [`get`] with a request (see [`put_with_request`]).
+///
+/// # Safety
+/// As `ucp_get_nbx`.
+#[inline(never)]
+unsafe fn get_with_request(
+    cep: &CEp,
+    key: &CRkey,
+    (buffer, count): (*mut c_void, usize),
+    remote_addr: u64,
+    param: *const ucp_request_param_t,
+    mut setup: Setup,
+) -> ucs_status_ptr_t {
     // SAFETY: the caller's contract.
     let target = match unsafe { dt::scatter(buffer, count, dt::BYTES) } {
         Ok(target) => target,
@@ -188,7 +225,7 @@ pub unsafe extern "C" fn ucp_get_nbx(
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
     // SAFETY: the caller's contract.
-    unsafe { get(ep, buffer, count, remote_addr, rkey, param, Setup::send(param)) }
+    unsafe { get(ep, buffer, count, remote_addr, rkey, param, || Setup::send(param)) }
 }
 
 /// What an implicit (`nbi`) operation returns: `UCS_OK` when done, `UCS_INPROGRESS` while a
@@ -270,9 +307,8 @@ pub unsafe extern "C" fn ucp_put_nb(
     rkey: ucp_rkey_h,
     cb: ucp_send_callback_t,
 ) -> ucs_status_ptr_t {
-    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract.
-    unsafe { put(ep, buffer, length, remote_addr, rkey, std::ptr::null(), setup) }
+    unsafe { put(ep, buffer, length, remote_addr, rkey, std::ptr::null(), || Setup::nb(cb)) }
 }
 
 /// `ucp_get_nb` (deprecated form).
@@ -288,9 +324,8 @@ pub unsafe extern "C" fn ucp_get_nb(
     rkey: ucp_rkey_h,
     cb: ucp_send_callback_t,
 ) -> ucs_status_ptr_t {
-    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract.
-    unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), setup) }
+    unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), || Setup::nb(cb)) }
 }
 
 /// Runs an atomic: `op` with `value` (and, for CSWAP, `compare`) on the `size`-byte word at
@@ -299,6 +334,7 @@ pub unsafe extern "C" fn ucp_get_nb(
 /// # Safety
 /// `ep` and `rkey` live; `reply` null or valid for a `size`-byte write until completion.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn atomic(
     ep: ucp_ep_h,
     op: zcx::AtomicOp,
@@ -309,7 +345,7 @@ unsafe fn atomic(
     rkey: ucp_rkey_h,
     reply: *mut c_void,
     param: *const ucp_request_param_t,
-    mut setup: Setup,
+    setup: impl FnOnce() -> Setup,
 ) -> ucs_status_ptr_t {
     if ep.is_null() || rkey.is_null() {
         return request::status_ptr(ucs_status_t::UCS_ERR_INVALID_PARAM);
@@ -331,6 +367,25 @@ unsafe fn atomic(
             });
         }
     }
+    let operation = (op, size, value, compare);
+    // SAFETY: the caller's contract.
+    unsafe { atomic_with_request(cep, key, operation, remote_addr, reply, param, setup()) }
+}
+
+/// [`atomic`] with a request (see [`put_with_request`]).
+///
+/// # Safety
+/// As [`atomic`].
+#[inline(never)]
+unsafe fn atomic_with_request(
+    cep: &CEp,
+    key: &CRkey,
+    (op, size, value, compare): (zcx::AtomicOp, zcx::AtomicSize, u64, u64),
+    remote_addr: u64,
+    reply: *mut c_void,
+    param: *const ucp_request_param_t,
+    mut setup: Setup,
+) -> ucs_status_ptr_t {
     if !reply.is_null() {
         let reply = reply as usize;
         let finish: Finish = Box::new(move |status, outcome: &Outcome| {
@@ -447,7 +502,7 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
         (operand, 0)
     };
     // SAFETY: the caller's contract.
-    unsafe { atomic(ep, op, size, value, compare, remote_addr, rkey, reply, param, Setup::send(param)) }
+    unsafe { atomic(ep, op, size, value, compare, remote_addr, rkey, reply, param, || Setup::send(param)) }
 }
 
 /// `ucp_atomic_post` (deprecated): a non-fetching atomic, complete once flushed.
@@ -473,18 +528,7 @@ pub unsafe extern "C" fn ucp_atomic_post(
     let Some(size) = atomic_size(op_size) else { return ucs_status_t::UCS_ERR_INVALID_PARAM };
     // SAFETY: the caller's contract; no reply.
     implicit(unsafe {
-        atomic(
-            ep,
-            op,
-            size,
-            value,
-            0,
-            remote_addr,
-            rkey,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            Setup::none(),
-        )
+        atomic(ep, op, size, value, 0, remote_addr, rkey, std::ptr::null_mut(), std::ptr::null(), Setup::none)
     })
 }
 
@@ -523,9 +567,10 @@ pub unsafe extern "C" fn ucp_atomic_fetch_nb(
     } else {
         (value, 0)
     };
-    let setup = Setup::nb(cb);
     // SAFETY: the caller's contract.
-    unsafe { atomic(ep, op, size, value, compare, remote_addr, rkey, result, std::ptr::null(), setup) }
+    unsafe {
+        atomic(ep, op, size, value, compare, remote_addr, rkey, result, std::ptr::null(), || Setup::nb(cb))
+    }
 }
 
 /// Blocking forms kept by `ucp_compat.h`'s users: the put and get they name, waited for.
@@ -544,7 +589,7 @@ pub unsafe extern "C" fn ucp_put(
         return ucs_status_t::UCS_ERR_INVALID_PARAM;
     }
     // SAFETY: the caller's contract.
-    let ptr = unsafe { put(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none()) };
+    let ptr = unsafe { put(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none) };
     // SAFETY: the caller's contract; `ptr` was just returned.
     unsafe { crate::worker::wait_and_free(ep_ref(ep).worker(), ptr) }
 }
@@ -565,7 +610,7 @@ pub unsafe extern "C" fn ucp_get(
         return ucs_status_t::UCS_ERR_INVALID_PARAM;
     }
     // SAFETY: the caller's contract.
-    let ptr = unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none()) };
+    let ptr = unsafe { get(ep, buffer, length, remote_addr, rkey, std::ptr::null(), Setup::none) };
     // SAFETY: the caller's contract; `ptr` was just returned.
     unsafe { crate::worker::wait_and_free(ep_ref(ep).worker(), ptr) }
 }
@@ -608,7 +653,7 @@ macro_rules! blocking_post {
                     rkey,
                     std::ptr::null_mut(),
                     std::ptr::null(),
-                    Setup::none(),
+                    Setup::none,
                 );
                 wait_atomic(ep, ptr)
             }
@@ -647,7 +692,7 @@ macro_rules! blocking_fetch {
                     rkey,
                     result.cast(),
                     std::ptr::null(),
-                    Setup::none(),
+                    Setup::none,
                 );
                 wait_atomic(ep, ptr)
             }
@@ -687,7 +732,7 @@ macro_rules! blocking_cswap {
                     rkey,
                     result.cast(),
                     std::ptr::null(),
-                    Setup::none(),
+                    Setup::none,
                 );
                 wait_atomic(ep, ptr)
             }
