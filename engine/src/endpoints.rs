@@ -81,6 +81,17 @@ impl<T> EndpointTable<T> {
         self.slots[index].ep.as_mut()
     }
 
+    /// The id of the endpoint `id` finds: `id` itself, or the endpoint it was merged into. What
+    /// an operation records, so that the frames of its endpoint (which come under that id) find
+    /// it whichever id it was issued under.
+    #[inline]
+    pub(crate) fn canonical(&self, id: EndpointId) -> EndpointId {
+        match self.slot_of(id) {
+            Some(_) => id,
+            None => self.alias_of(id).unwrap_or(id),
+        }
+    }
+
     /// The slot holding the endpoint of `id` itself (no alias).
     #[inline]
     fn slot_of(&self, id: EndpointId) -> Option<usize> {
@@ -216,6 +227,7 @@ mod tests {
         let kept = table.insert("kept");
         let chained = table.insert("chained");
         assert_eq!(table.merge(merged, kept), Some("merged"));
+        assert_eq!((table.canonical(merged), table.canonical(kept)), (kept, kept));
         assert_eq!(table.get(&merged), Some(&"kept"));
         *table.get_mut(&merged).unwrap() = "kept, changed";
         assert_eq!(table.get(&kept), Some(&"kept, changed"));

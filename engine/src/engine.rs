@@ -535,7 +535,7 @@ impl Engine {
     pub(crate) fn new_op(&mut self, ep: Option<EndpointId>, kind: OpKind, cookie: Option<Cookie>) -> OpId {
         let id = OpId::from_raw(self.op_ids.next());
         let record = Operation {
-            ep,
+            ep: ep.map(|ep| self.eps.canonical(ep)),
             kind,
             tokens: 0,
             rma_issued: false,

@@ -112,7 +112,7 @@ impl Engine {
         cookie: Option<crate::Cookie>,
     ) {
         let record = crate::engine::Operation {
-            ep: Some(ep),
+            ep: Some(self.eps.canonical(ep)),
             kind,
             tokens,
             rma_issued: false,

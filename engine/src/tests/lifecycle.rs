@@ -414,3 +414,27 @@ fn an_endpoint_absorbs_the_one_its_peer_connected_first() {
     p.b.ep = mine;
     p.assert_no_leaks();
 }
+
+/// A rendezvous message that arrived on the merged endpoint before the merge, matched after it:
+/// its operation is the surviving endpoint's, so the data that follows on the link finds it.
+#[test]
+fn a_rendezvous_that_arrived_before_the_merge_completes_after_it() {
+    for net in [Net::emulated(), Net::native()] {
+        let mut p = Pair::new(net);
+        let data = pattern(5000, 8);
+        let buf = p.a.keyed(&data);
+        let sent = p.a.engine.tag_send(p.a.ep, buf, 4, false).unwrap();
+        let send = p.a.track(sent);
+        p.drive();
+        let accepted = p.b.ep;
+        let mine = p.b.engine.add_endpoint(LinkId(99), net.caps(), true, false);
+        assert!(p.b.engine.absorb_endpoint(mine, accepted));
+        let mut out = vec![0u8; data.len()];
+        let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 4, ALL));
+        p.drive();
+        assert_eq!((p.a.status(send), p.b.status(recv)), (Status::Ok, Status::Ok), "{net:?}");
+        assert_eq!(out, data);
+        p.b.ep = mine;
+        p.assert_no_leaks();
+    }
+}
