@@ -198,6 +198,10 @@ impl Endpoint {
     /// would refuse it, and no byte is touched.
     #[inline(always)]
     fn direct_view(&self, rkey: &EpRkey, remote_addr: u64, len: u64, need: Prot) -> Option<Result<*mut u8>> {
+        // A key unpacked on another endpoint is never used directly here.
+        if rkey.ep != self.id() {
+            return None;
+        }
         let window = match rkey.window.get() {
             Some(window) => window,
             None => self.open_window(rkey)?,
@@ -322,9 +326,6 @@ impl Endpoint {
     /// operation that completed at once (the C API's `ucp_put_nbx` returning `UCS_OK`).
     #[inline(always)]
     pub fn put_direct(&self, bytes: &[u8], remote_addr: u64, rkey: &EpRkey) -> Option<Result<()>> {
-        if rkey.ep != self.id() {
-            return None;
-        }
         let len = bytes.len();
         let dst = match self.direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_WRITE)? {
             Ok(dst) => dst,
@@ -472,9 +473,6 @@ impl Endpoint {
     /// refused as the target would refuse it and `dst` is untouched.
     #[inline(always)]
     pub fn get_direct(&self, dst: &mut [u8], remote_addr: u64, rkey: &EpRkey) -> Option<Result<()>> {
-        if rkey.ep != self.id() {
-            return None;
-        }
         let len = dst.len();
         let src = match self.direct_view(rkey, remote_addr, len as u64, Prot::REMOTE_READ)? {
             Ok(src) => src,
@@ -570,7 +568,7 @@ impl Endpoint {
         rkey: &EpRkey,
     ) -> Option<Result<u64>> {
         let bytes = size.bytes();
-        if rkey.ep != self.id() || remote_addr % u64::from(bytes) != 0 {
+        if remote_addr % u64::from(bytes) != 0 {
             return None;
         }
         let need = Prot::REMOTE_READ | Prot::REMOTE_WRITE;
