@@ -361,6 +361,43 @@ fn force_close_cancels_queued_zero_copy_sends() {
     assert_eq!(b.t.send(lb, b"x", Payload::None), Err(TlError::InvalidParam));
 }
 
+/// A link closed while a send request moves data to a reading peer is reaped and gives every
+/// zero-copy payload back. Many rounds: the order of the send's and the cancel's completions is
+/// the kernel's (the unit test in `uring::transport` pins the one that used to strand a link).
+#[test]
+fn close_with_a_send_request_out_returns_every_payload() {
+    let big = pattern(1 << 20, 3);
+    for round in 0..40u64 {
+        let (mut a, mut b) = (Side::new(), Side::new());
+        let (la, lb) = pair(&mut a, &mut b, "127.0.0.1");
+        let mut tokens = Vec::new();
+        // The receiver never reads: the socket fills and a send request stays in the kernel.
+        while tokens.len() < 64 {
+            let token = round * 1000 + tokens.len() as u64;
+            // SAFETY: `big` outlives the wait for every SendDone below.
+            let z = unsafe { ZcopyPayload::new(big.as_ptr(), big.len(), token) };
+            match b.t.send_placed(lb, b"z", Payload::Zcopy(z)) {
+                Ok(SendOutcome::InFlight) => tokens.push(token),
+                Ok(SendOutcome::Done) => {}
+                Err(TlError::NoResource) => break,
+                Err(e) => panic!("round {round}: send failed: {e:?}"),
+            }
+            b.poll();
+        }
+        assert!(b.t.has_pending_sends(lb), "round {round}: nothing waits in the kernel");
+        // The receiver reads and says goodbye; the sender closes when the goodbye arrives, its
+        // send request still moving data.
+        a.t.send(la, b"bye", Payload::None).unwrap();
+        pump(&mut a, &mut b, "the goodbye", |_, b| b.frames(lb).iter().any(|f| f == b"bye"));
+        b.t.close(lb, true);
+        pump(&mut a, &mut b, "every zero-copy payload back", |_, b| {
+            tokens
+                .iter()
+                .all(|t| b.ev.iter().any(|e| matches!(e, Ev::SendDone(l, tok, _) if *l == lb && tok == t)))
+        });
+    }
+}
+
 #[test]
 fn placed_payloads_land_in_place_in_order_with_ordinary_frames() {
     let (mut a, mut b) = (Side::new(), Side::new());

@@ -529,6 +529,9 @@ impl UringTransport {
             link.error = error;
         }
         if link.state == LinkState::Dead {
+            // Already shut down: the caller's completion may have been its last request (a
+            // cancelled send can complete after the cancel itself).
+            self.try_reap(index);
             return;
         }
         link.state = LinkState::Dead;
@@ -1476,4 +1479,41 @@ fn check_room(link: &Link, extra: usize) -> Result<(), TlError> {
         return Err(TlError::NoResource);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn poll_until(t: &mut UringTransport, what: &str, mut done: impl FnMut(&UringTransport) -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !done(t) {
+            assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+            t.poll(&mut |_| {});
+        }
+    }
+
+    /// The kernel may post a cancelled send's completion after the cancel's own: the link, dead
+    /// by then, must still be reaped on that last completion, or its payload tokens never come
+    /// back and the operations holding them never end.
+    #[test]
+    fn a_send_completing_after_the_cancel_lets_the_dead_link_be_reaped() {
+        let mut t = UringTransport::new(&UringConfig::default()).expect("io_uring transport");
+        let (_listener, addr) = t.listen("127.0.0.1:0".parse().unwrap()).expect("listen");
+        let link = t.connect(ConnectTarget::Sockaddr { remote: addr, local: None }).expect("connect");
+        poll_until(&mut t, "the connection", |t| {
+            t.index(link).and_then(|i| t.links.at(i)).is_some_and(|l| l.state == LinkState::Open)
+        });
+        let index = t.index(link).expect("live link");
+        // A send request is out when the link is killed.
+        t.links.at_mut(index).expect("live link").tx.submitted = true;
+        t.kill(index, None);
+        poll_until(&mut t, "the cancel and the receive to end", |t| {
+            t.links.at(index).is_some_and(|l| !l.cancel_inflight && !l.recv_armed)
+        });
+        assert!(t.index(link).is_some(), "reaped with a send request out");
+        // The send's completion comes last.
+        t.on_send(index, -libc::ECANCELED, 0);
+        assert!(t.index(link).is_none(), "the dead link was not reaped on its last completion");
+    }
 }
