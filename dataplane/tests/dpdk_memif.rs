@@ -359,7 +359,10 @@ mod child {
         let error = loop {
             assert!(
                 start.elapsed() < limit + Duration::from_secs(2),
-                "server: no LinkFailed after {limit:?}"
+                "server: no LinkFailed {:?} after the last frame (limit {limit:?}); session {:?}, transport {:?}",
+                start.elapsed(),
+                t.session(link).map(|s| *s.stats()),
+                t.stats()
             );
             poll(&mut t, &mut events);
             if let Some(ev) = events.pop() {
