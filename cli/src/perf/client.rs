@@ -16,7 +16,7 @@ use zcx::{
 };
 
 use crate::perf::am::AmSink;
-use crate::perf::args::{PerfArgs, TestKind, TestSpec};
+use crate::perf::args::{batch_for, PerfArgs, TestKind, TestSpec};
 use crate::perf::buf::IMPLICIT_PUT_MAX;
 use crate::perf::buf::{pool, PerfBuf};
 use crate::perf::pattern;
@@ -80,8 +80,12 @@ pub fn run(
             // The server answered on the endpoint's final lane: say which transport it is on.
             check_transport(&session, out)?;
         }
-        let t =
-            Test { s: &session, spec: *spec, batch: args.batch, progress: Progress::new(out.progress, spec) };
+        let t = Test {
+            s: &session,
+            spec: *spec,
+            batch: batch_for(args.batch, spec.iters),
+            progress: Progress::new(out.progress, spec),
+        };
         let report = t.run().map_err(|e| {
             t.progress.clear();
             if session.peer_failed.load(Ordering::Relaxed) {
