@@ -127,7 +127,8 @@ pub enum TestKind {
     GetLat,
     /// A window of gets; bandwidth.
     GetBw,
-    /// Atomic add, waiting for the target's acknowledgement each time; latency of the operation.
+    /// Atomic adds streamed back to back, nothing waiting for any one of them (as
+    /// `ucx_perftest`'s ucp_add); time per add, including the flush that ends the run.
     AtomicAddLat,
     /// Fetch-and-add, one at a time; latency of the operation.
     FaddLat,
