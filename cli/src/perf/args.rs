@@ -55,7 +55,7 @@ pub struct PerfArgs {
     pub window: u32,
     /// Iterations per timed batch of latency tests (`latency_us` is the median of the batches).
     /// Default: 1000, or a tenth of the iterations when a test has fewer than 10000, so that
-    /// the median is always taken over at least 10 batches.
+    /// the median is taken over at least 10 batches (of 10 iterations or more, one each).
     #[arg(short = 'b', long, value_parser = clap::value_parser!(u64).range(1..))]
     pub batch: Option<u64>,
     /// The receiver checks every byte of every message against a pattern derived from the
@@ -302,7 +302,7 @@ pub fn default_counts(kind: TestKind, size: usize) -> (u64, u64) {
 
 /// Iterations per timed batch of a latency test of `iters` iterations: `asked` (`-b`) if given,
 /// else [`DEFAULT_BATCH`] lowered to a tenth of the iterations, so that the median of batches is
-/// taken over at least 10 of them.
+/// taken over at least 10 of them (of 10 iterations or more; fewer run one per batch).
 pub fn batch_for(asked: Option<u64>, iters: u64) -> u64 {
     asked.unwrap_or_else(|| DEFAULT_BATCH.min(iters / 10).max(1))
 }
