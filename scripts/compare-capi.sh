@@ -16,6 +16,9 @@
 #   # both sides on UCX's library, to see what the noise alone gives (ratios near 1.00):
 #   ZCX_CAPI_LIBDIR=/usr/lib/x86_64-linux-gnu scripts/compare-capi.sh
 #
+# The test loops are one binary's on both sides, so each case does the same work on each (see
+# docs/perf-tests.md for the one difference, in zcx's disfavour).
+#
 # Latency (us, the whole-run average, one-way for ping-pongs): ratio > 1 means zcx is slower.
 # Bandwidth (MB/s, MB = 1e6 B): ratio > 1 means zcx is faster. Both sides get the same UCX_TLS,
 # and ZCX_TLS set to the same value, so the comparison holds whichever the library reads. A case

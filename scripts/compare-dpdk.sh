@@ -21,6 +21,7 @@
 #   TESTS="tag_lat put_lat am_lat stream_lat tag_bw put_bw"   (any test compare-ucx.sh knows)
 #   LAT_ITERS=10000 LAT_WARMUP=500 BW_ITERS=500 BW_WARMUP=50 BW_SIZE=1048576
 #   LAT_SIZES="8" BW_SIZES="$BW_SIZE"   sizes of the latency / bandwidth tests
+#   BW_WINDOW=16      operations the bandwidth tests keep outstanding, on every side
 #   UCX_PORT_BASE=14300 SERVER_CPU=1 CLIENT_CPU=0 RUN_TIMEOUT=120
 #   CSV=target/compare-dpdk.csv PLOT=target/compare-dpdk.svg (PLOT= draws nothing)
 set -euo pipefail
@@ -57,7 +58,11 @@ pkg-config --exists libdpdk 2>/dev/null || { zcx_log "DPDK not found (install li
 
 echo "== building zcx (release, feature dpdk)" >&2
 ZCX_REQUIRE_DPDK=1 cargo build --release --quiet --bin zcx --features zcx-cli/dpdk
-ZCX=$PWD/target/release/zcx
+# Where cargo put it: CARGO_TARGET_DIR when set (relative to the repository), else target/.
+case ${CARGO_TARGET_DIR:-target} in
+    /*) ZCX=${CARGO_TARGET_DIR}/release/zcx ;;
+    *) ZCX=$PWD/${CARGO_TARGET_DIR:-target}/release/zcx ;;
+esac
 
 perf_start
 
@@ -65,9 +70,9 @@ perf_start
 side_run() {
     local side=$1 test=$2 ucx_test=$3 size=$4 iters=$5 warmup=$6 metric=$7
     case $side in
-        ucx-tcp) ucx_run tcp "$ucx_test" "$size" "$iters" "$warmup" && ucx_value "$metric" ;;
-        zcx-tcp) zcx_run uring "$test" "$size" "$iters" "$warmup" && zcx_value "$metric" ;;
-        zcx-dpdk) zcx_run dpdk "$test" "$size" "$iters" "$warmup" && zcx_value "$metric" ;;
+        ucx-tcp) ucx_run tcp "$ucx_test" "$size" "$iters" "$warmup" "$window" && ucx_value "$metric" ;;
+        zcx-tcp) zcx_run uring "$test" "$size" "$iters" "$warmup" "$window" && zcx_value "$metric" ;;
+        zcx-dpdk) zcx_run dpdk "$test" "$size" "$iters" "$warmup" "$window" && zcx_value "$metric" ;;
     esac
 }
 

@@ -8,6 +8,10 @@
 # rounds' own zcx/UCX ratios. Interleaving spreads the machine's noise over both sides instead
 # of giving one a quiet minute.
 #
+# What each side does per iteration of each test, and why the pairs below are like for like, is
+# in docs/perf-tests.md. Both sides get the same window (operations outstanding): 1 for the
+# latency tests, BW_WINDOW for the bandwidth and rate tests (ucx_perftest -O, zcx perf -W).
+#
 #   test            UCX test       size     compared
 #   tag_lat         tag_lat        8        one-way latency, whole-run average (us)
 #   tag_sync_lat    tag_sync_lat   8        one-way latency (us)
@@ -17,8 +21,7 @@
 #   put_rate        ucp_put_bw     8        message rate (puts/s; RATE_ITERS=2000000, RATE_SIZES=8)
 #   get_lat         ucp_get        8        latency of one get (us; neither side halves it)
 #   get_bw          ucp_get        1 MiB    bandwidth (MB/s)
-#   atomic_add_lat  ucp_add        8        time per add (us). Not like for like: UCX streams
-#                                           non-fetching adds, zcx waits for each acknowledgement
+#   atomic_add_lat  ucp_add        8        time per add, adds streamed, final flush included (us)
 #   fadd_lat        ucp_fadd       8        latency of one fetch-and-add (us)
 #   cswap_lat       ucp_cswap      8        latency of one compare-and-swap (us)
 #   am_lat          ucp_am_lat     8        one-way latency (us)
@@ -60,13 +63,14 @@
 #                     takes about 1 ms each) (LAT_WARMUP=500)
 #   BW_ITERS=500      iterations of the bandwidth tests (BW_WARMUP=50)
 #   BW_SIZE=1048576   message size of the bandwidth tests
+#   BW_WINDOW=16      operations the bandwidth and rate tests keep outstanding, on both sides
 #   LAT_SIZES="8" BW_SIZES="$BW_SIZE"  sizes to run each latency / bandwidth test at (a sweep)
 #   SWEEP=1           shorthand for LAT_SIZES="8 64 512 4096 32768 262144" and
 #                     BW_SIZES="8192 65536 1048576 4194304": the plot then has curves
 #   UCX_PORT_BASE=14300  first TCP port of the ucx_perftest servers (one port per run)
 #   SERVER_CPU=1 CLIENT_CPU=0
-#   TESTS="tag_lat tag_sync_lat tag_bw put_lat put_bw put_rate get_lat get_bw fadd_lat cswap_lat
-#          am_lat am_bw stream_lat stream_bw"   (atomic_add_lat too, on request)
+#   TESTS="tag_lat tag_sync_lat tag_bw put_lat put_bw put_rate get_lat get_bw atomic_add_lat
+#          fadd_lat cswap_lat am_lat am_bw stream_lat stream_bw"
 #   CSV=target/compare-ucx.csv   the medians as CSV
 #   PLOT=target/compare-ucx.svg  the plot (PLOT= draws nothing)
 set -euo pipefail
@@ -84,7 +88,7 @@ BW_SIZE=${BW_SIZE:-1048576}
 UCX_PORT_BASE=${UCX_PORT_BASE:-14300}
 SERVER_CPU=${SERVER_CPU:-1}
 CLIENT_CPU=${CLIENT_CPU:-0}
-TESTS=${TESTS:-"tag_lat tag_sync_lat tag_bw put_lat put_bw put_rate get_lat get_bw fadd_lat cswap_lat am_lat am_bw stream_lat stream_bw"}
+TESTS=${TESTS:-"tag_lat tag_sync_lat tag_bw put_lat put_bw put_rate get_lat get_bw atomic_add_lat fadd_lat cswap_lat am_lat am_bw stream_lat stream_bw"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 if [ "${SWEEP:-0}" = 1 ]; then
     LAT_SIZES=${LAT_SIZES:-"8 64 512 4096 32768 262144"}
@@ -111,7 +115,11 @@ command -v ucx_perftest >/dev/null 2>&1 || { zcx_log "ucx_perftest not found (in
 
 echo "== building zcx (release)" >&2
 cargo build --release --quiet --bin zcx
-ZCX=$PWD/target/release/zcx
+# Where cargo put it: CARGO_TARGET_DIR when set (relative to the repository), else target/.
+case ${CARGO_TARGET_DIR:-target} in
+    /*) ZCX=${CARGO_TARGET_DIR}/release/zcx ;;
+    *) ZCX=$PWD/${CARGO_TARGET_DIR:-target}/release/zcx ;;
+esac
 
 perf_start
 
@@ -138,14 +146,14 @@ host_label() {
     esac
 }
 ucx_side() {
-    if ucx_run "$UCX_SIDE_TLS" "$ucx_test" "$size" "$iters" "$warmup"; then
+    if ucx_run "$UCX_SIDE_TLS" "$ucx_test" "$size" "$iters" "$warmup" "$window"; then
         uv=$(ucx_value "$metric")
         echo "$uv" >>"$ucx_values"
     fi
     uh=$(probe)
 }
 zcx_side() {
-    if zcx_run "$ZCX_SIDE_TLS" "$test" "$size" "$iters" "$warmup"; then
+    if zcx_run "$ZCX_SIDE_TLS" "$test" "$size" "$iters" "$warmup" "$window"; then
         zv=$(zcx_value "$metric")
         echo "$zv" >>"$zcx_values"
     fi
@@ -237,6 +245,8 @@ echo "# back to back, on the placement of the moment, so the host's moves cancel
 echo "# latency: whole-run average, one-way for ping-pongs (ratio > 1: zcx slower); p50_ratio: the same"
 echo "# comparison of the typical iteration (50th percentiles; UCX's over its last window of iterations);"
 echo "# bandwidth: MB = 1e6 B, and message rate: puts/s (ratio > 1: zcx faster). UCX $(ucx_version) with UCX_TLS=$UCX_SIDE_TLS; zcx with ZCX_TLS=$ZCX_SIDE_TLS."
+echo "# Both sides kept ${BW_WINDOW:-16} operations outstanding in bandwidth and rate tests, 1 in latency tests; what each"
+echo "# side does per iteration: docs/perf-tests.md."
 echo "# host_ns: median of the test's cross-core round trips (zcx probe, after each side); shared: rounds in which"
 echo "# a probe found the two CPUs on one core (hyperthreads); apart: median ratio over the other rounds."
 if [ -n "$CSV" ]; then

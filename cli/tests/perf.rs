@@ -281,7 +281,8 @@ fn a_sweep_runs_every_size_and_plots_them() {
     let drawn = std::fs::read_to_string(&svg).expect("the plot");
     assert!(drawn.starts_with("<svg") && drawn.contains("tag_lat (zcx)") && drawn.contains("tag_bw (zcx)"));
 
-    // `zcx plot` draws a CSV with a source column (what the comparison script writes).
+    // `zcx plot` draws a CSV with a source column (what the comparison script writes): one size
+    // per test, so a bar per source and test, labelled with its value.
     let csv = dir.join("compare.csv");
     std::fs::write(&csv, "source,test,size,latency_us,bandwidth_MBps\nucx,tag_lat,8,3.5,\nzcx,tag_lat,8,4.0,\nucx,tag_bw,1048576,,4000\n")
         .unwrap();
@@ -289,9 +290,14 @@ fn a_sweep_runs_every_size_and_plots_them() {
     let out = zcx(&["plot", "--input", csv.to_str().unwrap(), "--out", out_svg.to_str().unwrap()]);
     assert!(out.status.success(), "{:?}", text(&out));
     let drawn = std::fs::read_to_string(&out_svg).expect("the plot");
-    assert!(
-        drawn.contains("tag_lat (ucx)") && drawn.contains("tag_lat (zcx)") && drawn.contains("tag_bw (ucx)")
-    );
+    let texts: Vec<&str> = drawn
+        .split("<text")
+        .skip(1)
+        .filter_map(|t| Some(t.split_once('>')?.1.split_once("</text>")?.0.trim()))
+        .collect();
+    for text in ["tag_lat", "tag_bw", "ucx", "zcx", "3.50", "4.00", "4000"] {
+        assert!(texts.contains(&text), "{text} missing from the plot's texts {texts:?}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,14 +1,19 @@
 # Helpers of the comparison scripts (compare-ucx.sh, compare-dpdk.sh): sourced, not run.
 #
 # They read these globals, set by the script: LAT_ITERS LAT_WARMUP LAT_SIZES BW_ITERS BW_WARMUP
-# BW_SIZES (spec), SERVER_CPU CLIENT_CPU RUN_TIMEOUT UCX_PORT_BASE, ZCX (the zcx binary, for
-# zcx_run), and UCX_PERFTEST if set (the ucx_perftest ucx_run starts; default: the one on PATH).
+# BW_SIZES BW_WINDOW (spec; BW_WINDOW defaults to 16), SERVER_CPU CLIENT_CPU RUN_TIMEOUT
+# UCX_PORT_BASE, ZCX (the zcx binary, for zcx_run), and UCX_PERFTEST if set (the ucx_perftest
+# ucx_run starts; default: the one on PATH).
 # perf_start sets up the work directory and the cleanup of every process started.
 
-# spec TEST: sets ucx_test, sizes, iters, warmup, metric for TEST; fails for a test with no
-# ucx_perftest counterpart.
+# spec TEST: sets ucx_test, sizes, iters, warmup, metric and window for TEST; fails for a test
+# with no ucx_perftest counterpart. window is the operations each side keeps outstanding, given
+# to both (ucx_perftest -O, zcx perf -W): 1 for latency tests (both tools' default), BW_WINDOW
+# for bandwidth and rate tests, where ucx_perftest's own defaults differ from test to test (32
+# for tag_bw, ucp_put_bw and ucp_am_bw, 1 for ucp_get and stream_bw) and zcx perf's is 16.
+# docs/perf-tests.md says what each side does per iteration.
 spec() {
-    metric=latency_us iters=$LAT_ITERS warmup=$LAT_WARMUP sizes=$LAT_SIZES
+    metric=latency_us iters=$LAT_ITERS warmup=$LAT_WARMUP sizes=$LAT_SIZES window=1
     case $1 in
         tag_lat | tag_sync_lat | stream_lat) ucx_test=$1 ;;
         put_lat) ucx_test=ucp_put_lat ;;
@@ -25,9 +30,12 @@ spec() {
         *) return 1 ;;
     esac
     case $1 in
-        *_bw) metric=bandwidth_MBps iters=$BW_ITERS warmup=$BW_WARMUP sizes=$BW_SIZES ;;
+        *_bw) metric=bandwidth_MBps iters=$BW_ITERS warmup=$BW_WARMUP sizes=$BW_SIZES window=${BW_WINDOW:-16} ;;
         # Message rate: put_bw at small sizes, millions of puts (RATE_ITERS, RATE_SIZES).
-        *_rate) metric=msg_rate iters=${RATE_ITERS:-2000000} warmup=${RATE_WARMUP:-10000} sizes=${RATE_SIZES:-8} ;;
+        *_rate)
+            metric=msg_rate iters=${RATE_ITERS:-2000000} warmup=${RATE_WARMUP:-10000} sizes=${RATE_SIZES:-8}
+            window=${BW_WINDOW:-16}
+            ;;
     esac
 }
 KNOWN_TESTS="tag_lat tag_sync_lat tag_bw put_lat put_bw put_rate get_lat get_bw atomic_add_lat fadd_lat cswap_lat am_lat am_bw stream_lat stream_bw"
@@ -81,11 +89,14 @@ wait_listen() {
     return 1
 }
 
-# ucx_run UCX_TLS TEST SIZE ITERS WARMUP: sets $ucx_line to the final line of ucx_perftest -f
-# (numbers only). (Not run in a subshell: the PIDs it starts and the port counter must stay in
-# this shell.)
+# ucx_run UCX_TLS TEST SIZE ITERS WARMUP [WINDOW]: sets $ucx_line to the final line of
+# ucx_perftest -f (numbers only); WINDOW, when given, is its -O (outstanding operations; without
+# it, the test's own default). (Not run in a subshell: the PIDs it starts and the port counter
+# must stay in this shell.)
 ucx_run() {
     local tls=$1 test=$2 size=$3 iters=$4 warmup=$5 server client spid cpid
+    local outstanding=()
+    [ -n "${6:-}" ] && outstanding=(-O "$6")
     port=$((port + 1))
     server=$work/ucx-server.$port
     client=$work/ucx-client.$port
@@ -97,7 +108,8 @@ ucx_run() {
         return 1
     fi
     run_bg "$client" env UCX_TLS="$tls" timeout "$RUN_TIMEOUT" taskset -c "$CLIENT_CPU" \
-        "${UCX_PERFTEST:-ucx_perftest}" 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" -w "$warmup" -f
+        "${UCX_PERFTEST:-ucx_perftest}" 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" -w "$warmup" \
+        "${outstanding[@]}" -f
     cpid=$last_pid
     if ! wait "$cpid"; then
         zcx_log "ucx_perftest $test failed:"
@@ -139,13 +151,17 @@ ucx_p50() { awk '{ print $2 }' <<<"$ucx_line"; }
 # zcx_p50: the 50th percentile latency in $zcx_line, in us.
 zcx_p50() { field p50_us "$zcx_line"; }
 
-# zcx_run ZCX_TLS TEST SIZE ITERS WARMUP: sets $zcx_line to zcx perf's result line of TEST.
+# zcx_run ZCX_TLS TEST SIZE ITERS WARMUP [WINDOW]: sets $zcx_line to zcx perf's result line of
+# TEST; WINDOW, when given, is its -W (bandwidth tests' outstanding operations; latency tests
+# always run one at a time).
 zcx_run() {
     local tls=$1 test=$2 size=$3 iters=$4 warmup=$5 out pid
+    local window=()
+    [ -n "${6:-}" ] && window=(-W "$6")
     # put_rate is zcx perf's put_bw, read for its msg_rate.
     [ "$test" = put_rate ] && test=put_bw
     out=$work/zcx.$test.$RANDOM
-    run_bg "$out" timeout "$RUN_TIMEOUT" "$ZCX" perf -t "$test" -s "$size" -n "$iters" -w "$warmup" \
+    run_bg "$out" timeout "$RUN_TIMEOUT" "$ZCX" perf -t "$test" -s "$size" -n "$iters" -w "$warmup" "${window[@]}" \
         --client-cpu "$CLIENT_CPU" --server-cpu "$SERVER_CPU" --tls "$tls"
     pid=$last_pid
     if ! wait "$pid"; then

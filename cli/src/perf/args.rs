@@ -39,18 +39,25 @@ pub struct PerfArgs {
     /// Size sweep MIN:MAX, doubling from MIN up to MAX (e.g. 8:4m).
     #[arg(long, value_name = "MIN:MAX", value_parser = parse_sweep)]
     pub sweep: Option<(usize, usize)>,
-    /// Measured iterations (default 100000 for latency tests, 2000 for bandwidth tests).
+    /// Measured iterations. Default: 100000 for latency tests and 2000 for bandwidth tests, fewer
+    /// for large messages, so that one size moves at most 256 MiB of messages (latency) or 2 GiB
+    /// (bandwidth), and never fewer than 100 iterations: e.g. tag_lat runs 4096 iterations at
+    /// 64k and 100 at 4m, tag_bw 2000 at 1m and 512 at 4m. A value given here is used as is.
     #[arg(short = 'n', long = "iters")]
     pub iters: Option<u64>,
-    /// Warm-up iterations, not measured (default 1000 for latency, 100 for bandwidth tests).
+    /// Warm-up iterations, not measured. Default: 1000 for latency tests and 100 for bandwidth
+    /// tests, scaled down with the iterations of large messages (one per 100 measured iterations
+    /// for latency, one per 20 for bandwidth; at least 10).
     #[arg(short = 'w', long)]
     pub warmup: Option<u64>,
     /// Outstanding operations in bandwidth tests.
     #[arg(short = 'W', long, default_value_t = 16, value_parser = parse_window)]
     pub window: u32,
     /// Iterations per timed batch of latency tests (`latency_us` is the median of the batches).
-    #[arg(short = 'b', long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub batch: u64,
+    /// Default: 1000, or a tenth of the iterations when a test has fewer than 10000, so that
+    /// the median is taken over at least 10 batches (of 10 iterations or more, one each).
+    #[arg(short = 'b', long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: Option<u64>,
     /// The receiver checks every byte of every message against a pattern derived from the
     /// message's number; the first wrong byte fails the run.
     #[arg(long)]
@@ -95,6 +102,13 @@ pub struct PerfArgs {
     pub parent_pid: Option<u32>,
 }
 
+impl PerfArgs {
+    /// `-b` for the header line: the number given, or `auto` ([`batch_for`]'s default).
+    pub fn batch_label(&self) -> String {
+        self.batch.map_or_else(|| "auto".to_owned(), |b| b.to_string())
+    }
+}
+
 /// A benchmark, named like its `ucx_perftest` counterpart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "snake_case")]
@@ -113,7 +127,8 @@ pub enum TestKind {
     GetLat,
     /// A window of gets; bandwidth.
     GetBw,
-    /// Atomic add, waiting for the target's acknowledgement each time; latency of the operation.
+    /// Atomic adds streamed back to back, nothing waiting for any one of them (as
+    /// `ucx_perftest`'s ucp_add); time per add, including the flush that ends the run.
     AtomicAddLat,
     /// Fetch-and-add, one at a time; latency of the operation.
     FaddLat,
@@ -248,10 +263,58 @@ pub struct TestSpec {
     pub mem: MemMode,
 }
 
+/// Default iterations of a latency test (small messages).
+pub const LAT_ITERS: u64 = 100_000;
+/// Default warm-up of a latency test (small messages): one per 100 measured iterations.
+pub const LAT_WARMUP: u64 = 1000;
+/// Bytes of messages one size of a latency test moves at most by default (one way: a ping-pong
+/// moves twice this). Above 2.6 KiB this lowers the iterations: 4096 at 64 KiB.
+pub const LAT_BYTES: u64 = 256 << 20;
+/// Default iterations of a bandwidth test (messages up to 1 MiB).
+pub const BW_ITERS: u64 = 2000;
+/// Default warm-up of a bandwidth test: one per 20 measured iterations.
+pub const BW_WARMUP: u64 = 100;
+/// Bytes one size of a bandwidth test moves at most by default: 2000 iterations up to 1 MiB,
+/// 512 at 4 MiB.
+pub const BW_BYTES: u64 = 2 << 30;
+/// The fewest iterations the defaults give a large message: enough for the median of 10
+/// batches and for percentiles of single iterations.
+pub const MIN_ITERS: u64 = 100;
+/// The least warm-up the defaults give a large message.
+pub const MIN_WARMUP: u64 = 10;
+
+/// Default (iterations, warm-up) of a `kind` test of `size`-byte messages.
+///
+/// The rule `ucx_perftest` users apply by hand when they sweep sizes: small messages keep the
+/// full counts (their runs are short, and their figures are the noisiest), large ones run fewer
+/// iterations, so that the bytes one size moves (iterations × size) stay within a budget
+/// ([`LAT_BYTES`], [`BW_BYTES`]); a size never drops below [`MIN_ITERS`]. The warm-up keeps its
+/// share of the iterations ([`LAT_WARMUP`] per [`LAT_ITERS`], [`BW_WARMUP`] per [`BW_ITERS`]),
+/// at least [`MIN_WARMUP`]. Without this a `--sweep 8:4m` of a latency test moved 100000 round
+/// trips of 4 MiB at its last size alone.
+pub fn default_counts(kind: TestKind, size: usize) -> (u64, u64) {
+    let (full, warmup, budget) =
+        if kind.is_latency() { (LAT_ITERS, LAT_WARMUP, LAT_BYTES) } else { (BW_ITERS, BW_WARMUP, BW_BYTES) };
+    let iters = (budget / (size as u64).max(1)).clamp(MIN_ITERS, full);
+    let warmup = (iters * warmup / full).max(MIN_WARMUP).min(warmup);
+    (iters, warmup)
+}
+
+/// Iterations per timed batch of a latency test of `iters` iterations: `asked` (`-b`) if given,
+/// else [`DEFAULT_BATCH`] lowered to a tenth of the iterations, so that the median of batches is
+/// taken over at least 10 of them (of 10 iterations or more; fewer run one per batch).
+pub fn batch_for(asked: Option<u64>, iters: u64) -> u64 {
+    asked.unwrap_or_else(|| DEFAULT_BATCH.min(iters / 10).max(1))
+}
+
+/// Iterations per timed batch of a latency test when neither `-b` nor a short run lowers it.
+pub const DEFAULT_BATCH: u64 = 1000;
+
 impl TestSpec {
-    /// The spec of `kind` with message `size` under `args`, with the per-kind defaults.
+    /// The spec of `kind` with message `size` under `args`, with the per-kind defaults scaled by
+    /// size ([`default_counts`]) where `-n` / `-w` are not given.
     pub fn new(kind: TestKind, size: usize, args: &PerfArgs) -> TestSpec {
-        let (iters, warmup) = if kind.is_latency() { (100_000, 1000) } else { (2000, 100) };
+        let (iters, warmup) = default_counts(kind, size);
         let mem = match args.mem_prereg {
             Some(true) => MemMode::Prereg,
             Some(false) => MemMode::Heap,
@@ -494,6 +557,79 @@ mod tests {
         assert_eq!(TestSpec::decode("test tag_lat 8 1 1 0 0 heap"), None);
         assert_eq!(TestSpec::decode("test nope 8 1 1 1 0 heap"), None);
         assert_eq!(TestSpec::decode("done"), None);
+    }
+
+    /// `zcx perf ARGS...` parsed as the command line would be.
+    fn perf_args(words: &[&str]) -> PerfArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            perf: PerfArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(std::iter::once("perf").chain(words.iter().copied()))
+            .expect("valid arguments")
+            .perf
+    }
+
+    /// The spec of `kind` at `size` in the plan of `words`.
+    fn planned(words: &[&str], kind: TestKind, size: usize) -> TestSpec {
+        plan(&perf_args(words))
+            .expect("a valid plan")
+            .into_iter()
+            .find(|s| s.kind == kind && s.size == size)
+            .unwrap_or_else(|| panic!("no {kind} at {size} in the plan of {words:?}"))
+    }
+
+    #[test]
+    fn default_iterations_shrink_with_large_messages_only() {
+        let sweep = ["--sweep", "8:4m", "-t", "tag_lat,tag_bw"];
+        let counts = |kind, size| {
+            let spec = planned(&sweep, kind, size);
+            (spec.iters, spec.warmup)
+        };
+        // Latency: the full 100000 (and 1000 warm-up) for small messages, at most 256 MiB of
+        // messages per size above that, never fewer than 100 iterations.
+        assert_eq!(counts(TestKind::TagLat, 8), (100_000, 1000));
+        assert_eq!(counts(TestKind::TagLat, 64 << 10), (4096, 40));
+        assert_eq!(counts(TestKind::TagLat, 4 << 20), (100, 10));
+        // Bandwidth: 2000 (and 100) up to 1 MiB, at most 2 GiB per size above it.
+        assert_eq!(counts(TestKind::TagBw, 8), (2000, 100));
+        assert_eq!(counts(TestKind::TagBw, 64 << 10), (2000, 100));
+        assert_eq!(counts(TestKind::TagBw, 1 << 20), (2000, 100));
+        assert_eq!(counts(TestKind::TagBw, 4 << 20), (512, 25));
+        for size in sweep_sizes(8, 1 << 30) {
+            for kind in [TestKind::TagLat, TestKind::TagBw] {
+                let (iters, warmup) = default_counts(kind, size);
+                let budget = if kind.is_latency() { LAT_BYTES } else { BW_BYTES };
+                assert!(iters >= MIN_ITERS && warmup >= MIN_WARMUP && warmup < iters, "{kind} {size}");
+                assert!(iters == MIN_ITERS || iters * size as u64 <= budget, "{kind} {size}: {iters}");
+            }
+        }
+        // The atomics' operands are small: always the full counts.
+        assert_eq!(default_counts(TestKind::FaddLat, 8), (LAT_ITERS, LAT_WARMUP));
+    }
+
+    #[test]
+    fn explicit_iterations_and_warm_up_are_used_as_given() {
+        let words = ["--sweep", "8:4m", "-t", "tag_lat,tag_bw", "-n", "100000", "-w", "7"];
+        for (kind, size) in [(TestKind::TagLat, 4 << 20), (TestKind::TagBw, 4 << 20), (TestKind::TagLat, 8)] {
+            let spec = planned(&words, kind, size);
+            assert_eq!((spec.iters, spec.warmup), (100_000, 7), "{kind} {size}");
+        }
+        // -n alone: the warm-up still follows the size.
+        let spec = planned(&["-t", "tag_lat", "-s", "4m", "-n", "5"], TestKind::TagLat, 4 << 20);
+        assert_eq!((spec.iters, spec.warmup), (5, 10));
+    }
+
+    #[test]
+    fn batches_default_to_a_tenth_of_short_runs() {
+        assert_eq!(batch_for(None, 100_000), DEFAULT_BATCH);
+        assert_eq!(batch_for(None, 4096), 409);
+        assert_eq!(batch_for(None, 100), 10);
+        assert_eq!(batch_for(None, 5), 1);
+        assert_eq!(batch_for(Some(50), 100), 50);
+        assert_eq!(perf_args(&["-b", "7"]).batch_label(), "7");
+        assert_eq!(perf_args(&[]).batch_label(), "auto");
     }
 
     #[test]

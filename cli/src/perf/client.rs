@@ -16,7 +16,7 @@ use zcx::{
 };
 
 use crate::perf::am::AmSink;
-use crate::perf::args::{PerfArgs, TestKind, TestSpec};
+use crate::perf::args::{batch_for, PerfArgs, TestKind, TestSpec};
 use crate::perf::buf::IMPLICIT_PUT_MAX;
 use crate::perf::buf::{pool, PerfBuf};
 use crate::perf::pattern;
@@ -80,8 +80,12 @@ pub fn run(
             // The server answered on the endpoint's final lane: say which transport it is on.
             check_transport(&session, out)?;
         }
-        let t =
-            Test { s: &session, spec: *spec, batch: args.batch, progress: Progress::new(out.progress, spec) };
+        let t = Test {
+            s: &session,
+            spec: *spec,
+            batch: batch_for(args.batch, spec.iters),
+            progress: Progress::new(out.progress, spec),
+        };
         let report = t.run().map_err(|e| {
             t.progress.clear();
             if session.peer_failed.load(Ordering::Relaxed) {
@@ -477,9 +481,7 @@ impl Test<'_> {
 
     /// Issues messages `first..first + count` from `buf`, each filled (when validating) just
     /// before `issue` and free again when it returns; then a flush, whose status is theirs.
-    /// Every [`Test::flush_period`] messages a flush starts, and the oldest is waited for when
-    /// more than two run: that bounds what the transport holds (copies queued for a socket),
-    /// while the next messages go out during the flushes' round trips.
+    /// Every [`Test::flush_period`] messages a flush starts ([`FlushPacer`]).
     fn implicit_puts(
         &self,
         buf: &mut PerfBuf,
@@ -488,30 +490,18 @@ impl Test<'_> {
         mut issue: impl FnMut(&[u8], u64) -> Result<(), String>,
     ) -> Result<(), String> {
         let s = self.s;
-        let period = self.flush_period();
-        let mut flushes: VecDeque<Request<()>> = VecDeque::with_capacity(3);
-        let mut until_flush = period;
+        let mut pacer = FlushPacer::new(self.flush_period());
         for n in first..first + count {
             self.fill(buf, n);
             issue(buf.bytes(), n)?;
             // Per operation, for the keepalives (see `windowed`); a quiet worker's call is a few
             // loads.
             s.worker.progress();
-            until_flush -= 1;
-            if until_flush == 0 {
-                until_flush = period;
-                flushes.push_back(s.ep.flush().map_err(|st| format!("flush failed: {}", detailed(st)))?);
-                if flushes.len() > 2 {
-                    s.wait(flushes.pop_front().expect("a flush"), "a flush of the puts")?;
-                }
+            if pacer.issued(s)? {
                 self.progress.update(n);
             }
         }
-        flushes.push_back(s.ep.flush().map_err(|st| format!("flush failed: {}", detailed(st)))?);
-        for flush in flushes {
-            s.wait(flush, "a flush of the puts")?;
-        }
-        Ok(())
+        pacer.finish(s)
     }
 
     /// Implicit operations between two flushes: a window's worth of 64 KiB, at least a window of
@@ -568,10 +558,21 @@ impl Test<'_> {
         Ok(bw)
     }
 
-    /// atomic_add_lat, fadd_lat, cswap_lat on the server's zeroed word. zcx's atomics always
-    /// return the previous value, so atomic_add_lat is an add waited for until the target
-    /// acknowledged it (what UCX's add + flush measures) and fadd_lat the same operation with the
-    /// fetched value checked. Every CSWAP compares with the current value, so each one stores.
+    /// atomic_add_lat, fadd_lat, cswap_lat on the server's zeroed word; the server checks that
+    /// it ends up counting every operation.
+    ///
+    /// fadd_lat and cswap_lat issue one operation at a time and wait for its fetched value, which
+    /// is checked, as `ucx_perftest`'s ucp_fadd and ucp_cswap do (their window is one request).
+    /// Every CSWAP compares with the current value, so each one stores.
+    ///
+    /// atomic_add_lat is `ucx_perftest`'s ucp_add: adds whose result nobody waits for, issued
+    /// back to back, and the time per add includes the flush that ends the run (and the
+    /// warm-up), which completes once the target applied every add. zcx has no separate
+    /// non-fetching atomic (`ucp_atomic_op_nbx` without a reply buffer is the same operation
+    /// with the request freed, in the C library too): each add's request is dropped at once,
+    /// `ucp_request_free`, and the operation goes on. As for implicit puts, a flush starts every
+    /// few thousand adds so the transport never queues a whole run's ([`FlushPacer`]): flushes
+    /// `ucx_perftest` does not do, so zcx's side does more, not less.
     fn atomic_lat(&self) -> Result<Latency, String> {
         let s = self.s;
         let (rkey, base): (EpRkey, u64) = s.exchange_rkeys(&s.remote_region(8)?)?;
@@ -581,20 +582,37 @@ impl Test<'_> {
             (AtomicSize::U64, u64::MAX)
         };
         let kind = self.spec.kind;
-        let latency = self.ping_pong(|n| {
-            let (op, value, compare) = match kind {
-                TestKind::CswapLat => (AtomicOp::Cswap, (n + 1) & mask, n & mask),
-                _ => (AtomicOp::Add, 1, 0),
-            };
-            let request =
-                s.ep.atomic(op, size, value, compare, base, &rkey, RequestParams::default())
-                    .map_err(|st| format!("atomic failed: {}", detailed(st)))?;
-            let done = s.wait(request, "the atomic")?;
-            if kind != TestKind::AtomicAddLat && done.info.value != n & mask {
-                return Err(format!("atomic {n} fetched {}, expected {}", done.info.value, n & mask));
-            }
-            Ok(())
-        })?;
+        let spec = self.spec;
+        let mut pacer = FlushPacer::new(self.flush_period());
+        let latency = if kind == TestKind::AtomicAddLat {
+            self.ping_pong(|n| {
+                let add = s.ep.atomic(AtomicOp::Add, size, 1, 0, base, &rkey, RequestParams::default());
+                // Freed at once: the add goes on, and nothing waits for the value it fetches.
+                drop(add.map_err(|st| format!("atomic add failed: {}", detailed(st)))?);
+                // Per operation, for the keepalives (see `windowed`).
+                s.worker.progress();
+                pacer.issued(s)?;
+                if n + 1 == spec.warmup || n + 1 == spec.total() {
+                    pacer.finish(s)?;
+                }
+                Ok(())
+            })?
+        } else {
+            self.ping_pong(|n| {
+                let (op, value, compare) = match kind {
+                    TestKind::CswapLat => (AtomicOp::Cswap, (n + 1) & mask, n & mask),
+                    _ => (AtomicOp::Add, 1, 0),
+                };
+                let request =
+                    s.ep.atomic(op, size, value, compare, base, &rkey, RequestParams::default())
+                        .map_err(|st| format!("atomic failed: {}", detailed(st)))?;
+                let done = s.wait(request, "the atomic")?;
+                if done.info.value != n & mask {
+                    return Err(format!("atomic {n} fetched {}, expected {}", done.info.value, n & mask));
+                }
+                Ok(())
+            })?
+        };
         self.end_one_sided()?;
         Ok(latency)
     }
@@ -644,6 +662,48 @@ impl Test<'_> {
             s.ep.stream_send(buf, RequestParams::default())
                 .map_err(|st| format!("stream_send failed: {}", detailed(st)))
         })
+    }
+}
+
+/// The flushes that bound a run of implicit operations (puts with `put_nbi`, atomics whose
+/// requests were freed): one starts every `period` operations and the oldest is waited for when
+/// more than two run, which bounds what the transport holds (copies queued for a socket) while
+/// the next operations go out during the flushes' round trips.
+struct FlushPacer {
+    period: u64,
+    until_flush: u64,
+    flushes: VecDeque<Request<()>>,
+}
+
+impl FlushPacer {
+    fn new(period: u64) -> FlushPacer {
+        let period = period.max(1);
+        FlushPacer { period, until_flush: period, flushes: VecDeque::with_capacity(3) }
+    }
+
+    /// Counts one operation issued on `s`'s endpoint; true when it started a flush.
+    fn issued(&mut self, s: &Session) -> Result<bool, String> {
+        self.until_flush -= 1;
+        if self.until_flush > 0 {
+            return Ok(false);
+        }
+        self.until_flush = self.period;
+        self.flushes.push_back(s.ep.flush().map_err(|st| format!("flush failed: {}", detailed(st)))?);
+        if self.flushes.len() > 2 {
+            s.wait(self.flushes.pop_front().expect("a flush"), "a flush of the operations")?;
+        }
+        Ok(true)
+    }
+
+    /// Starts a last flush and waits for every flush: then every operation issued so far has
+    /// completed at the target, and any refusal was reported by its flush.
+    fn finish(&mut self, s: &Session) -> Result<(), String> {
+        self.flushes.push_back(s.ep.flush().map_err(|st| format!("flush failed: {}", detailed(st)))?);
+        while let Some(flush) = self.flushes.pop_front() {
+            s.wait(flush, "a flush of the operations")?;
+        }
+        self.until_flush = self.period;
+        Ok(())
     }
 }
 

@@ -105,7 +105,7 @@ pub fn run(args: &PerfArgs, specs: &[TestSpec], out: &client::Output) -> Result<
             cpu_label(args, args.server_cpu),
             cpu_label(args, args.client_cpu),
             args.window,
-            args.batch,
+            args.batch_label(),
             out.tls,
             if memif.is_some() { " dpdk=memif-pair" } else { "" }
         ),

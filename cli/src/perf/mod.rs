@@ -96,7 +96,7 @@ pub fn run(args: &PerfArgs) -> Result<(), PerfError> {
                     "server={addr} client_cpu={} window={} batch={} tls={}",
                     if args.no_pin { "any".to_string() } else { args.client_cpu.to_string() },
                     args.window,
-                    args.batch,
+                    args.batch_label(),
                     out.tls
                 ),
             );
