@@ -133,7 +133,7 @@ echo "# UCX-tcp, zcx-tcp, zcx-dpdk: medians of $ROUNDS rounds; ratios: medians o
 echo "# (each round's three runs were back to back, so the machine's slow and fast modes cancel within a round)."
 echo "# latency: whole-run average, one-way for ping-pongs (ratio < 1: DPDK faster);"
 echo "# bandwidth: MB = 1e6 B (ratio > 1: DPDK faster). UCX $(ucx_version) with UCX_TLS=tcp; zcx-tcp: --tls uring;"
-echo "# zcx-dpdk: --tls dpdk over a net_memif pair (copying; one 1500-byte MTU datagram per frame)."
+echo "# zcx-dpdk: --tls dpdk over a net_memif pair (copying; jumbo datagrams of MTU ${ZCX_DPDK_MTU:-9000}, see cli/src/perf/memif.rs)."
 if [ -n "$CSV" ]; then
     echo "# medians written to $CSV"
     if [ -n "$PLOT" ]; then

@@ -127,7 +127,7 @@ const KNOWN: &[Known] = &[
         default: "guess",
         doc: "Who executes atomics over verbs, as UCX_ATOMIC_MODE: device (64-bit add and compare-and-swap on the NIC, other atomics UNSUPPORTED), cpu (the target's CPU), guess (device only when the NIC does every atomic, which no verbs device zcx drives does: cpu)",
     },
-    Known { name: "DPDK_MTU", default: "1500", doc: "Ethernet payload size of the DPDK transport's frames (at most 2034)" },
+    Known { name: "DPDK_MTU", default: "1500", doc: "Ethernet payload size of the DPDK transport's frames (at most 9202: a jumbo frame, which the port must take)" },
     Known {
         name: "DPDK_MBUFS",
         default: "8191",
@@ -459,7 +459,7 @@ fn validate(name: &str, value: &str) -> Result<()> {
             )
         }),
         "LOG_LEVEL" => matches!(value, "error" | "warn" | "info" | "debug" | "trace"),
-        "DPDK_MTU" => parse_size(value).is_some_and(|mtu| (64..=2034).contains(&mtu)),
+        "DPDK_MTU" => parse_size(value).is_some_and(|mtu| (64..=9202).contains(&mtu)),
         "DPDK_MBUFS" => value.parse::<u32>().is_ok_and(|n| (64..=1 << 20).contains(&n)),
         "DPDK_WINDOW" => value.parse::<u32>().is_ok_and(|n| (1..=4096).contains(&n)),
         "DPDK_ZCOPY_THRESH" => value == "inf" || parse_size(value).is_some_and(|n| n > 0),
@@ -544,7 +544,7 @@ mod tests {
         assert!(d.dpdk_eal_args().is_empty());
         let excluded = Config::from_vars([("ZCX_TLS", "^dpdk")]).unwrap();
         assert!(!excluded.transport_enabled("dpdk") && !excluded.transport_required("dpdk"));
-        assert_eq!(Config::from_vars([("ZCX_DPDK_MTU", "9000")]).unwrap_err(), Status::InvalidParam);
+        assert_eq!(Config::from_vars([("ZCX_DPDK_MTU", "9203")]).unwrap_err(), Status::InvalidParam);
         assert_eq!(Config::from_vars([("ZCX_DPDK_WINDOW", "0")]).unwrap_err(), Status::InvalidParam);
         assert_eq!(Config::from_vars([("ZCX_DPDK_DROP_PPM", "1000001")]).unwrap_err(), Status::InvalidParam);
         assert_eq!(Config::from_vars([("ZCX_DPDK_ZCOPY_THRESH", "0")]).unwrap_err(), Status::InvalidParam);

@@ -22,11 +22,23 @@ const LOSS_ENV: &str = "ZCX_DPDK_TL_LOSS";
 const MAC_ENV: &str = "ZCX_DPDK_TL_SERVER_MAC";
 /// The session id the client names for the server's end.
 const SERVER_SESSION: u32 = 7;
-const MTU: usize = 1500;
+const MTU_ENV: &str = "ZCX_DPDK_TL_MTU";
+/// The standard MTU, and a jumbo one (memif carries it with buffers that large).
+const MTUS: [usize; 2] = [1500, 9000];
+/// The memif buffer size for jumbo frames: one descriptor per frame.
+const JUMBO_BSIZE: usize = 9216;
 
 /// Frame sizes sent each way, twice (the second time placed): empty, tiny, one message (MTU −
 /// headers − 1 is the largest single fragment), one byte more, 64 KiB and 1 MiB.
-const SIZES: [usize; 8] = [0, 1, 60, MTU - 40 - 1, MTU - 40, 64 << 10, 1 << 20, 3];
+fn sizes() -> [usize; 8] {
+    let mtu = mtu();
+    [0, 1, 60, mtu - 40 - 1, mtu - 40, 64 << 10, 1 << 20, 3]
+}
+
+/// The MTU of this process's pair (set by the parent for its children).
+fn mtu() -> usize {
+    std::env::var(MTU_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(MTUS[0])
+}
 const ROUNDS: usize = 2;
 
 /// Prints why the test cannot run here, or fails when `ZCX_REQUIRE_DPDK=1` says DPDK must work.
@@ -55,8 +67,11 @@ fn run() {
         Ok("client") => child::client(),
         Ok(other) => panic!("unknown {ROLE_ENV}={other}"),
         Err(_) => {
-            for loss in [0u32, 10_000, 100_000] {
-                if !pair(loss) {
+            // Every loss rate at the standard MTU; jumbo frames without and with some loss.
+            for (loss, mtu) in
+                [(0u32, MTUS[0]), (10_000, MTUS[0]), (100_000, MTUS[0]), (0, MTUS[1]), (10_000, MTUS[1])]
+            {
+                if !pair(loss, mtu) {
                     return;
                 }
             }
@@ -65,11 +80,11 @@ fn run() {
 }
 
 #[cfg(not(zcx_dpdk_missing))]
-/// Runs one server/client pair with `loss` per million received frames dropped; false when it
-/// skipped.
-fn pair(loss: u32) -> bool {
+/// Runs one server/client pair with `loss` per million received frames dropped and frames of
+/// `mtu`; false when it skipped.
+fn pair(loss: u32, mtu: usize) -> bool {
     let dir = std::env::temp_dir().join(format!(
-        "zcx-dpdk-tl-{}-{}-{loss}",
+        "zcx-dpdk-tl-{}-{}-{loss}-{mtu}",
         std::process::id(),
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
     ));
@@ -82,6 +97,7 @@ fn pair(loss: u32) -> bool {
             .env(ROLE_ENV, role)
             .env(DIR_ENV, &dir)
             .env(LOSS_ENV, loss.to_string())
+            .env(MTU_ENV, mtu.to_string())
             .env(MAC_ENV, mac)
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
@@ -116,7 +132,7 @@ fn pair(loss: u32) -> bool {
     let (server_log, client_log) = (log("server"), log("client"));
     for (role, text) in [("server", &server_log), ("client", &client_log)] {
         for line in text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("skipped: ")) {
-            eprintln!("[loss {loss} ppm, {role}] {line}");
+            eprintln!("[loss {loss} ppm, MTU {mtu}, {role}] {line}");
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -129,7 +145,7 @@ fn pair(loss: u32) -> bool {
     assert!(mac.is_some(), "the server never wrote its MAC");
     assert!(client_status.flatten().is_some_and(|s| s.success()), "client failed: {client_status:?}");
     assert!(server_status.is_some_and(|s| s.success()), "server failed or timed out: {server_status:?}");
-    let frames = SIZES.len() * ROUNDS;
+    let frames = sizes().len() * ROUNDS;
     assert!(client_log.contains(&format!("client: verified {frames} frames")));
     assert!(server_log.contains(&format!("server: verified {frames} frames")));
     assert!(server_log.contains("server: link failed with Timeout"));
@@ -144,7 +160,7 @@ fn pattern(from: u8, n: usize, len: usize, i: usize) -> u8 {
 
 #[cfg(not(zcx_dpdk_missing))]
 fn frame(from: u8, n: usize) -> Vec<u8> {
-    let len = SIZES[n % SIZES.len()];
+    let len = sizes()[n % sizes().len()];
     (0..len).map(|i| pattern(from, n, len, i)).collect()
 }
 
@@ -179,7 +195,7 @@ mod child {
         let loss: u32 = std::env::var(LOSS_ENV).unwrap().parse().unwrap();
         DpdkConfig {
             port_name: "net_memif0".to_owned(),
-            mtu: MTU,
+            mtu: mtu(),
             reliable: reliable::Config {
                 rto_ns: 5_000_000,
                 max_rto_ns: 50_000_000,
@@ -196,8 +212,11 @@ mod child {
     fn start(role: &str) -> Option<(sys::Eal, DpdkTransport)> {
         let dir = std::path::PathBuf::from(std::env::var(DIR_ENV).unwrap());
         let socket = dir.join("memif.sock");
-        let vdev =
-            format!("--vdev=net_memif0,role={role},id=0,socket={},socket-abstract=no", socket.display());
+        let bsize = if mtu() > MTUS[0] { format!(",bsize={JUMBO_BSIZE}") } else { String::new() };
+        let vdev = format!(
+            "--vdev=net_memif0,role={role},id=0{bsize},socket={},socket-abstract=no",
+            socket.display()
+        );
         let args = sys::vdev_eal_args(&format!("tl-{role}"), &[vdev]);
         let eal = match sys::Eal::init(&args) {
             Ok(eal) => eal,
@@ -282,12 +301,12 @@ mod child {
     /// once; returns once all arrived and everything sent was acknowledged.
     fn exchange(t: &mut DpdkTransport, link: LinkId, from: u8, events: &mut Vec<Ev>, deadline: Instant) {
         let other = if from == SERVER { CLIENT } else { SERVER };
-        let total = SIZES.len() * ROUNDS;
+        let total = sizes().len() * ROUNDS;
         let (mut sent, mut got) = (0, 0);
         while got < total || sent < total || t.has_pending_sends(link) {
             assert!(Instant::now() < deadline, "{from}: sent {sent}, got {got} of {total}");
             if sent < total {
-                send(t, link, &frame(from, sent), sent >= SIZES.len(), events, deadline);
+                send(t, link, &frame(from, sent), sent >= sizes().len(), events, deadline);
                 sent += 1;
             }
             poll(t, events);
@@ -313,9 +332,9 @@ mod child {
         }
         println!("{}: verified {total} frames", if from == SERVER { "server" } else { "client" });
         let stats = t.stats();
-        assert_eq!(stats.placed_sent, SIZES.len() as u64, "placed frames sent: {stats:?}");
-        assert_eq!(stats.placed_frames, SIZES.len() as u64, "placed frames received: {stats:?}");
-        let placed_bytes: usize = SIZES.iter().map(|&len| len - len.min(9)).sum();
+        assert_eq!(stats.placed_sent, sizes().len() as u64, "placed frames sent: {stats:?}");
+        assert_eq!(stats.placed_frames, sizes().len() as u64, "placed frames received: {stats:?}");
+        let placed_bytes: usize = sizes().iter().map(|&len| len - len.min(9)).sum();
         assert_eq!(stats.placed_bytes, placed_bytes as u64, "placed bytes received: {stats:?}");
     }
 

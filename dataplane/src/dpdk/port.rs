@@ -25,8 +25,10 @@ pub struct PortConfig {
     pub max_frame_len: usize,
 }
 
-/// The longest frame a default mbuf holds in one segment (2048 bytes of data room).
-pub const MAX_FRAME_LEN: usize = 2048;
+/// The longest frame a port takes: a 9000-byte jumbo payload and its Ethernet header, rounded
+/// up. The pool's mbufs get data room for the port's own `max_frame_len`, so every frame it sends
+/// or receives fits one segment.
+pub const MAX_FRAME_LEN: usize = 9216;
 
 /// Largest per-lcore mbuf cache of a port's pool (a pool of `n` mbufs gets at most `n / 8`).
 const POOL_CACHE: u32 = 256;
@@ -78,8 +80,30 @@ mod with_dpdk {
 
     use super::{Mac, PortConfig, PortError, BURST, MAX_FRAME_LEN, POOL_CACHE};
 
+    /// The frame every port takes: a 1500-byte MTU and the Ethernet header and CRC.
+    const STANDARD_FRAME_LEN: usize = 1518;
+
+    /// Whether the port's driver moves a frame of any length: memif splits one into chained
+    /// descriptors of its buffer size and joins them on the other side.
+    fn driver_chains_any_length(info: &sys::rte_eth_dev_info) -> bool {
+        if info.driver_name.is_null() {
+            return false;
+        }
+        // SAFETY: DPDK's driver name is a NUL-terminated static string.
+        let name = unsafe { std::ffi::CStr::from_ptr(info.driver_name) };
+        name.to_bytes() == b"net_memif"
+    }
+
     /// Makes pool names unique within the process (DPDK refuses a name twice).
     static POOLS: AtomicU32 = AtomicU32::new(0);
+
+    /// The pool's mbuf size (headroom and data room) for frames up to `max_frame_len`: DPDK's
+    /// default for standard frames, more for jumbo ones, so a frame never needs a chain.
+    fn data_room(max_frame_len: usize) -> u16 {
+        let needed = sys::RTE_PKTMBUF_HEADROOM as usize + max_frame_len;
+        // MAX_FRAME_LEN bounds max_frame_len (checked before the pool is made), so this fits.
+        needed.max(sys::RTE_MBUF_DEFAULT_BUF_SIZE as usize) as u16
+    }
 
     fn check(rc: i32, what: &'static str) -> Result<(), PortError> {
         if rc >= 0 {
@@ -177,7 +201,7 @@ mod with_dpdk {
                     config.pool_mbufs,
                     cache,
                     0,
-                    sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
+                    data_room(config.max_frame_len),
                     sys::rte_socket_id() as i32,
                 )
             };
@@ -224,6 +248,15 @@ mod with_dpdk {
             self.multi_seg_tx = info.tx_offload_capa & TX_OFFLOAD_MULTI_SEGS != 0;
             if self.multi_seg_tx {
                 conf.txmode.offloads |= TX_OFFLOAD_MULTI_SEGS;
+            }
+            // Frames longer than the port says it takes: only a memif port carries them (its
+            // descriptors chain, whatever the MTU it reports); any other would drop them.
+            let frame_max = info.max_rx_pktlen as usize;
+            if self.max_frame_len > frame_max.max(STANDARD_FRAME_LEN) && !driver_chains_any_length(&info) {
+                return Err(PortError::Config(format!(
+                    "frames of {} bytes are longer than the port takes ({frame_max})",
+                    self.max_frame_len
+                )));
             }
             // SAFETY: valid port id; conf outlives the call.
             check(unsafe { sys::rte_eth_dev_configure(id, 1, 1, &conf) }, "rte_eth_dev_configure")?;

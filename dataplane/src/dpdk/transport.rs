@@ -82,7 +82,8 @@ pub struct DpdkConfig {
     /// The ethdev to use, by name (`net_memif0`).
     pub port_name: String,
     /// The Ethernet payload size (the MTU): the reliability header and one message fit in it.
-    /// At most 2048 − 14 (one default mbuf per frame).
+    /// At most 9216 − 14 (`port::MAX_FRAME_LEN`): above 1500 a jumbo frame, which the port must
+    /// take (a memif port does, with a buffer size that holds one).
     pub mtu: usize,
     /// Mbufs in the port's pool.
     pub pool_mbufs: u32,
