@@ -1,7 +1,10 @@
 //! The protocol layer's per-message costs, with no transport: tag matching
 //! (`proto::TagMatcher`), the remote-access check every put/get/atomic passes on the target
 //! (`RemoteAccessTable`: region lookup, key compare, protection and bounds), and the frame
-//! header codec (`proto::wire::Op` encode/decode).
+//! header codec (`proto::wire::Op` encode/decode), and a reliable-session ping-pong of 8-byte
+//! messages (`proto::reliable::Session`: queue, transmit, receive, ack, on both ends) with the
+//! send queue of `ZCX_DPDK_WINDOW=64` at a 1500-byte MTU and of 256 at a 9000-byte one, where the
+//! queue's buffers span megabytes.
 //!
 //! Run: `cargo bench -p zcx-benches --bench proto`. Each figure is the cost of one operation;
 //! `queue_N` names how many non-matching entries the matcher searches past, `regions_N` how many
@@ -11,6 +14,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use zcx_dataplane::proto::reliable::{Config as SessionConfig, Delivery, Session};
 use zcx_dataplane::proto::wire::Op;
 use zcx_dataplane::proto::{Arrival, AtomicOp, Message, Posted, TagMatcher, FULL_MASK, MAX_HEADER_LEN};
 use zcx_dataplane::{RegionEntry, RemoteAccess, RemoteAccessTable};
@@ -191,9 +195,50 @@ fn codec(c: &mut Criterion) {
     group.finish();
 }
 
+/// One round trip of an 8-byte message between two sessions (the answer carries the ack).
+fn session_round_trip(a: &mut Session, b: &mut Session, now: &mut u64, buf: &mut [u8]) {
+    session_one_way(a, b, now, buf);
+    session_one_way(b, a, now, buf);
+}
+
+/// An 8-byte message from `from` to `to`, with whatever `from` has to send besides.
+fn session_one_way(from: &mut Session, to: &mut Session, now: &mut u64, buf: &mut [u8]) {
+    from.send(&now.to_le_bytes()).expect("room in the send queue");
+    *now += 1000;
+    while let Some(len) = from.poll_transmit(*now, buf) {
+        match to.on_datagram(*now, &buf[..len]) {
+            Ok(Delivery::Message(bytes)) => assert_eq!(bytes.len(), 8),
+            Ok(Delivery::Ack) => {}
+            Err(why) => panic!("dropped: {why:?}"),
+        }
+    }
+}
+
+fn reliable_session(c: &mut Criterion) {
+    let mut group = c.benchmark_group("reliable_session");
+    for (window, mtu) in [(64u32, 1500usize), (256, 9000)] {
+        let config = SessionConfig {
+            window,
+            send_queue: window * 2,
+            receive_credit: window,
+            max_payload: mtu - 40,
+            ..SessionConfig::default()
+        };
+        let mut a = Session::new(config.clone(), 1, 2).expect("config");
+        let mut b = Session::new(config, 2, 1).expect("config");
+        let mut buf = vec![0u8; mtu];
+        let mut now = 0u64;
+        group
+            .bench_function(BenchmarkId::new("pingpong_8B", format!("window_{window}_mtu_{mtu}")), |bench| {
+                bench.iter(|| session_round_trip(&mut a, &mut b, &mut now, &mut buf))
+            });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
-    targets = tag_matching, access_check, codec
+    targets = tag_matching, access_check, codec, reliable_session
 }
 criterion_main!(benches);
