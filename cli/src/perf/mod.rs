@@ -19,6 +19,7 @@ mod buf;
 mod client;
 mod hist;
 mod launcher;
+mod many;
 #[cfg(feature = "dpdk")]
 mod memif;
 mod pattern;
