@@ -25,6 +25,7 @@ mod memif;
 mod pattern;
 mod plot;
 mod report;
+mod scale_plot;
 mod server;
 mod session;
 mod tsc;

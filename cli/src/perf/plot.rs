@@ -9,13 +9,15 @@ use clap::Args;
 use plotters::prelude::*;
 
 use crate::perf::report::Report;
+use crate::perf::scale_plot;
 
 /// Options of `zcx plot`.
 #[derive(Args, Debug, Clone)]
 pub struct PlotArgs {
     /// CSV with a header naming at least `test` and `size`, and `latency_us` and/or
     /// `bandwidth_MBps` (what `zcx perf --csv` and `scripts/compare-ucx.sh` write); an optional
-    /// `source` column (e.g. zcx, ucx) draws one line per source.
+    /// `source` column (e.g. zcx, ucx) draws one line per source. A CSV with an `endpoints`
+    /// column (`scripts/scale-curve.sh`) is drawn against the endpoint count instead.
     #[arg(long, value_name = "FILE.csv")]
     pub input: PathBuf,
     /// The SVG file to write.
@@ -89,6 +91,11 @@ impl Series {
 pub fn plot_csv(args: &PlotArgs) -> Result<(), String> {
     let text = std::fs::read_to_string(&args.input)
         .map_err(|e| format!("cannot read {}: {e}", args.input.display()))?;
+    if scale_plot::is_scale_csv(&text) {
+        let series =
+            scale_plot::ScaleSeries::from_csv(&text).map_err(|e| format!("{}: {e}", args.input.display()))?;
+        return scale_plot::draw(&series, &args.out);
+    }
     let series = Series::from_csv(&text).map_err(|e| format!("{}: {e}", args.input.display()))?;
     draw(&series, &args.out)
 }
