@@ -825,7 +825,12 @@ impl Drop for CoreGuard<'_> {
     #[inline]
     fn drop(&mut self) {
         if self.quiet.is_armed() {
-            self.keep_armed_if_quiet();
+            let many = self.guard.as_ref().is_some_and(|core| core.st.eps.len() >= KEEP_ARMED_FROM);
+            if many {
+                self.keep_armed_if_quiet();
+            } else {
+                self.quiet.disarm();
+            }
         }
         if self.guard.as_ref().is_some_and(|guard| !guard.st.graveyard.is_empty()) {
             self.unlock_and_bury();
@@ -833,6 +838,11 @@ impl Drop for CoreGuard<'_> {
         // Otherwise the `guard` field's own drop unlocks.
     }
 }
+
+/// Endpoints from which releasing the lock keeps the quiet watch armed when the worker is still
+/// quiet (see [`CoreGuard::keep_armed_if_quiet`]): the check costs about what a full poll of a
+/// few links does, and a full poll's cost grows with the links, the check's does not.
+const KEEP_ARMED_FROM: usize = 8;
 
 impl CoreGuard<'_> {
     /// The watch was armed when the lock was taken: it stays armed when the worker is still quiet

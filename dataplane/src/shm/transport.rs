@@ -426,6 +426,11 @@ impl ShmTransport {
             return Err(err);
         }
         self.doorbell_generation += 1;
+        if self.links.slot_count() == 2 {
+            // Polls of one slot kept no attention set: the first link may be unsettled.
+            self.attention.insert(0);
+            self.attention.insert(1);
+        }
         Ok(id)
     }
 
@@ -758,15 +763,19 @@ impl ShmTransport {
     }
 
     /// Keeps the link at `index` in the attention set while it is unsettled, and only then.
-    #[inline]
+    #[inline(always)]
     fn note_settled(&mut self, index: usize) {
-        match self.links.at(index) {
-            Some(link) if !link.settled() => self.attention.insert(index),
-            _ => self.attention.remove(index),
+        if self.links.at(index).is_some_and(|link| !link.settled()) {
+            self.attention.insert(index);
+        } else if !self.attention.is_empty() {
+            self.attention.remove(index);
         }
     }
 
     /// Progresses one link: its placement, its received records, its queue, its close.
+    // Inlined into each loop of `poll_offering`, as it was into its one loop: a busy worker's
+    // poll is mostly this.
+    #[inline(always)]
     fn poll_link(
         &mut self,
         index: usize,
@@ -1042,7 +1051,14 @@ impl ShmTransport {
         if !self.deferred.is_empty() {
             count += self.flush_deferred(sink);
         }
-        if self.slept.swap(false, Ordering::Relaxed) {
+        if self.links.slot_count() <= 1 {
+            // One slot: nothing to skip, and the visit costs less than the look that would skip
+            // it. The attention set is not kept meanwhile (`is_quiet` looks at the link itself);
+            // a second slot puts the link in it (`insert_link`).
+            if self.links.slot_count() == 1 {
+                count += self.poll_link(0, sink, lend);
+            }
+        } else if std::mem::take(self.slept.get_mut()) {
             for index in 0..self.links.slot_count() {
                 count += self.poll_link(index, sink, lend);
                 self.note_settled(index);
@@ -1190,10 +1206,14 @@ impl Transport for ShmTransport {
 
     fn is_quiet(&self) -> bool {
         // A link outside the attention set is settled; one inside may be too, until a poll
-        // takes it out.
+        // takes it out. With one slot the set is not kept: its link is looked at.
         self.deferred.is_empty()
             && self.pending.is_empty()
-            && self.attention.iter().all(|index| self.links.at(index).is_none_or(|l| l.settled()))
+            && if self.links.slot_count() <= 1 {
+                self.links.values().all(|l| l.settled())
+            } else {
+                self.attention.iter().all(|index| self.links.at(index).is_none_or(|l| l.settled()))
+            }
     }
 
     fn has_events(&self) -> bool {
