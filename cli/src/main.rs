@@ -21,7 +21,8 @@ enum Command {
     Info(info::InfoArgs),
     /// End-to-end benchmarks over endpoints: latency and bandwidth of tag, put, get, atomics, AM
     /// and stream (like ucx_perftest). With no options: every test, server and client on this host.
-    Perf(perf::PerfArgs),
+    // Boxed: its options outweigh the other commands' many times over.
+    Perf(Box<perf::PerfArgs>),
     /// Draw latency and bandwidth against message size from a CSV into an SVG file.
     Plot(perf::PlotArgs),
     /// The host's cross-core round trip: two pinned threads passing a cache line back and forth.
