@@ -15,7 +15,10 @@
 //! stream sends and WAITALL receives with `ZCX_PINGPONG_API=stream`, and with
 //! `ZCX_PINGPONG_API=rung` the tag messages of `zcx perf -t tag_lat`, each found by a rung
 //! doorbell as between two processes (the other forms find them in the general poll), and
-//! `am-rung` the same for active messages. Under
+//! `am-rung` the same for active messages. `ZCX_PINGPONG_ENDPOINTS=N` (with `rung` or the
+//! default form) connects N endpoints between the two workers and sends round trip `i` over
+//! endpoint `i mod N`, as `zcx perf --endpoints N` does: how the cost per message moves with N.
+//! Under
 //! callgrind, `rung_progress` inclusive over twice the rounds is what a message costs its
 //! receiver up to the completion, and `tag_send` over twice the rounds what the answer costs.
 
@@ -169,6 +172,11 @@ struct OneThreadPingPong {
     server: Worker,
     ep: Endpoint,
     server_ep: Endpoint,
+    /// Further endpoint pairs between the same workers; round trips take each pair in turn,
+    /// `(ep, server_ep)` first (see [`OneThreadPingPong::connect_more`]).
+    more: Vec<(Endpoint, Endpoint)>,
+    /// The pair of the next round trip: 0 is `(ep, server_ep)`, `i` is `more[i - 1]`.
+    next: usize,
     bufs: [Option<Vec<u8>>; 4],
 }
 
@@ -176,7 +184,43 @@ impl OneThreadPingPong {
     fn new(ctx: &Context) -> OneThreadPingPong {
         let (client, server, ep, server_ep) = connected_pair(ctx);
         let bufs = [Some(vec![0xA5u8; 8]), Some(vec![0u8; 8]), Some(vec![0u8; 8]), Some(vec![0x5Au8; 8])];
-        OneThreadPingPong { client, server, ep, server_ep, bufs }
+        OneThreadPingPong { client, server, ep, server_ep, more: Vec::new(), next: 0, bufs }
+    }
+
+    /// Connects `count - 1` more endpoints from the client to the server, one at a time, so the
+    /// round trips go round-robin over `count` pairs.
+    fn connect_more(&mut self, count: usize) {
+        let accepted = Arc::new(Mutex::new(None));
+        let slot = accepted.clone();
+        let listener = self
+            .server
+            .listen(ListenerParams {
+                sockaddr: Some("127.0.0.1:0".parse().unwrap()),
+                accept_handler: Some(Box::new(move |ep| *slot.lock().unwrap() = Some(ep))),
+                ..Default::default()
+            })
+            .expect("listener");
+        for _ in 1..count {
+            let ep = self
+                .client
+                .create_endpoint(EpParams { sockaddr: Some(listener.sockaddr()), ..Default::default() })
+                .expect("endpoint");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while accepted.lock().unwrap().is_none() || ep.query().expect("query").status != zcx::Status::Ok {
+                self.server.progress();
+                self.client.progress();
+                assert!(Instant::now() < deadline, "connect timed out");
+            }
+            let server_ep = accepted.lock().unwrap().take().unwrap();
+            self.more.push((ep, server_ep));
+        }
+    }
+
+    /// The pair of the next round trip (see [`OneThreadPingPong::next`]), and the turn moved on.
+    fn take_turn(&mut self) -> usize {
+        let turn = self.next;
+        self.next = if turn == self.more.len() { 0 } else { turn + 1 };
+        turn
     }
 
     /// The stream form: the same steps with `stream_recv` (WAITALL) and `stream_send`.
@@ -213,6 +257,11 @@ impl OneThreadPingPong {
     /// One tag round trip; with `quiet_first`, each receiving worker is polled once after it
     /// posted its receive and before its peer sends.
     fn round_trip_polling_first(&mut self, quiet_first: bool) {
+        let turn = self.take_turn();
+        let (ep, server_ep) = match turn {
+            0 => (&self.ep, &self.server_ep),
+            _ => (&self.more[turn - 1].0, &self.more[turn - 1].1),
+        };
         let [ping, pong_in, ping_in, pong] = &mut self.bufs;
         let server_recv = self
             .server
@@ -221,7 +270,7 @@ impl OneThreadPingPong {
         if quiet_first {
             self.server.progress();
         }
-        let send = self.ep.tag_send(ping.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
+        let send = ep.tag_send(ping.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
         let client_recv = self
             .client
             .tag_recv(pong_in.take().unwrap(), TAG, u64::MAX, RequestParams::default())
@@ -232,7 +281,7 @@ impl OneThreadPingPong {
         }
         *ping_in = Some(wait(&self.server, server_recv).buf);
         let answer =
-            self.server_ep.tag_send(pong.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
+            server_ep.tag_send(pong.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
         *pong = Some(wait(&self.server, answer).buf);
         *pong_in = Some(wait(&self.client, client_recv).buf);
     }
@@ -363,6 +412,8 @@ fn profile_rounds() -> bool {
         std::env::var("ZCX_PINGPONG_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let ctx = Context::with_features(Features::TAG | Features::AM | Features::STREAM).expect("context");
     let api = std::env::var("ZCX_PINGPONG_API").unwrap_or_default();
+    let endpoints: usize =
+        std::env::var("ZCX_PINGPONG_ENDPOINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1).max(1);
     if api == "am" {
         let mut am = OneThreadAmPingPong::new(&ctx);
         for _ in 0..rounds {
@@ -375,6 +426,7 @@ fn profile_rounds() -> bool {
         }
     } else if api == "rung" {
         let mut pp = OneThreadPingPong::new(&ctx);
+        pp.connect_more(endpoints);
         for _ in 0..rounds {
             pp.rung_round_trip();
         }
@@ -385,6 +437,7 @@ fn profile_rounds() -> bool {
         }
     } else {
         let mut pp = OneThreadPingPong::new(&ctx);
+        pp.connect_more(endpoints);
         for _ in 0..rounds {
             pp.round_trip();
         }

@@ -21,6 +21,7 @@ enum Command {
     Info(info::InfoArgs),
     /// End-to-end benchmarks over endpoints: latency and bandwidth of tag, put, get, atomics, AM
     /// and stream (like ucx_perftest). With no options: every test, server and client on this host.
+    // Boxed: its options outweigh the other commands' many times over.
     Perf(Box<perf::PerfArgs>),
     /// Draw latency and bandwidth against message size from a CSV into an SVG file.
     Plot(perf::PlotArgs),

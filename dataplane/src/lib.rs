@@ -22,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod access;
+pub mod active_set;
 pub mod byte_range;
 pub mod copy;
 pub mod domain;

@@ -747,29 +747,29 @@ impl Engine {
         }
     }
 
-    /// True while endpoint `ep` has an outgoing operation older than `id` (flushes and closes
-    /// aside).
-    pub(crate) fn has_older_outgoing(&self, ep: EndpointId, id: OpId) -> bool {
-        self.ops.iter().any(|(&other, op)| {
-            other < id
-                && op.ep == Some(ep)
-                && !op.kind.is_incoming()
-                && !matches!(op.kind, OpKind::Flush { .. } | OpKind::Close)
-        })
-    }
-
     /// Completes the endpoint's acked flushes that no longer wait for older operations.
     pub(crate) fn recheck_flushes(&mut self, ep: EndpointId) {
         if self.eps.get(&ep).is_none_or(|state| state.flushes == 0) {
             return;
         }
-        let ready: Vec<OpId> = self
-            .ops
-            .iter()
-            .filter(|(_, op)| op.ep == Some(ep) && matches!(op.kind, OpKind::Flush { acked: true, .. }))
-            .map(|(&id, _)| id)
-            .filter(|&id| !self.has_older_outgoing(ep, id))
-            .collect();
+        // One pass over the operations, not one per acked flush: the endpoint's oldest outgoing
+        // operation (flushes and closes aside) and its acked flushes; a flush is ready when no
+        // outgoing operation older than it is left.
+        let mut oldest_outgoing: Option<OpId> = None;
+        let mut ready: Vec<OpId> = Vec::new();
+        for (&id, op) in self.ops.iter().filter(|(_, op)| op.ep == Some(ep)) {
+            match op.kind {
+                OpKind::Flush { acked: true, .. } => ready.push(id),
+                OpKind::Flush { .. } | OpKind::Close => {}
+                ref kind if !kind.is_incoming() => {
+                    oldest_outgoing = Some(oldest_outgoing.map_or(id, |oldest| oldest.min(id)));
+                }
+                _ => {}
+            }
+        }
+        if let Some(oldest) = oldest_outgoing {
+            ready.retain(|&id| id < oldest);
+        }
         if ready.is_empty() {
             return;
         }

@@ -49,6 +49,8 @@ struct CachedSet {
     owner: u64,
     generation: u64,
     bells: Arc<[Doorbell]>,
+    /// Where this thread's next look starts: the doorbell that rang last (see [`first_rung`]).
+    start: usize,
 }
 
 struct Cache {
@@ -84,8 +86,8 @@ impl BellSet {
             .try_with(|cache| {
                 let mut cache = cache.try_borrow_mut().ok()?;
                 // Generations past 0 are unique in the process: a match is this set as it is now.
-                match cache.entries.iter().flatten().find(|e| e.generation == generation) {
-                    Some(entry) => Some(first_rung(&entry.bells)),
+                match cache.entries.iter_mut().flatten().find(|e| e.generation == generation) {
+                    Some(entry) => Some(first_rung(&entry.bells, &mut entry.start)),
                     None => self.refetch(&mut cache),
                 }
             })
@@ -103,14 +105,15 @@ impl BellSet {
         let generation = self.generation.load(Ordering::Relaxed);
         let bells = Arc::clone(&current);
         drop(current);
-        let rang = first_rung(&bells);
+        let mut start = 0;
+        let rang = first_rung(&bells, &mut start);
         let stale = cache.entries.iter().position(|e| e.as_ref().is_some_and(|e| e.owner == self.id));
         let index = stale.unwrap_or_else(|| {
             let index = cache.next;
             cache.next = (index + 1) % CACHED_SETS;
             index
         });
-        cache.entries[index] = Some(CachedSet { owner: self.id, generation, bells });
+        cache.entries[index] = Some(CachedSet { owner: self.id, generation, bells, start });
         Some(rang)
     }
 
@@ -141,10 +144,28 @@ impl BellSet {
     }
 }
 
-/// The link of the first doorbell of `bells` that rang.
+/// The link of the first doorbell of `bells` that rang, looking from `start` round to it.
 #[inline(always)]
-fn first_rung(bells: &[Doorbell]) -> Option<LinkId> {
-    bells.iter().find(|bell| bell.rang()).map(Doorbell::link)
+fn first_rung(bells: &[Doorbell], start: &mut usize) -> Option<LinkId> {
+    first_from(bells, start, Doorbell::rang).map(|at| bells[at].link())
+}
+
+/// The index of the first item of `items` that `rang`, looking from `*start` on and then from
+/// the beginning; `*start` becomes it. Starting where the last one rang, not at the beginning,
+/// finds a peer that answers on its turn (a server's clients taking turns) after a look or two
+/// whatever the number of doorbells, and a busy link at the front does not hide the others.
+#[inline(always)]
+fn first_from<T>(items: &[T], start: &mut usize, rang: impl Fn(&T) -> bool) -> Option<usize> {
+    let from = (*start).min(items.len());
+    let (before, after) = items.split_at(from);
+    let at = match after.iter().position(&rang) {
+        Some(offset) => from + offset,
+        None => before.iter().position(&rang)?,
+    };
+    if at != *start {
+        *start = at;
+    }
+    Some(at)
 }
 
 impl Drop for BellSet {
@@ -226,6 +247,28 @@ mod tests {
         assert_eq!(set.rung_link(), Some(Some(LinkId(0))));
         drop(set);
         assert!(rung_ring.upgrade().is_none(), "a dropped set is let go by the dropping thread");
+    }
+
+    /// The look starts at the doorbell that rang last and goes round: each ringing one is found
+    /// in turn, none hidden by one before it.
+    #[test]
+    fn the_look_starts_where_the_last_doorbell_rang() {
+        let mut start = 0;
+        let mut rings = [false, true, false, true, false];
+        assert_eq!(first_from(&rings, &mut start, |&r| r), Some(1));
+        assert_eq!(start, 1);
+        assert_eq!(first_from(&rings, &mut start, |&r| r), Some(1), "still ringing: found again");
+        rings[1] = false;
+        assert_eq!(first_from(&rings, &mut start, |&r| r), Some(3));
+        rings[3] = false;
+        rings[0] = true;
+        assert_eq!(first_from(&rings, &mut start, |&r| r), Some(0), "round to the beginning");
+        rings[0] = false;
+        assert_eq!(first_from(&rings, &mut start, |&r| r), None);
+        assert_eq!(start, 0);
+        start = 10;
+        assert_eq!(first_from(&rings[..2], &mut start, |&r| r), None, "a start past a shrunk set");
+        assert_eq!(first_from::<bool>(&[], &mut start, |&r| r), None);
     }
 
     /// One thread polling more workers than its cache holds still reads each one's own set.

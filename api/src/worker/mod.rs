@@ -788,7 +788,8 @@ impl Completer for WorkerShared {
 /// the lock is released, because their drop may need the lock again.
 pub(crate) struct CoreGuard<'a> {
     guard: Option<MutexGuard<'a, Core>>,
-    /// Disarmed when the guard goes: whoever held the lock may have left work for `progress`.
+    /// Disarmed when the guard goes, unless the worker is still quiet: whoever held the lock may
+    /// have left work for `progress`.
     quiet: &'a quiet::QuietWatch,
 }
 
@@ -823,7 +824,14 @@ impl Drop for CoreGuard<'_> {
     /// case is a disarm and the mutex's own unlock; the graveyard is emptied out of line.
     #[inline]
     fn drop(&mut self) {
-        self.quiet.disarm();
+        if self.quiet.is_armed() {
+            let many = self.guard.as_ref().is_some_and(|core| core.st.eps.len() >= KEEP_ARMED_FROM);
+            if many {
+                self.keep_armed_if_quiet();
+            } else {
+                self.quiet.disarm();
+            }
+        }
         if self.guard.as_ref().is_some_and(|guard| !guard.st.graveyard.is_empty()) {
             self.unlock_and_bury();
         }
@@ -831,7 +839,29 @@ impl Drop for CoreGuard<'_> {
     }
 }
 
+/// Endpoints from which releasing the lock keeps the quiet watch armed when the worker is still
+/// quiet (see [`CoreGuard::keep_armed_if_quiet`]): the check costs about what a full poll of a
+/// few links does, and a full poll's cost grows with the links, the check's does not.
+const KEEP_ARMED_FROM: usize = 8;
+
 impl CoreGuard<'_> {
+    /// The watch was armed when the lock was taken: it stays armed when the worker is still quiet
+    /// with the same doorbells (the call queued nothing, completed nothing, changed no link), so
+    /// the caller's next `progress` looks at the doorbells instead of making a full poll, whose
+    /// cost grows with the worker's links. Else it is disarmed.
+    #[inline(never)]
+    fn keep_armed_if_quiet(&mut self) {
+        let quiet = self.guard.as_mut().is_some_and(|core| {
+            core.is_quiet() && core.tl.doorbell_generation() == core.st.doorbell_generation
+        });
+        if quiet {
+            // The caller is issuing work, not waiting for it (see `quiet::note_issued`).
+            quiet::note_issued();
+        } else {
+            self.quiet.disarm();
+        }
+    }
+
     /// Unlocks, then drops what was buried under the lock.
     #[cold]
     #[inline(never)]

@@ -10,7 +10,7 @@
 //! moved since the last one, looked at every [`FULL_POLL_EVERY`] skipped calls, or less often
 //! while the calls come faster than the clock ticks (up to [`MAX_CLOCK_INTERVAL`]).
 //! Any other use of the worker's lock disarms it, since an API call may have left work for the
-//! next poll.
+//! next poll, unless the worker is still quiet when the lock is released (see `CoreGuard`).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
@@ -153,6 +153,12 @@ impl QuietWatch {
     /// After a full poll that left everything quiet (call it without the worker's lock held).
     pub fn arm(&self) {
         self.armed.store(true, Ordering::Release);
+    }
+
+    /// Whether the watch is armed.
+    #[inline]
+    pub fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::Relaxed)
     }
 
     /// Something may have changed under the worker's lock.

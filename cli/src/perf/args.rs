@@ -11,6 +11,10 @@ pub const DEFAULT_PORT: u16 = 13337;
 /// `-s 1g` would allocate gigabytes per side before failing.
 pub const LATENCY_SIZE_CAP: usize = 64 << 20;
 
+/// Most endpoints `--endpoints` opens: each costs both sides descriptors and mapped rings (see
+/// `docs/scale.md`), and message tags carry the endpoint's index in 32 bits.
+pub const ENDPOINTS_CAP: u32 = 4096;
+
 /// Largest message of any test.
 pub const SIZE_CAP: usize = 1 << 30;
 
@@ -90,6 +94,13 @@ pub struct PerfArgs {
     /// Do not pin either side to a CPU.
     #[arg(long)]
     pub no_pin: bool,
+    /// Many-endpoints mode of tag_lat and tag_sync_lat: the client opens N endpoints to the one
+    /// server and sends message i over endpoint i mod N (the server answers on the endpoint the
+    /// message came from). Reports the latency per message, N and the memory each endpoint costs
+    /// both sides. Default 1: one endpoint, the plain test. With N above 1 the tests default to
+    /// tag_lat, and other tests are refused.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_endpoints)]
+    pub endpoints: u32,
     /// Seconds one operation may take before the run fails (a dead peer, a lost message).
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
@@ -215,6 +226,11 @@ impl TestKind {
         )
     }
 
+    /// Whether the test runs over many endpoints (`--endpoints`).
+    pub fn takes_endpoints(self) -> bool {
+        matches!(self, TestKind::TagLat | TestKind::TagSyncLat)
+    }
+
     /// The smallest message the test can move.
     fn min_size(self) -> usize {
         match self {
@@ -261,6 +277,8 @@ pub struct TestSpec {
     pub window: u32,
     pub validate: bool,
     pub mem: MemMode,
+    /// Endpoints the messages go over, round-robin (1: the plain test).
+    pub endpoints: u32,
 }
 
 /// Default iterations of a latency test (small messages).
@@ -329,6 +347,7 @@ impl TestSpec {
             window: if kind.is_latency() { 1 } else { args.window },
             validate: args.validate,
             mem,
+            endpoints: args.endpoints,
         }
     }
 
@@ -337,9 +356,10 @@ impl TestSpec {
         self.warmup + self.iters
     }
 
-    /// The wire form: `test <name> <size> <iters> <warmup> <window> <validate> <mem>`.
+    /// The wire form: `test <name> <size> <iters> <warmup> <window> <validate> <mem>`, followed
+    /// by `<endpoints>` when there are more than one.
     pub fn encode(&self) -> String {
-        format!(
+        let mut text = format!(
             "test {} {} {} {} {} {} {}",
             self.kind,
             self.size,
@@ -348,7 +368,11 @@ impl TestSpec {
             self.window,
             u8::from(self.validate),
             self.mem.name()
-        )
+        );
+        if self.endpoints > 1 {
+            text.push_str(&format!(" {}", self.endpoints));
+        }
+        text
     }
 
     /// Parses [`TestSpec::encode`]'s output; `None` for anything malformed or out of range.
@@ -372,7 +396,11 @@ impl TestSpec {
             "heap" => MemMode::Heap,
             _ => return None,
         };
-        let spec = TestSpec { kind, size, iters, warmup, window, validate, mem };
+        let endpoints = match words.next() {
+            None => 1,
+            Some(n) => n.parse().ok().filter(|&n| n > 1)?,
+        };
+        let spec = TestSpec { kind, size, iters, warmup, window, validate, mem, endpoints };
         if words.next().is_some() || spec.problem().is_some() {
             return None;
         }
@@ -411,6 +439,12 @@ impl TestSpec {
         if self.window == 0 || self.iters == 0 {
             return Some(format!("{kind}: the window and the iteration count must be at least 1"));
         }
+        if self.endpoints > 1 && !kind.takes_endpoints() {
+            return Some(format!("{kind}: --endpoints runs tag_lat and tag_sync_lat only"));
+        }
+        if !(1..=ENDPOINTS_CAP).contains(&self.endpoints) {
+            return Some(format!("--endpoints: 1 to {ENDPOINTS_CAP} endpoints (got {})", self.endpoints));
+        }
         None
     }
 }
@@ -419,7 +453,11 @@ impl TestSpec {
 /// what is wrong with the request.
 pub fn plan(args: &PerfArgs) -> Result<Vec<TestSpec>, String> {
     let explicit = !args.tests.is_empty();
-    let kinds = if explicit { args.tests.clone() } else { TestKind::ALL.to_vec() };
+    let kinds = match (explicit, args.endpoints > 1) {
+        (true, _) => args.tests.clone(),
+        (false, true) => vec![TestKind::TagLat],
+        (false, false) => TestKind::ALL.to_vec(),
+    };
     let sizes: Option<Vec<usize>> = match args.sweep {
         Some((min, max)) => Some(sweep_sizes(min, max)),
         None if !args.sizes.is_empty() => Some(args.sizes.clone()),
@@ -505,6 +543,14 @@ fn parse_window(text: &str) -> Result<u32, String> {
     Ok(window)
 }
 
+fn parse_endpoints(text: &str) -> Result<u32, String> {
+    let n: u32 = text.parse().map_err(|_| format!("bad endpoint count {text:?}: expected a number"))?;
+    if !(1..=ENDPOINTS_CAP).contains(&n) {
+        return Err(format!("--endpoints takes 1 to {ENDPOINTS_CAP} endpoints (got {n})"));
+    }
+    Ok(n)
+}
+
 fn parse_yes_no(text: &str) -> Result<bool, String> {
     match text {
         "yes" | "y" | "1" | "true" => Ok(true),
@@ -518,7 +564,16 @@ mod tests {
     use super::*;
 
     fn spec(kind: TestKind, size: usize) -> TestSpec {
-        TestSpec { kind, size, iters: 10, warmup: 2, window: 16, validate: false, mem: MemMode::Prereg }
+        TestSpec {
+            kind,
+            size,
+            iters: 10,
+            warmup: 2,
+            window: 16,
+            validate: false,
+            mem: MemMode::Prereg,
+            endpoints: 1,
+        }
     }
 
     #[test]
@@ -630,6 +685,22 @@ mod tests {
         assert_eq!(batch_for(Some(50), 100), 50);
         assert_eq!(perf_args(&["-b", "7"]).batch_label(), "7");
         assert_eq!(perf_args(&[]).batch_label(), "auto");
+    }
+
+    #[test]
+    fn endpoint_counts_travel_with_the_spec() {
+        let mut s = spec(TestKind::TagLat, 8);
+        assert_eq!(s.encode(), "test tag_lat 8 10 2 16 0 prereg", "one endpoint: the plain form");
+        s.endpoints = 256;
+        assert_eq!(s.encode(), "test tag_lat 8 10 2 16 0 prereg 256");
+        assert_eq!(TestSpec::decode(&s.encode()), Some(s));
+        assert_eq!(TestSpec::decode("test tag_lat 8 10 2 16 0 prereg 1"), None, "1 is the plain form");
+        assert_eq!(TestSpec::decode("test tag_lat 8 10 2 16 0 prereg 99999"), None, "above the cap");
+        assert_eq!(TestSpec::decode("test tag_bw 8 10 2 16 0 prereg 4"), None, "not a ping-pong");
+        assert!(spec(TestKind::TagSyncLat, 8).problem().is_none());
+        assert_eq!(parse_endpoints("1024"), Ok(1024));
+        assert!(parse_endpoints("0").is_err());
+        assert!(parse_endpoints("5000").is_err());
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::perf::am::AmSink;
 use crate::perf::args::{batch_for, PerfArgs, TestKind, TestSpec};
 use crate::perf::buf::IMPLICIT_PUT_MAX;
 use crate::perf::buf::{pool, PerfBuf};
+use crate::perf::many::{self, EndpointCost, PerEndpoint, ProcStats, TAG_MANY};
 use crate::perf::pattern;
 use crate::perf::report::{Bandwidth, Format, LatClock, Latency, Report};
 use crate::perf::session::{self, detailed, Session, AM_PING, AM_PONG, TAG_ACK, TAG_CTRL, TAG_DATA};
@@ -44,6 +45,14 @@ impl Output {
         };
         let tls = args.tls.clone().or_else(|| std::env::var("ZCX_TLS").ok()).unwrap_or_else(|| "all".into());
         Output { format, tls, progress: args.progress || std::io::stderr().is_terminal() }
+    }
+
+    /// A `#` comment line of text output (nothing in CSV or JSON, whose lines are records).
+    fn note(&self, line: &str) {
+        if self.format == Format::Text {
+            println!("{line}");
+            let _ = std::io::stdout().flush();
+        }
     }
 
     fn print(&self, report: &Report) {
@@ -72,9 +81,19 @@ pub fn run(
     let ep =
         worker.create_endpoint(params).map_err(|s| format!("cannot connect to {addr}: {}", detailed(s)))?;
     let session = Session { ctx, worker, ep, peer_failed, timeout: Duration::from_secs(args.timeout) };
+    // Every endpoint the tests send over, the session's first (see `many`).
+    let mut eps = vec![session.ep.clone()];
     let mut reports = Vec::with_capacity(specs.len());
     for (i, spec) in specs.iter().enumerate() {
+        // Endpoints to open for this test, and the figures before, to tell what they cost.
+        let before = if spec.endpoints as usize > eps.len() {
+            many::ensure_descriptors(spec.endpoints)?;
+            Some((eps.len() as u64, ProcStats::now()?, many::server_stats(&session)?))
+        } else {
+            None
+        };
         session.send_ctrl(TAG_CTRL, spec.encode().as_bytes()).map_err(|e| format!("{addr}: {e}"))?;
+        many::open_client_endpoints(&session, &mut eps, spec.endpoints, addr)?;
         session.expect_ctrl("ready")?;
         if i == 0 {
             // The server answered on the endpoint's final lane: say which transport it is on.
@@ -82,6 +101,7 @@ pub fn run(
         }
         let t = Test {
             s: &session,
+            eps: &eps[..spec.endpoints as usize],
             spec: *spec,
             batch: batch_for(args.batch, spec.iters),
             progress: Progress::new(out.progress, spec),
@@ -96,6 +116,17 @@ pub fn run(
         })?;
         t.progress.clear();
         out.print(&report);
+        if let Some((had, client_before, server_before)) = before {
+            // After the test: every endpoint's rings were used, so their memory is resident.
+            let opened = eps.len() as u64 - had;
+            let cost = EndpointCost {
+                endpoints: spec.endpoints,
+                opened,
+                client: PerEndpoint::between(client_before, ProcStats::now()?, opened),
+                server: PerEndpoint::between(server_before, many::server_stats(&session)?, opened),
+            };
+            out.note(&cost.to_string());
+        }
         reports.push(report);
     }
     let counters = session.worker.transport_counters();
@@ -107,6 +138,7 @@ pub fn run(
     }
     session.send_ctrl(TAG_CTRL, b"done")?;
     session.expect_ctrl("bye")?;
+    many::close_all(&session, eps.split_off(1), CloseMode::Flush);
     let close = session.ep.close(CloseMode::Flush).map_err(|s| format!("close failed: {}", detailed(s)))?;
     // The server may hang up first; a reset while closing is fine.
     let _ = session.wait(close, "the endpoint to close");
@@ -185,6 +217,8 @@ impl Progress {
 /// One test being run by the client.
 struct Test<'a> {
     s: &'a Session,
+    /// The endpoints messages go over, round-robin: the session's alone but with `--endpoints`.
+    eps: &'a [zcx::Endpoint],
     spec: TestSpec,
     batch: u64,
     progress: Progress,
@@ -329,14 +363,37 @@ impl Test<'_> {
 
     fn tag_lat(&self, sync: bool) -> Result<Latency, String> {
         let s = self.s;
+        if self.eps.len() > 1 {
+            return self.tag_lat_many(sync);
+        }
         self.message_ping_pong(
-            |buf| {
+            |buf, _| {
                 s.ep.tag_send(buf, TAG_DATA, TagSendParams { sync, ..TagSendParams::default() })
                     .map_err(|st| format!("tag_send failed: {}", detailed(st)))
             },
-            |buf| {
+            |buf, _| {
                 s.worker
                     .tag_recv(buf, TAG_DATA, u64::MAX, RequestParams::default())
+                    .map_err(|st| format!("tag_recv failed: {}", detailed(st)))
+            },
+        )
+    }
+
+    /// tag_lat over many endpoints: message `n` over endpoint `n mod N`, tagged with that index,
+    /// and its answer received by that tag.
+    fn tag_lat_many(&self, sync: bool) -> Result<Latency, String> {
+        let (s, eps) = (self.s, self.eps);
+        let count = eps.len() as u64;
+        self.message_ping_pong(
+            |buf, n| {
+                let index = n % count;
+                eps[index as usize]
+                    .tag_send(buf, TAG_MANY | index, TagSendParams { sync, ..TagSendParams::default() })
+                    .map_err(|st| format!("tag_send failed: {}", detailed(st)))
+            },
+            |buf, n| {
+                s.worker
+                    .tag_recv(buf, TAG_MANY | (n % count), u64::MAX, RequestParams::default())
                     .map_err(|st| format!("tag_recv failed: {}", detailed(st)))
             },
         )
@@ -347,8 +404,8 @@ impl Test<'_> {
     /// round trip.
     fn message_ping_pong(
         &self,
-        send: impl Fn(PerfBuf) -> Result<Request<PerfBuf>, String>,
-        recv: impl Fn(PerfBuf) -> Result<Request<PerfBuf>, String>,
+        send: impl Fn(PerfBuf, u64) -> Result<Request<PerfBuf>, String>,
+        recv: impl Fn(PerfBuf, u64) -> Result<Request<PerfBuf>, String>,
     ) -> Result<Latency, String> {
         let s = self.s;
         let mut bufs = pool(s, self.spec.mem, 2, self.spec.size, true, 0xA5)?;
@@ -356,8 +413,8 @@ impl Test<'_> {
         self.ping_pong(|n| {
             let mut buf = sbuf.take().expect("buffer");
             self.fill(&mut buf, n);
-            let ping = send(buf)?;
-            let pong = recv(rbuf.take().expect("buffer"))?;
+            let ping = send(buf, n)?;
+            let pong = recv(rbuf.take().expect("buffer"), n)?;
             sbuf = Some(s.wait(ping, "the ping to leave")?.buf);
             let pong = s.wait(pong, "the pong")?;
             self.check(pong.buf.bytes(), pong.info.length, n)?;
@@ -645,11 +702,11 @@ impl Test<'_> {
     fn stream_lat(&self) -> Result<Latency, String> {
         let s = self.s;
         self.message_ping_pong(
-            |buf| {
+            |buf, _| {
                 s.ep.stream_send(buf, RequestParams::default())
                     .map_err(|st| format!("stream_send failed: {}", detailed(st)))
             },
-            |buf| {
+            |buf, _| {
                 s.ep.stream_recv(buf, true, RequestParams::default())
                     .map_err(|st| format!("stream_recv failed: {}", detailed(st)))
             },

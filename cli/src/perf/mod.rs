@@ -8,6 +8,10 @@
 //! atomic_add_lat, fadd_lat, cswap_lat, am_lat, am_bw, stream_lat, stream_bw (see [`args`]), over
 //! one size, a list (`-s 8,64,1k`) or a doubling sweep (`--sweep 8:4m`).
 //!
+//! `--endpoints N` runs tag_lat (or tag_sync_lat) over N endpoints to the one server, round-robin,
+//! and reports what each endpoint costs both sides in memory and descriptors (see [`many`] and
+//! `docs/scale.md`).
+//!
 //! Both sides busy-poll their worker from the calling thread. The client tells the server which
 //! test to run before each one (the server needs no test options), and prints one `key=value` line
 //! per test, or CSV or JSON records (see [`report`]); latencies carry percentiles from a
@@ -19,11 +23,13 @@ mod buf;
 mod client;
 mod hist;
 mod launcher;
+mod many;
 #[cfg(feature = "dpdk")]
 mod memif;
 mod pattern;
 mod plot;
 mod report;
+mod scale_plot;
 mod server;
 mod session;
 mod tsc;

@@ -22,6 +22,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::perf::report::Report;
+use crate::perf::scale_plot;
 
 /// Options of `zcx plot`.
 #[derive(Args, Debug, Clone)]
@@ -29,7 +30,8 @@ pub struct PlotArgs {
     /// CSV with a header naming at least `test` and `size`, and `latency_us` and/or
     /// `bandwidth_MBps` (what `zcx perf --csv` and `scripts/compare-ucx.sh` write); an optional
     /// `source` column (e.g. zcx, ucx) draws one line or bar per source. Where every test has
-    /// a single size, each panel is grouped bars (a bar per source) instead of curves.
+    /// a single size, each panel is grouped bars (a bar per source) instead of curves. A CSV
+    /// with an `endpoints` column (`scripts/scale-curve.sh`) is drawn against the endpoint count.
     #[arg(long, value_name = "FILE.csv")]
     pub input: PathBuf,
     /// The SVG file to write.
@@ -115,6 +117,11 @@ impl Series {
 pub fn plot_csv(args: &PlotArgs) -> Result<(), String> {
     let text = std::fs::read_to_string(&args.input)
         .map_err(|e| format!("cannot read {}: {e}", args.input.display()))?;
+    if scale_plot::is_scale_csv(&text) {
+        let series =
+            scale_plot::ScaleSeries::from_csv(&text).map_err(|e| format!("{}: {e}", args.input.display()))?;
+        return scale_plot::draw(&series, &args.out);
+    }
     let series = Series::from_csv(&text).map_err(|e| format!("{}: {e}", args.input.display()))?;
     draw(&series, &args.out)
 }

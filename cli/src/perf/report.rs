@@ -274,7 +274,11 @@ impl fmt::Display for Report {
                     x.p999,
                     x.max,
                     lat.batches.len()
-                )
+                )?;
+                if lat.spec.endpoints > 1 {
+                    write!(f, " endpoints={}", lat.spec.endpoints)?;
+                }
+                Ok(())
             }
             Report::Bandwidth(bw) => {
                 let bps = bw.bytes_per_sec();
@@ -399,7 +403,16 @@ mod tests {
     use crate::perf::args::{MemMode, TestKind};
 
     fn spec(kind: TestKind) -> TestSpec {
-        TestSpec { kind, size: 8, iters: 4, warmup: 0, window: 1, validate: false, mem: MemMode::Heap }
+        TestSpec {
+            kind,
+            size: 8,
+            iters: 4,
+            warmup: 0,
+            window: 1,
+            validate: false,
+            mem: MemMode::Heap,
+            endpoints: 1,
+        }
     }
 
     fn latency(kind: TestKind, us: &[u64]) -> Latency {

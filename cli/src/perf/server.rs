@@ -17,6 +17,7 @@ use crate::perf::args::{TestKind, TestSpec};
 use crate::perf::buf::IMPLICIT_PUT_MAX;
 use crate::perf::buf::{pool, PerfBuf};
 use crate::perf::client::counter_offset;
+use crate::perf::many::{self, Accepts, ProcStats, TAG_MANY, TAG_MANY_MASK};
 use crate::perf::pattern;
 use crate::perf::session::{self, detailed, Session, AM_PING, AM_PONG, TAG_ACK, TAG_CTRL, TAG_DATA};
 
@@ -26,21 +27,23 @@ pub fn run(bind: SocketAddr, timeout: Duration, parent_pid: Option<u32>) -> Resu
     let ctx = session::context()?;
     let worker = session::worker(&ctx, "zcx-perf-server")?;
     let peer_failed = Arc::new(AtomicBool::new(false));
-    let accepted: Arc<Mutex<Option<Endpoint>>> = Arc::default();
-    let (slot, flag, server) = (accepted.clone(), peer_failed.clone(), worker.clone());
+    let accepts = Arc::new(Mutex::new(Accepts::new()));
+    let (slot, flag, server) = (accepts.clone(), peer_failed.clone(), worker.clone());
     let listener = worker
         .listen(ListenerParams {
             sockaddr: Some(bind),
             conn_handler: Some(Box::new(move |request| {
-                let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
-                if slot.is_some() {
-                    return; // one client per run; dropping the request rejects it
+                let mut accepts = slot.lock().unwrap_or_else(|p| p.into_inner());
+                if !accepts.admit() {
+                    // One client per run, with the endpoints its tests asked for; dropping the
+                    // request rejects it.
+                    return;
                 }
                 let flag = flag.clone();
                 let params = EpParams::conn_request(request)
                     .with_err_handler(move |_, _| flag.store(true, Ordering::Relaxed));
                 match server.create_endpoint(params) {
-                    Ok(ep) => *slot = Some(ep),
+                    Ok(ep) => accepts.push(ep),
                     Err(status) => eprintln!("zcx perf server: cannot accept a client: {}", detailed(status)),
                 }
             })),
@@ -50,7 +53,7 @@ pub fn run(bind: SocketAddr, timeout: Duration, parent_pid: Option<u32>) -> Resu
     println!("zcx-perf-server listening port={}", listener.sockaddr().port());
     let _ = std::io::stdout().flush();
     let ep = loop {
-        if let Some(ep) = accepted.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(ep) = accepts.lock().unwrap_or_else(|p| p.into_inner()).pop() {
             break ep;
         }
         if worker.progress() == 0 {
@@ -61,6 +64,8 @@ pub fn run(bind: SocketAddr, timeout: Duration, parent_pid: Option<u32>) -> Resu
         }
     };
     let s = Session { ctx, worker, ep, peer_failed, timeout };
+    // Every endpoint of the client, the session's first (see `many`).
+    let mut eps = vec![s.ep.clone()];
     loop {
         let message = match s.recv_ctrl(TAG_CTRL, "the client's next test") {
             Ok(message) => message,
@@ -74,9 +79,17 @@ pub fn run(bind: SocketAddr, timeout: Duration, parent_pid: Option<u32>) -> Resu
             s.send_ctrl(TAG_CTRL, b"bye")?;
             break;
         }
+        if message == b"stats" {
+            s.send_ctrl(TAG_CTRL, ProcStats::now()?.encode().as_bytes())?;
+            continue;
+        }
         let text = String::from_utf8_lossy(&message);
         let spec = TestSpec::decode(&text).ok_or_else(|| format!("bad request from the client: {text:?}"))?;
-        serve(&s, &spec).map_err(|e| format!("{}: {e}", spec.kind))?;
+        if spec.endpoints as usize > eps.len() {
+            many::ensure_descriptors(spec.endpoints)?;
+            many::accept_server_endpoints(&s, &mut eps, spec.endpoints, &accepts)?;
+        }
+        serve(&s, &eps[..spec.endpoints as usize], &spec).map_err(|e| format!("{}: {e}", spec.kind))?;
     }
     // The client closes; give it a moment so the last reply is not cut off by our close.
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
@@ -85,9 +98,7 @@ pub fn run(bind: SocketAddr, timeout: Duration, parent_pid: Option<u32>) -> Resu
             std::thread::sleep(Duration::from_micros(100));
         }
     }
-    if let Ok(close) = s.ep.close(CloseMode::Force) {
-        let _ = s.wait(close, "the endpoint to close");
-    }
+    many::close_all(&s, eps, CloseMode::Force);
     drop(listener);
     Ok(())
 }
@@ -97,8 +108,11 @@ fn parent_alive(pid: u32) -> bool {
     (unsafe { libc::getppid() }) as u32 == pid
 }
 
-fn serve(s: &Session, spec: &TestSpec) -> Result<(), String> {
+fn serve(s: &Session, eps: &[Endpoint], spec: &TestSpec) -> Result<(), String> {
     match spec.kind {
+        TestKind::TagLat | TestKind::TagSyncLat if eps.len() > 1 => {
+            tag_lat_many(s, eps, spec, spec.kind == TestKind::TagSyncLat)
+        }
         TestKind::TagLat => tag_lat(s, spec, false),
         TestKind::TagSyncLat => tag_lat(s, spec, true),
         TestKind::TagBw => tag_bw(s, spec),
@@ -149,6 +163,38 @@ fn tag_lat(s: &Session, spec: &TestSpec, sync: bool) -> Result<(), String> {
         let send =
             s.ep.tag_send(buf, TAG_DATA, TagSendParams { sync, ..TagSendParams::default() })
                 .map_err(|st| format!("tag_send failed: {}", detailed(st)))?;
+        if n + 1 < spec.total() {
+            recv = Some(post(got.buf)?);
+        }
+        sbuf = Some(s.wait(send, "the pong to leave")?.buf);
+    }
+    Ok(())
+}
+
+/// tag_lat over many endpoints: each message is answered on the endpoint its tag names, with its
+/// tag.
+fn tag_lat_many(s: &Session, eps: &[Endpoint], spec: &TestSpec, sync: bool) -> Result<(), String> {
+    let post = |buf: PerfBuf| {
+        s.worker
+            .tag_recv(buf, TAG_MANY, TAG_MANY_MASK, RequestParams::default())
+            .map_err(|st| format!("tag_recv failed: {}", detailed(st)))
+    };
+    let mut bufs = pool(s, spec.mem, 2, spec.size, true, 0x5A)?;
+    let mut sbuf = bufs.pop();
+    let mut recv = Some(post(bufs.pop().expect("two buffers"))?);
+    s.send_ctrl(TAG_CTRL, b"ready")?;
+    for n in 0..spec.total() {
+        let got = s.wait(recv.take().expect("posted"), "the ping")?;
+        check(spec, got.buf.bytes(), got.info.length, n)?;
+        let tag = got.info.sender_tag;
+        let ep = eps
+            .get((tag & !TAG_MANY_MASK) as usize)
+            .ok_or_else(|| format!("message {n} names endpoint {} of {}", tag & !TAG_MANY_MASK, eps.len()))?;
+        let mut buf = sbuf.take().expect("buffer");
+        fill(spec, &mut buf, n);
+        let send = ep
+            .tag_send(buf, tag, TagSendParams { sync, ..TagSendParams::default() })
+            .map_err(|st| format!("tag_send failed: {}", detailed(st)))?;
         if n + 1 < spec.total() {
             recv = Some(post(got.buf)?);
         }

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use super::ring::{
     max_record_payload, valid_capacity, Consumer, Producer, KIND_FRAME, KIND_PLACED, KIND_PLACE_DONE,
 };
 use super::segment::Segment;
+use crate::active_set::ActiveSet;
 use crate::doorbell::Doorbell;
 use crate::lend::LendSlot;
 use crate::link_table::LinkTable;
@@ -162,6 +163,17 @@ impl Link {
     fn idle(&self) -> bool {
         self.queue.is_empty() && self.inflight.is_empty()
     }
+
+    /// Nothing for a poll to do on this link but read its ring: no queue, placement, loan,
+    /// failure or close in progress.
+    fn settled(&self) -> bool {
+        self.idle()
+            && !self.lent
+            && !self.placing.is_placing()
+            && self.broken.is_none()
+            && !self.peer_gone
+            && self.local_close.is_none()
+    }
 }
 
 struct PendingAccept {
@@ -214,6 +226,16 @@ pub struct ShmTransport {
     /// The peers' regions mapped for [`Transport::rma`], by link, oldest first; unmapped when
     /// their link goes.
     peer_regions: Vec<(LinkId, PeerRegion)>,
+    /// The slots of the links that may have more to do than read their ring (see
+    /// [`Link::settled`]): a poll visits these, and of the others only those whose ring holds a
+    /// record, so its cost follows the links at work, not all of them. Every change that can
+    /// unsettle a link adds it; a poll that finds it settled again takes it out.
+    attention: ActiveSet,
+    /// The poll's copy of `attention`, kept for its capacity.
+    attention_scratch: Vec<u32>,
+    /// Sleep was announced on the rings (`has_events`): the next poll visits every link, to
+    /// take the announcement back from rings that stayed empty.
+    slept: AtomicBool,
 }
 
 use crate::os_error::last_errno as errno;
@@ -310,6 +332,9 @@ impl ShmTransport {
             epoll_events: vec![libc::epoll_event { events: 0, u64: 0 }; 32],
             lent_gone: Vec::new(),
             peer_regions: Vec::new(),
+            attention: ActiveSet::new(),
+            attention_scratch: Vec::new(),
+            slept: AtomicBool::new(false),
         };
         let listener_fd = this.listener.as_ref().map(|l| l.as_raw_fd()).unwrap_or(-1);
         this.epoll_add(listener_fd, KEY_LISTENER)?;
@@ -401,6 +426,11 @@ impl ShmTransport {
             return Err(err);
         }
         self.doorbell_generation += 1;
+        if self.links.slot_count() == 2 {
+            // Polls of one slot kept no attention set: the first link may be unsettled.
+            self.attention.insert(0);
+            self.attention.insert(1);
+        }
         Ok(id)
     }
 
@@ -457,6 +487,7 @@ impl ShmTransport {
                 let link = self.links.at_mut(index).expect("index is live");
                 if conn::drain(link.sock.as_raw_fd()) == SocketState::Closed {
                     link.peer_gone = true;
+                    self.attention.insert(index);
                 }
             }
         }
@@ -565,6 +596,7 @@ impl ShmTransport {
     fn finish_link(&mut self, index: usize, error: TlError) {
         let id = self.link_id(index);
         let Some(mut link) = self.links.remove_at(index) else { return };
+        self.attention.remove(index);
         let result = if link.local_close == Some(true) { TlError::Canceled } else { error };
         if !link.inflight.is_empty() {
             // The peer may be copying a placed payload of ours right now, and the owner may reuse
@@ -683,8 +715,12 @@ impl ShmTransport {
         Ok(SendOutcome::Done)
     }
 
+    /// The link to queue, place or fail through: marked for the next poll's attention, since
+    /// what the caller does with it may leave it unsettled.
     fn live_link(&mut self, link: LinkId) -> Result<&mut Link, TlError> {
-        let l = self.links.get_mut(link).ok_or(TlError::InvalidParam)?;
+        let index = self.links.slot_of(link).ok_or(TlError::InvalidParam)?;
+        self.attention.insert(index);
+        let l = self.links.at_mut(index).ok_or(TlError::InvalidParam)?;
         if l.local_close.is_some() {
             return Err(TlError::InvalidParam);
         }
@@ -694,7 +730,52 @@ impl ShmTransport {
         Ok(l)
     }
 
+    /// Polls the links that need attention, then those of the others whose ring holds a record
+    /// (a load of its next record's header each).
+    fn poll_active_links(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: Option<&LendSlot>) -> usize {
+        let mut count = 0;
+        if !self.attention.is_empty() {
+            let mut visit = std::mem::take(&mut self.attention_scratch);
+            self.attention.snapshot(&mut visit);
+            for &index in &visit {
+                count += self.poll_link(index as usize, sink, lend);
+            }
+            // Settled ones leave the set after the scan below, which so skips them all.
+            self.attention_scratch = visit;
+        }
+        for index in 0..self.links.slot_count() {
+            if self.attention.contains(index) {
+                continue;
+            }
+            if self.links.at(index).is_some_and(|l| l.rx.peek()) {
+                count += self.poll_link(index, sink, lend);
+                self.note_settled(index);
+            }
+        }
+        if !self.attention_scratch.is_empty() {
+            let visit = std::mem::take(&mut self.attention_scratch);
+            for &index in &visit {
+                self.note_settled(index as usize);
+            }
+            self.attention_scratch = visit;
+        }
+        count
+    }
+
+    /// Keeps the link at `index` in the attention set while it is unsettled, and only then.
+    #[inline(always)]
+    fn note_settled(&mut self, index: usize) {
+        if self.links.at(index).is_some_and(|link| !link.settled()) {
+            self.attention.insert(index);
+        } else if !self.attention.is_empty() {
+            self.attention.remove(index);
+        }
+    }
+
     /// Progresses one link: its placement, its received records, its queue, its close.
+    // Inlined into each loop of `poll_offering`, as it was into its one loop: a busy worker's
+    // poll is mostly this.
+    #[inline(always)]
     fn poll_link(
         &mut self,
         index: usize,
@@ -946,6 +1027,7 @@ impl Drop for ShmTransport {
     fn drop(&mut self) {
         // Links and their segments go with `self.links`; nothing is left to report.
         self.links.clear();
+        self.attention = ActiveSet::new();
         self.pending.clear();
     }
 }
@@ -969,8 +1051,20 @@ impl ShmTransport {
         if !self.deferred.is_empty() {
             count += self.flush_deferred(sink);
         }
-        for index in 0..self.links.slot_count() {
-            count += self.poll_link(index, sink, lend);
+        if self.links.slot_count() <= 1 {
+            // One slot: nothing to skip, and the visit costs less than the look that would skip
+            // it. The attention set is not kept meanwhile (`is_quiet` looks at the link itself);
+            // a second slot puts the link in it (`insert_link`).
+            if self.links.slot_count() == 1 {
+                count += self.poll_link(0, sink, lend);
+            }
+        } else if std::mem::take(self.slept.get_mut()) {
+            for index in 0..self.links.slot_count() {
+                count += self.poll_link(index, sink, lend);
+                self.note_settled(index);
+            }
+        } else {
+            count += self.poll_active_links(sink, lend);
         }
         if !self.deferred.is_empty() {
             count += self.flush_deferred(sink);
@@ -1091,6 +1185,7 @@ impl Transport for ShmTransport {
         }
         l.local_close = Some(force);
         l.lane.lock().link_open = false;
+        self.attention.insert(index);
         if force || (l.idle() && !l.placing.is_placing()) {
             self.finish_link(index, TlError::Canceled);
         }
@@ -1110,16 +1205,15 @@ impl Transport for ShmTransport {
     }
 
     fn is_quiet(&self) -> bool {
+        // A link outside the attention set is settled; one inside may be too, until a poll
+        // takes it out. With one slot the set is not kept: its link is looked at.
         self.deferred.is_empty()
             && self.pending.is_empty()
-            && self.links.values().all(|l| {
-                l.idle()
-                    && !l.lent
-                    && !l.placing.is_placing()
-                    && l.broken.is_none()
-                    && !l.peer_gone
-                    && l.local_close.is_none()
-            })
+            && if self.links.slot_count() <= 1 {
+                self.links.values().all(|l| l.settled())
+            } else {
+                self.attention.iter().all(|index| self.links.at(index).is_none_or(|l| l.settled()))
+            }
     }
 
     fn has_events(&self) -> bool {
@@ -1134,6 +1228,7 @@ impl Transport for ShmTransport {
         }
         // Announce sleep on every ring before the last look, so a frame written after it wakes us
         // through the link socket (in the epoll set).
+        self.slept.store(true, Ordering::Relaxed);
         if self.links.values().any(|l| l.rx.announce_sleep()) {
             return true;
         }
@@ -1222,6 +1317,9 @@ impl SameHostFastPath for ShmTransport {
             // Taken past the call, as `poll_rx` lends: unreleased until the loan ends.
             link.lent = true;
             link.rx_streak = true;
+            if let Some(index) = self.links.slot_of(rung) {
+                self.attention.insert(index);
+            }
         } else {
             link.rx.release();
         }

@@ -104,6 +104,12 @@ const SPIN_AFTER_POLLS: u64 = 256;
 /// link that went quiet costs no system call per poll for long.
 const SPIN_IDLE_RECVS: u32 = 4096;
 
+/// Most links in spin mode at once. Each costs every poll a `recv(2)`, so a worker busy with many
+/// links (a server whose clients take turns) would otherwise pay a system call per link per poll;
+/// past this, links that receive keep the ring's receive, whose completions cost a poll nothing
+/// per link.
+const MAX_SPINNING: usize = 4;
+
 /// A cheap identity of the calling thread (never 0).
 fn thread_token() -> u64 {
     use std::cell::Cell;
@@ -415,7 +421,11 @@ impl UringTransport {
         if link.recv_armed || link.state != LinkState::Open || link.spin {
             return;
         }
-        if std::mem::take(&mut link.want_spin) && !link.want_bulk && !link.bulk && !link.placing.is_placing()
+        if std::mem::take(&mut link.want_spin)
+            && !link.want_bulk
+            && !link.bulk
+            && !link.placing.is_placing()
+            && self.spinning.len() < MAX_SPINNING
         {
             // The multishot receive has ended: from now on `spin_recv` reads the socket, and
             // nothing else does, so the stream's order is kept.
@@ -979,6 +989,7 @@ impl UringTransport {
                         // Not before the handshake: a connection that is anyone's gets no system
                         // call per poll and no buffer of its own.
                         let spin = self.cfg.spin_recv
+                            && self.spinning.len() < MAX_SPINNING
                             && self.polls.wrapping_sub(self.last_sleep_poll) >= SPIN_AFTER_POLLS
                             && !link.placing.is_placing()
                             && !link.placed_mode
