@@ -448,3 +448,35 @@ fn get_nbi_lands_by_the_flush_which_reports_a_refusal() {
     assert_eq!(snapshot(&local), before, "a refused get wrote nothing");
     wait(&p.workers(), p.ep.flush().unwrap()).expect("the next flush reports nothing old");
 }
+
+/// `ucp_worker_fence` orders a put that went through the owner (sent before the owner's verdict
+/// on the key came back) before a later one the caller could do itself: the later one waits
+/// for the earlier to settle, instead of landing first and being overwritten by it. Once they
+/// settled, direct accesses go on.
+#[test]
+fn a_fence_keeps_a_direct_put_behind_an_earlier_one_through_the_owner() {
+    let p = Pair::new();
+    if !p.ep.query().unwrap().transports.contains(&"shm") {
+        println!("skipped: the endpoint is not on shared memory (ZCX_TLS)");
+        return;
+    }
+    let memh = region(&p.ctx, 4096, RW, 0);
+    let base = memh.address() as u64;
+    let rkey = p.ep.rkey_unpack(&memh.rkey_pack().unwrap()).unwrap();
+    // The owner answers the key check; the client has not read the answer yet, so its first
+    // put goes through the owner, which has not performed it yet either.
+    p.server.progress();
+    p.ep.put_nbi(b"old-old-", base, &rkey).unwrap();
+    // Now the client reads the verdict: the key could be used directly from here on.
+    for _ in 0..10 {
+        p.client.progress();
+    }
+    p.client.fence().unwrap();
+    assert!(p.ep.put_direct(b"new-new-", base, &rkey).is_none(), "a direct put overtook the fence");
+    p.ep.put_nbi(b"new-new-", base, &rkey).unwrap();
+    p.flushed().unwrap();
+    assert_eq!(bytes_at(memh.address(), 8), b"new-new-".to_vec(), "the earlier put landed last");
+    // Everything before the fence settled: direct again.
+    assert_eq!(p.ep.put_direct(b"direct!!", base, &rkey), Some(Ok(())));
+    assert_eq!(bytes_at(memh.address(), 8), b"direct!!".to_vec());
+}

@@ -144,6 +144,10 @@ pub(crate) struct Endpoint {
     pub flushes: u32,
     /// The first refusal of an implicit put since the last flush: that flush's status.
     pub implicit_failure: Option<Status>,
+    /// Implicit puts sent untracked (the target answers only a refusal), counted.
+    pub untracked_puts: u64,
+    /// How many of `untracked_puts` a completed flush covers (the count when it started).
+    pub flushed_puts: u64,
     pub stream: StreamRx,
     pub rx_seen: bool,
     pub tx_seen: bool,
@@ -181,8 +185,10 @@ pub(crate) enum OpKind {
     /// A native RMA waiting for `rma_done`.
     Native,
     /// An endpoint flush: done when acked and no older operation of the endpoint is left.
-    /// `closing`: the flush a flush close starts with, reported to nobody.
-    Flush { acked: bool, parent: Option<OpId>, closing: bool },
+    /// `unreported`: reported to nobody (the flush a flush close starts with, an ordering
+    /// flush); `covers`: the endpoint's untracked puts when it started, which it covers once
+    /// done with OK.
+    Flush { acked: bool, parent: Option<OpId>, unreported: bool, covers: u64 },
     /// A worker flush over several endpoints.
     FlushAll { remaining: usize },
     /// A close with flush.
@@ -217,7 +223,7 @@ impl OpKind {
             OpKind::AmRndv { .. }
                 | OpKind::StreamPull { .. }
                 | OpKind::GetReply { .. }
-                | OpKind::Flush { closing: true, .. }
+                | OpKind::Flush { unreported: true, .. }
         )
     }
 }
@@ -328,6 +334,8 @@ impl Engine {
             rma_in_flight: 0,
             flushes: 0,
             implicit_failure: None,
+            untracked_puts: 0,
+            flushed_puts: 0,
             stream: StreamRx::default(),
             rx_seen: false,
             tx_seen: false,
@@ -416,6 +424,10 @@ impl Engine {
         ep.rma_in_flight += old.rma_in_flight;
         ep.flushes += old.flushes;
         ep.implicit_failure = ep.implicit_failure.or(old.implicit_failure);
+        // A merged endpoint's untracked puts are covered once a flush of the survivor covers
+        // all of them.
+        ep.untracked_puts += old.untracked_puts;
+        ep.flushed_puts = ep.flushed_puts.min(old.flushed_puts);
         ep.tx_seen |= old.tx_seen;
         ep.last_rx = old.last_rx;
         ep.last_tx = old.last_tx.or(ep.last_tx);
@@ -712,8 +724,11 @@ impl Engine {
             ep.rma_in_flight -= 1;
             release = ep.rma_in_flight == 0 && !ep.fenced.is_empty();
         }
-        if matches!(op.kind, OpKind::Flush { .. }) {
+        if let OpKind::Flush { covers, .. } = op.kind {
             ep.flushes -= 1;
+            if status == Status::Ok {
+                ep.flushed_puts = ep.flushed_puts.max(covers);
+            }
         }
         let (flushes, closing) = (ep.flushes > 0, ep.phase == Phase::Closing);
         let forget = ep.released && matches!(ep.phase, Phase::Dead(_));
@@ -773,9 +788,17 @@ impl Engine {
         if ready.is_empty() {
             return;
         }
-        // Every implicit put before these flushes is done: the first refusal is their status.
-        let status =
-            self.eps.get_mut(&ep).and_then(|state| state.implicit_failure.take()).unwrap_or(Status::Ok);
+        // Every implicit put before these flushes is done: the first refusal is their status,
+        // reported once, by a flush someone waits for (one the engine made for itself only
+        // looks, so the application's next flush still says it).
+        let reported = ready.iter().any(|id| self.ops.get(id).is_some_and(|op| !op.kind.is_internal()));
+        let state = self.eps.get_mut(&ep);
+        let status = if reported {
+            state.and_then(|state| state.implicit_failure.take())
+        } else {
+            state.and_then(|state| state.implicit_failure)
+        }
+        .unwrap_or(Status::Ok);
         for id in ready {
             self.finish_op(id, status, OpInfo::default());
         }

@@ -108,7 +108,11 @@ impl Engine {
                 ack: false,
             };
             let header = crate::output::Header::of(&frame);
-            return self.send_eager(ep_id, header, bytes.as_ptr(), len);
+            self.send_eager(ep_id, header, bytes.as_ptr(), len)?;
+            if let Some(ep) = self.eps.get_mut(&ep_id) {
+                ep.untracked_puts += 1;
+            }
+            return Ok(());
         }
         // A `Vec`, not a `Box`: moving a box into the table would assert it unique again and so
         // invalidate the pointer the send buffer holds; moving a vector leaves its heap alone.
@@ -234,6 +238,29 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether every one-sided operation the endpoint sent to its peer has been performed there:
+    /// none in flight or held behind a fence, and every untracked implicit put covered by a
+    /// completed flush. Only then may the caller perform later ones itself (a CPU copy into the
+    /// peer's mapped memory) without overtaking earlier ones still on their way.
+    pub fn rma_settled(&self, ep_id: EndpointId) -> bool {
+        self.eps.get(&ep_id).is_some_and(|ep| {
+            ep.rma_in_flight == 0 && ep.fenced.is_empty() && ep.flushed_puts == ep.untracked_puts
+        })
+    }
+
+    /// Starts a flush nobody is told about, for a caller waiting for [`Engine::rma_settled`]:
+    /// its completion covers the untracked puts sent so far. Returns its id
+    /// ([`Engine::is_pending`] says when it ended).
+    pub fn settle_rma(&mut self, ep_id: EndpointId) -> Result<OpId, Status> {
+        self.usable(ep_id)?;
+        Ok(self.start_flush_as(ep_id, None, true))
+    }
+
+    /// Whether operation `op` has not ended yet.
+    pub fn is_pending(&self, op: OpId) -> bool {
+        self.ops.contains_key(&op)
+    }
+
     /// `ucp_ep_flush_nbx`: completes once every earlier outgoing operation of the endpoint
     /// completed remotely.
     pub fn flush(&mut self, ep_id: EndpointId) -> Result<OpId, Status> {
@@ -265,9 +292,16 @@ impl Engine {
         self.start_flush_as(ep_id, parent, false)
     }
 
-    /// Starts an endpoint flush; `closing` for the one a flush close waits for.
-    pub(crate) fn start_flush_as(&mut self, ep_id: EndpointId, parent: Option<OpId>, closing: bool) -> OpId {
-        let op = self.new_op(Some(ep_id), OpKind::Flush { acked: false, parent, closing }, None);
+    /// Starts an endpoint flush; `unreported` for one nobody outside waits for (the one a flush
+    /// close waits for, an ordering flush).
+    pub(crate) fn start_flush_as(
+        &mut self,
+        ep_id: EndpointId,
+        parent: Option<OpId>,
+        unreported: bool,
+    ) -> OpId {
+        let covers = self.eps.get(&ep_id).map_or(0, |ep| ep.untracked_puts);
+        let op = self.new_op(Some(ep_id), OpKind::Flush { acked: false, parent, unreported, covers }, None);
         if let Some(ep) = self.eps.get_mut(&ep_id) {
             ep.flushes += 1;
         }

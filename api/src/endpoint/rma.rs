@@ -124,6 +124,9 @@ struct Window {
     /// The endpoint's "direct access allowed" flag, cleared by the worker when the endpoint
     /// fails or closes. Read without the worker's lock, so direct accesses take no lock at all.
     live: Arc<AtomicBool>,
+    /// The endpoint's fence flag (`EpState::rma_ordered`): cleared by a fence that found
+    /// operations through the peer unsettled, set again once they settled.
+    ordered: Arc<AtomicBool>,
 }
 
 impl EpRkey {
@@ -209,6 +212,9 @@ impl Endpoint {
         if !window.live.load(Ordering::Acquire) {
             return None;
         }
+        if !window.ordered.load(Ordering::Acquire) && !self.settled_since_fence(rkey.ep) {
+            return None;
+        }
         if remote_addr < window.base || remote_addr.checked_add(len).is_none_or(|last| last > window.end) {
             return Some(Err(refused_outside()));
         }
@@ -233,7 +239,7 @@ impl Endpoint {
         if key.length() == 0 {
             return None;
         }
-        let Some(live) = Self::direct_flag(&self.shared().lock().st, rkey.ep) else {
+        let Some((live, ordered)) = Self::direct_flag(&self.shared().lock().st, rkey.ep) else {
             // Not on shared memory (yet): no more looks under the lock until an operation through
             // the owner finds it there (`prepare_direct`).
             let _ = rkey.vouch.compare_exchange(
@@ -248,15 +254,43 @@ impl Endpoint {
         Some(rkey.window.get_or_init(|| {
             let region = rkey.engine_key.region;
             tracing::debug!(ep = %rkey.ep, region, "direct RMA through the peer's mapping");
-            Window { base: key.base(), end, prot: key.prot(), local, live }
+            Window { base: key.base(), end, prot: key.prot(), local, live, ordered }
         }))
     }
 
+    /// After a fence: whether the one-sided operations endpoint `ep` sent through its peer have
+    /// all been performed, so direct accesses may go on (and then they do, without this look);
+    /// if not, makes sure a flush that will tell is out.
+    #[cold]
+    fn settled_since_fence(&self, ep: EndpointId) -> bool {
+        let mut core = self.shared().lock();
+        let st = &mut core.st;
+        if st.engine.rma_settled(ep) {
+            if let Some(state) = st.eps.get_mut(&ep) {
+                state.rma_ordered.store(true, Ordering::Release);
+                state.settling = None;
+            }
+            return true;
+        }
+        let settling = st.eps.get(&ep).and_then(|state| state.settling);
+        if settling.is_none_or(|op| !st.engine.is_pending(op)) {
+            let flush = st.engine.settle_rma(ep).ok();
+            if let Some(state) = st.eps.get_mut(&ep) {
+                state.settling = flush;
+            }
+            core.drain();
+        }
+        false
+    }
+
     /// The direct flag of endpoint `ep` when it is ready on a shared-memory link.
-    fn direct_flag(st: &State, ep: EndpointId) -> Option<Arc<AtomicBool>> {
+    fn direct_flag(st: &State, ep: EndpointId) -> Option<(Arc<AtomicBool>, Arc<AtomicBool>)> {
         let on_shm = st.engine.phase(ep) == Some(Phase::Ready)
             && st.engine.link_of(ep).is_some_and(|link| st.shm_member == Some(member_of(link)));
-        st.eps.get(&ep).filter(|_| on_shm).map(|state| Arc::clone(&state.direct_ok))
+        st.eps
+            .get(&ep)
+            .filter(|_| on_shm)
+            .map(|state| (Arc::clone(&state.direct_ok), Arc::clone(&state.rma_ordered)))
     }
 
     /// Readies `rkey` (memfd-backed) for direct access, under the worker's lock: asks the owner

@@ -62,6 +62,8 @@ fn new_state(st: &State, id: EndpointId, setup: EpSetup) -> EpState {
         direct_ok: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
         lane: None,
         stream_jobs: 0,
+        rma_ordered: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        settling: None,
         conn_token: 0,
         verbs_link: None,
         down: false,

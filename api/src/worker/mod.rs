@@ -430,13 +430,20 @@ impl Worker {
     }
 
     /// `ucp_worker_fence`: later RMA and AMO operations of every endpoint are performed after
-    /// earlier ones.
+    /// earlier ones. Those through the peer wait behind the engine's fence; direct ones (CPU
+    /// copies into a peer's mapping) go through the peer too while earlier ones through it are
+    /// unsettled.
     pub fn fence(&self) -> Result<()> {
         let mut core = self.shared.lock();
         let eps: Vec<_> = core.st.eps.keys().copied().collect();
         for ep in eps {
             // An endpoint that cannot carry operations has none to order.
             let _ = core.st.engine.fence(ep);
+            if !core.st.engine.rma_settled(ep) {
+                if let Some(state) = core.st.eps.get(&ep) {
+                    state.rma_ordered.store(false, std::sync::atomic::Ordering::Release);
+                }
+            }
         }
         Ok(())
     }

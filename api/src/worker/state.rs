@@ -88,6 +88,12 @@ pub(crate) struct EpState {
     /// Stream sends still in fragments: while there are any, the lane holds small stream sends
     /// back (the byte stream keeps its order).
     pub stream_jobs: u32,
+    /// Cleared by a fence while one-sided operations the endpoint sent through its peer may
+    /// still be on their way: direct accesses (CPU copies into the peer's mapping, see `EpRkey`)
+    /// would overtake them, so they go through the peer too until those settled.
+    pub rma_ordered: Arc<std::sync::atomic::AtomicBool>,
+    /// The flush that tells when they settled, while one is out.
+    pub settling: Option<zcx_engine::OpId>,
     /// Client side while connecting: the random token the connection request carries (as its
     /// `client_ep_id`) and the answer must echo, so no other process can answer for the server.
     pub conn_token: u64,
