@@ -14,7 +14,7 @@ pub use zcx_dataplane::proto::AtomicOp;
 use zcx_dataplane::transport_set::member_of;
 use zcx_engine::{EndpointId, OpId, Phase, RecvBuffer, SendBuffer, Start};
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::buffer::{RecvBuf, SendBuf};
@@ -23,7 +23,7 @@ use crate::mem::Prot;
 use crate::request::{AfterUnlock, OpInfo, OpSink, ReqCell, Request, RequestParams, WorkerLocked};
 use crate::rkey::RemoteKey;
 use crate::status::{fail_with, Result, Status};
-use crate::worker::state::State;
+use crate::worker::state::{State, DIRECT_LIVE, DIRECT_ORDERED};
 
 /// Operand size of an atomic (`UCP_FEATURE_AMO32` / `AMO64`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,12 +121,10 @@ struct Window {
     prot: Prot,
     /// The local address of `base` in our mapping of the peer's memfd (kept mapped by the key).
     local: usize,
-    /// The endpoint's "direct access allowed" flag, cleared by the worker when the endpoint
-    /// fails or closes. Read without the worker's lock, so direct accesses take no lock at all.
-    live: Arc<AtomicBool>,
-    /// The endpoint's fence flag (`EpState::rma_ordered`): cleared by a fence that found
-    /// operations through the peer unsettled, set again once they settled.
-    ordered: Arc<AtomicBool>,
+    /// The endpoint's direct-access flags (`EpState::direct_rma`): live until it fails or
+    /// closes, ordered but after a fence that found operations through the peer unsettled.
+    /// Read without the worker's lock, so direct accesses take no lock at all.
+    flags: Arc<AtomicU8>,
 }
 
 impl EpRkey {
@@ -209,10 +207,10 @@ impl Endpoint {
             Some(window) => window,
             None => self.open_window(rkey)?,
         };
-        if !window.live.load(Ordering::Acquire) {
-            return None;
-        }
-        if !window.ordered.load(Ordering::Acquire) && !self.settled_since_fence(rkey.ep) {
+        let flags = window.flags.load(Ordering::Acquire);
+        if flags != DIRECT_LIVE | DIRECT_ORDERED
+            && (flags & DIRECT_LIVE == 0 || !self.settled_since_fence(rkey.ep))
+        {
             return None;
         }
         if remote_addr < window.base || remote_addr.checked_add(len).is_none_or(|last| last > window.end) {
@@ -239,7 +237,7 @@ impl Endpoint {
         if key.length() == 0 {
             return None;
         }
-        let Some((live, ordered)) = Self::direct_flag(&self.shared().lock().st, rkey.ep) else {
+        let Some(flags) = Self::direct_flags(&self.shared().lock().st, rkey.ep) else {
             // Not on shared memory (yet): no more looks under the lock until an operation through
             // the owner finds it there (`prepare_direct`).
             let _ = rkey.vouch.compare_exchange(
@@ -254,7 +252,7 @@ impl Endpoint {
         Some(rkey.window.get_or_init(|| {
             let region = rkey.engine_key.region;
             tracing::debug!(ep = %rkey.ep, region, "direct RMA through the peer's mapping");
-            Window { base: key.base(), end, prot: key.prot(), local, live, ordered }
+            Window { base: key.base(), end, prot: key.prot(), local, flags }
         }))
     }
 
@@ -267,7 +265,7 @@ impl Endpoint {
         let st = &mut core.st;
         if st.engine.rma_settled(ep) {
             if let Some(state) = st.eps.get_mut(&ep) {
-                state.rma_ordered.store(true, Ordering::Release);
+                state.direct_rma.fetch_or(DIRECT_ORDERED, Ordering::Release);
                 state.settling = None;
             }
             return true;
@@ -283,14 +281,11 @@ impl Endpoint {
         false
     }
 
-    /// The direct flag of endpoint `ep` when it is ready on a shared-memory link.
-    fn direct_flag(st: &State, ep: EndpointId) -> Option<(Arc<AtomicBool>, Arc<AtomicBool>)> {
+    /// The direct-access flags of endpoint `ep` when it is ready on a shared-memory link.
+    fn direct_flags(st: &State, ep: EndpointId) -> Option<Arc<AtomicU8>> {
         let on_shm = st.engine.phase(ep) == Some(Phase::Ready)
             && st.engine.link_of(ep).is_some_and(|link| st.shm_member == Some(member_of(link)));
-        st.eps
-            .get(&ep)
-            .filter(|_| on_shm)
-            .map(|state| (Arc::clone(&state.direct_ok), Arc::clone(&state.rma_ordered)))
+        st.eps.get(&ep).filter(|_| on_shm).map(|state| Arc::clone(&state.direct_rma))
     }
 
     /// Readies `rkey` (memfd-backed) for direct access, under the worker's lock: asks the owner
@@ -303,7 +298,7 @@ impl Endpoint {
             return;
         }
         let phase = st.engine.phase(ep);
-        let on_shm = Self::direct_flag(st, ep).is_some();
+        let on_shm = Self::direct_flags(st, ep).is_some();
         if on_shm {
             // Vouched while elsewhere: the next operation opens the window.
             let _ = rkey.vouch.compare_exchange(

@@ -59,10 +59,11 @@ fn new_state(st: &State, id: EndpointId, setup: EpSetup) -> EpState {
         local_addr: None,
         remote_addr: None,
         handle: Weak::new(),
-        direct_ok: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        direct_rma: std::sync::Arc::new(std::sync::atomic::AtomicU8::new(
+            super::state::DIRECT_LIVE | super::state::DIRECT_ORDERED,
+        )),
         lane: None,
         stream_jobs: 0,
-        rma_ordered: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
         settling: None,
         conn_token: 0,
         verbs_link: None,

@@ -441,7 +441,7 @@ impl Worker {
             let _ = core.st.engine.fence(ep);
             if !core.st.engine.rma_settled(ep) {
                 if let Some(state) = core.st.eps.get(&ep) {
-                    state.rma_ordered.store(false, std::sync::atomic::Ordering::Release);
+                    state.direct_rma.fetch_and(!state::DIRECT_ORDERED, std::sync::atomic::Ordering::Release);
                 }
             }
         }

@@ -67,6 +67,13 @@ pub(crate) fn status_of_cold(error: TlError) -> Status {
     status_of(error)
 }
 
+/// [`EpState::direct_rma`]: cleared for good when the endpoint fails or starts closing.
+pub(crate) const DIRECT_LIVE: u8 = 1;
+/// [`EpState::direct_rma`]: cleared by a fence while one-sided operations the endpoint sent
+/// through its peer may still be on their way, which direct accesses would overtake (they go
+/// through the peer too until those settled); set again then.
+pub(crate) const DIRECT_ORDERED: u8 = 2;
+
 /// The API's own record of one endpoint; its protocol state is the engine's.
 pub(crate) struct EpState {
     pub name: String,
@@ -79,20 +86,18 @@ pub(crate) struct EpState {
     pub remote_addr: Option<SocketAddr>,
     /// The canonical handle given to the application, if it still holds one.
     pub handle: Weak<EpHandle>,
-    /// Cleared when the endpoint fails or starts closing: remote keys unpacked on it stop their
-    /// direct (lock-free) shared-memory accesses then (see `EpRkey`).
-    pub direct_ok: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether remote keys unpacked on the endpoint may access the peer's memory directly
+    /// (lock-free CPU copies into its mapping, see `EpRkey`): [`DIRECT_LIVE`] and
+    /// [`DIRECT_ORDERED`], read in one load per access.
+    pub direct_rma: Arc<std::sync::atomic::AtomicU8>,
     /// The shared-memory link's send lane, once an application handle took it for direct eager
-    /// sends (see `DirectLane`); closed on the endpoint's side with `direct_ok`.
+    /// sends (see `DirectLane`); closed on the endpoint's side with `direct_rma`'s live flag.
     pub lane: Option<Arc<zcx_dataplane::shm::ShmSendLane>>,
     /// Stream sends still in fragments: while there are any, the lane holds small stream sends
     /// back (the byte stream keeps its order).
     pub stream_jobs: u32,
-    /// Cleared by a fence while one-sided operations the endpoint sent through its peer may
-    /// still be on their way: direct accesses (CPU copies into the peer's mapping, see `EpRkey`)
-    /// would overtake them, so they go through the peer too until those settled.
-    pub rma_ordered: Arc<std::sync::atomic::AtomicBool>,
-    /// The flush that tells when they settled, while one is out.
+    /// The flush that tells when the one-sided operations sent through the peer settled, while
+    /// one is out after a fence (see [`DIRECT_ORDERED`]).
     pub settling: Option<zcx_engine::OpId>,
     /// Client side while connecting: the random token the connection request carries (as its
     /// `client_ep_id`) and the answer must echo, so no other process can answer for the server.
@@ -120,7 +125,7 @@ impl EpState {
     /// The endpoint stops being usable (it closes or failed): direct remote-key accesses and
     /// direct sends on its lane stop, so only the worker's checks decide from now on.
     pub fn stop_direct(&self) {
-        self.direct_ok.store(false, std::sync::atomic::Ordering::Release);
+        self.direct_rma.fetch_and(!DIRECT_LIVE, std::sync::atomic::Ordering::Release);
         if let Some(lane) = &self.lane {
             lane.close_for_endpoint();
         }
