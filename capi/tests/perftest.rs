@@ -291,16 +291,20 @@ impl Proc {
     /// the one in [`common::libdir`].
     fn check_maps(&mut self, deadline: Instant) -> Result<(), Failure> {
         loop {
-            if !common::mapped_libucp(self.pid()).is_empty() {
+            let mapped = common::mapped_libucp(self.pid());
+            if !mapped.is_empty() {
+                // Judged on this one read: a quick run may have exited (and unmapped) by a second.
                 let pid = self.pid();
-                return std::panic::catch_unwind(|| common::assert_loads_libdir(pid)).map_err(|panic| {
-                    let why = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_default();
-                    Failure::Failed(format!("{}: {why}", self.role))
-                });
+                return std::panic::catch_unwind(|| common::assert_maps_libdir(pid, &mapped)).map_err(
+                    |panic| {
+                        let why = panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default();
+                        Failure::Failed(format!("{}: {why}", self.role))
+                    },
+                );
             }
             if let Some(status) = self.poll() {
                 let role = self.role;

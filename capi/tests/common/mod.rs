@@ -91,9 +91,15 @@ pub fn mapped_libucp(pid: u32) -> Vec<PathBuf> {
 
 /// Panics unless the only `libucp` process `pid` has mapped is [`libdir`]'s.
 pub fn assert_loads_libdir(pid: u32) {
+    assert_maps_libdir(pid, &mapped_libucp(pid));
+}
+
+/// Panics unless `mapped` (what [`mapped_libucp`] read of process `pid`) is exactly [`libdir`]'s
+/// `libucp`: for a caller that already read the maps of a process that may exit any moment,
+/// whose maps a second read could find empty.
+pub fn assert_maps_libdir(pid: u32, mapped: &[PathBuf]) {
     let expected = std::fs::canonicalize(libdir().join("libucp.so.0")).expect("libucp.so.0 in the libdir");
-    let mapped = mapped_libucp(pid);
-    assert_eq!(mapped, vec![expected], "process {pid} must map exactly the libucp under test");
+    assert_eq!(mapped, [expected], "process {pid} must map exactly the libucp under test");
 }
 
 /// Whether `program` exists; prints the `skipped:` line when it does not.
