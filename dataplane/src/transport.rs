@@ -507,6 +507,19 @@ pub trait Transport: Send {
     /// Default: nothing to do.
     fn prepare_sleep(&mut self) {}
 
+    /// Whether everything sent on `link` so far has left this transport for a place where it
+    /// reaches the peer even if this process exits now: the kernel's socket buffer, the peer's
+    /// ring, memory the peer has already read. A transport that holds sends of its own (a queue
+    /// the kernel or ring had no room for, a payload the peer has yet to read out of this
+    /// process) says no until it no longer does; one whose sends are delivered only as long as
+    /// this process resends them (a datagram session) always says no. The engine then completes
+    /// a flush on its own records (`ucp_ep_flush_nbx` over a socket or shared memory in UCX)
+    /// instead of asking the peer. Default: no.
+    fn link_delivered(&self, link: LinkId) -> bool {
+        let _ = link;
+        false
+    }
+
     /// True when `poll` can find nothing new until one of the transport's doorbells rings (see
     /// [`crate::doorbell`]): no frame queued or in flight, no link opening or closing, and every
     /// link one whose incoming data rings a doorbell ([`SameHostFastPath::doorbells`]); a

@@ -401,6 +401,13 @@ impl Transport for TransportSet {
         self.members.iter().all(|m| with_member!(m, t => t.is_quiet()))
     }
 
+    fn link_delivered(&self, link: LinkId) -> bool {
+        match self.member(link.0) {
+            Some((tl, local)) => with_member!(tl, tl => tl.link_delivered(LinkId(local))),
+            None => false,
+        }
+    }
+
     fn prepare_sleep(&mut self) {
         for member in &mut self.members {
             with_member!(member, t => t.prepare_sleep());

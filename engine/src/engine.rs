@@ -764,7 +764,9 @@ impl Engine {
 
     /// Completes the endpoint's acked flushes that no longer wait for older operations.
     pub(crate) fn recheck_flushes(&mut self, ep: EndpointId) {
-        if self.eps.get(&ep).is_none_or(|state| state.flushes == 0) {
+        // A dead endpoint's flushes end with its failure: the operations it fails one by one
+        // must not make a flush behind them look complete.
+        if self.eps.get(&ep).is_none_or(|state| state.flushes == 0 || matches!(state.phase, Phase::Dead(_))) {
             return;
         }
         // One pass over the operations, not one per acked flush: the endpoint's oldest outgoing

@@ -38,7 +38,7 @@ impl Engine {
         // A flush first: its answer says the peer took every frame sent before it, including
         // those still queued in the transport, which the application may otherwise outrun
         // by exiting as soon as the close completes.
-        self.start_flush_as(ep_id, None, true);
+        self.start_flush_as(ep_id, None, true, false);
         self.try_finish_close(ep_id);
         Ok(Some(op))
     }

@@ -6,9 +6,11 @@
 //! byte) and acknowledges with `RmaAck`.
 //!
 //! A fence (`ucp_worker_fence`) holds the endpoint's later RMA operations until every earlier
-//! one completed remotely. A flush (`ucp_ep_flush_nbx`) completes once the peer answered a
-//! `FlushReq` and every earlier outgoing operation of the endpoint completed; a worker flush
-//! once every endpoint's did.
+//! one completed remotely. A flush (`ucp_ep_flush_nbx`) completes once every earlier outgoing
+//! operation of the endpoint completed and, unless the engine's records already prove the rest
+//! (nothing going out here or in the caller's transport, no untracked implicit put uncovered),
+//! once the peer answered a `FlushReq` sent behind them; a worker flush once every endpoint's
+//! did. A flush close always asks the peer.
 
 use std::sync::Arc;
 
@@ -253,7 +255,7 @@ impl Engine {
     /// ([`Engine::is_pending`] says when it ended).
     pub fn settle_rma(&mut self, ep_id: EndpointId) -> Result<OpId, Status> {
         self.usable(ep_id)?;
-        Ok(self.start_flush_as(ep_id, None, true))
+        Ok(self.start_flush_as(ep_id, None, true, false))
     }
 
     /// Whether operation `op` has not ended yet.
@@ -262,15 +264,22 @@ impl Engine {
     }
 
     /// `ucp_ep_flush_nbx`: completes once every earlier outgoing operation of the endpoint
-    /// completed remotely.
-    pub fn flush(&mut self, ep_id: EndpointId) -> Result<OpId, Status> {
+    /// completed: a one-sided one at the target, a send at the origin (UCP's promise).
+    /// `delivered`: the caller's transport holds nothing of the endpoint's link any more, every
+    /// frame being where it reaches the peer even if this process exits (a socket's kernel
+    /// buffer, the peer's ring). Then, with nothing of the endpoint's still going out here and
+    /// no untracked implicit put uncovered, the flush completes on the engine's records, as
+    /// UCX's does over a socket or shared memory, without the peer's progress; otherwise it asks
+    /// the peer (`FlushReq`) and completes on its answer.
+    pub fn flush(&mut self, ep_id: EndpointId, delivered: bool) -> Result<OpId, Status> {
         self.usable(ep_id)?;
-        Ok(self.start_flush(ep_id, None))
+        let local = delivered && self.nothing_outgoing(ep_id);
+        Ok(self.start_flush_as(ep_id, None, false, local))
     }
 
     /// `ucp_worker_flush_nbx`: the flush of every live endpoint; completes with the first
-    /// failure among them, or OK.
-    pub fn flush_worker(&mut self) -> Start {
+    /// failure among them, or OK. `delivered` says it of a link as [`Engine::flush`]'s does.
+    pub fn flush_worker(&mut self, delivered: impl Fn(LinkId) -> bool) -> Start {
         let mut eps: Vec<EndpointId> = self
             .eps
             .iter()
@@ -283,29 +292,64 @@ impl Engine {
         eps.sort_unstable();
         let parent = self.new_op(None, OpKind::FlushAll { remaining: eps.len() }, None);
         for ep in eps {
-            self.start_flush(ep, Some(parent));
+            let link = self.eps.get(&ep).map(|state| state.link);
+            let local = link.is_some_and(&delivered) && self.nothing_outgoing(ep);
+            self.start_flush_as(ep, Some(parent), false, local);
         }
         Start::Pending(parent)
     }
 
-    pub(crate) fn start_flush(&mut self, ep_id: EndpointId, parent: Option<OpId>) -> OpId {
-        self.start_flush_as(ep_id, parent, false)
+    /// Whether nothing of the endpoint's is on its way out through this engine: no outgoing
+    /// operation pending (sends, one-sided operations, fenced ones), no frame queued for its
+    /// link or held until it connects. A scan of the operations: for a flush, not a message.
+    fn nothing_outgoing(&self, ep_id: EndpointId) -> bool {
+        let Some(ep) = self.eps.get(&ep_id) else { return false };
+        let link = ep.link;
+        ep.held.is_empty()
+            && ep.bulk.is_empty()
+            && ep.fenced.is_empty()
+            && ep.rma_in_flight == 0
+            && !self.transmits.iter().any(|t| t.link == link)
+            && !self.ops.values().any(|op| {
+                op.ep == Some(ep_id)
+                    && !op.kind.is_incoming()
+                    && !matches!(op.kind, OpKind::Flush { .. } | OpKind::Close)
+            })
     }
 
     /// Starts an endpoint flush; `unreported` for one nobody outside waits for (the one a flush
     /// close waits for, an ordering flush).
+    ///
+    /// A `local` flush completes on the engine's records, without asking the peer, unless an
+    /// untracked implicit put is not yet covered by a completed flush: the caller found nothing
+    /// of the endpoint's still going out, here or in its transport, so every send is complete
+    /// and delivered and every one-sided operation answered, as UCX's flush over a socket or
+    /// shared memory completes. A peer that is not progressing (its thread waiting for ours)
+    /// then cannot hold the flush up. Any other flush sends `FlushReq` behind everything sent so
+    /// far and completes on the answer, once the operations before it completed too: the only
+    /// proof that a frame still queued, or sent by a transport that resends until acknowledged,
+    /// reached the peer (a flush close needs that proof).
     pub(crate) fn start_flush_as(
         &mut self,
         ep_id: EndpointId,
         parent: Option<OpId>,
         unreported: bool,
+        local: bool,
     ) -> OpId {
-        let covers = self.eps.get(&ep_id).map_or(0, |ep| ep.untracked_puts);
-        let op = self.new_op(Some(ep_id), OpKind::Flush { acked: false, parent, unreported, covers }, None);
+        let (covers, uncovered) = self
+            .eps
+            .get(&ep_id)
+            .map_or((0, false), |ep| (ep.untracked_puts, ep.untracked_puts != ep.flushed_puts));
+        let ask = !local || uncovered;
+        let op = self.new_op(Some(ep_id), OpKind::Flush { acked: !ask, parent, unreported, covers }, None);
         if let Some(ep) = self.eps.get_mut(&ep_id) {
             ep.flushes += 1;
         }
-        self.send(ep_id, &Op::FlushReq { id: op.raw() }, Payload::None, false);
+        if ask {
+            self.send(ep_id, &Op::FlushReq { id: op.raw() }, Payload::None, false);
+        } else {
+            self.recheck_flushes(ep_id);
+        }
         op
     }
 

@@ -26,7 +26,7 @@ use crate::status::{fail_with, Result, Status};
 use crate::worker::ep_handle::DirectLane;
 use crate::worker::lifecycle::{self, EpSetup};
 use crate::worker::pairing;
-use crate::worker::state::State;
+use crate::worker::state::{self, Core, State};
 use crate::worker::Worker;
 
 pub use crate::worker::ep_handle::{Endpoint, ErrHandler};
@@ -265,7 +265,10 @@ impl Endpoint {
     /// `UCP_OP_ATTR_FIELD_CALLBACK`), run from progress.
     pub fn flush_with(&self, params: RequestParams) -> Result<Request<()>> {
         let mut core = self.shared().lock();
-        let op = core.st.engine.flush(self.id())?;
+        let Core { tl, st } = &mut *core;
+        let delivered =
+            st.engine.link_of(self.id()).is_some_and(|link| state::link_delivered(tl, &st.stalled, link));
+        let op = st.engine.flush(self.id(), delivered)?;
         let cell = ReqCell::new(self.shared(), (), params.callback);
         core.st.sinks.insert(op, cell.clone());
         core.drain();

@@ -458,7 +458,10 @@ impl Worker {
     /// `UCP_OP_ATTR_FIELD_CALLBACK`), run from progress when it does not complete at once.
     pub fn flush_with(&self, params: RequestParams) -> Result<Request<()>> {
         let mut core = self.shared.lock();
-        match core.st.engine.flush_worker() {
+        let Core { tl, st } = &mut *core;
+        let stalled = &st.stalled;
+        let started = st.engine.flush_worker(|link| state::link_delivered(tl, stalled, link));
+        match started {
             Start::Done(status, _) => {
                 core.drain();
                 match status {

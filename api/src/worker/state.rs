@@ -816,6 +816,13 @@ impl Core {
     }
 }
 
+/// Whether everything sent on `link` has left this worker for where it reaches the peer even
+/// if the process exits (`Transport::link_delivered`), none of it waiting in `stalled` for room
+/// in the transport: a flush then completes on the engine's records.
+pub(crate) fn link_delivered(tl: &TransportSet, stalled: &VecDeque<Transmit>, link: LinkId) -> bool {
+    tl.link_delivered(link) && !stalled.iter().any(|transmit| transmit.link == link)
+}
+
 /// Issues the engine's native one-sided operations (a verbs link's), those the transport pushed
 /// back before first, in order; one it pushes back again waits with those behind it.
 #[inline(never)]

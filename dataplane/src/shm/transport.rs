@@ -1204,6 +1204,12 @@ impl Transport for ShmTransport {
         Some(unsafe { BorrowedFd::borrow_raw(self.epoll.as_raw_fd()) })
     }
 
+    /// Every frame is in the peer's ring once the link's queue is empty, and every placed
+    /// payload read once none is in flight (a staged one lives in this process until read).
+    fn link_delivered(&self, link: LinkId) -> bool {
+        self.links.get(link).is_some_and(|l| l.idle() && l.broken.is_none() && !l.peer_gone)
+    }
+
     fn is_quiet(&self) -> bool {
         // A link outside the attention set is settled; one inside may be too, until a poll
         // takes it out. With one slot the set is not kept: its link is looked at.

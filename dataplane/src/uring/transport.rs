@@ -1448,6 +1448,14 @@ impl Transport for UringTransport {
         self.links.is_empty() && self.is_idle()
     }
 
+    /// Every byte is in the kernel once the link's send queue is empty: nothing pending, no send
+    /// request out, no zero-copy page the kernel still holds.
+    fn link_delivered(&self, link: LinkId) -> bool {
+        self.index(link)
+            .and_then(|index| self.links.at(index))
+            .is_some_and(|l| l.state == LinkState::Open && l.error.is_none() && l.tx.is_idle())
+    }
+
     fn prepare_sleep(&mut self) {
         self.last_sleep_poll = self.polls;
         if self.spinning.is_empty() {

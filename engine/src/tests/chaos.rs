@@ -112,7 +112,7 @@ fn run(seed: u64) {
                     let _ = side.engine.fence(ep);
                     None
                 } else {
-                    Some(side.engine.flush(ep).map(Start::Pending))
+                    Some(side.engine.flush(ep, false).map(Start::Pending))
                 }
             }
         };

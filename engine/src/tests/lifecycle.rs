@@ -165,7 +165,7 @@ fn link_failure_mid_push_rendezvous_completes_every_operation_once_and_leaks_not
         pending_send(p.a.engine.stream_send(e, send_buf(&big))),
         p.a.engine.put(e, send_buf(&big[..3000]), p.b.region(region).addr(0), &key).unwrap(),
         p.a.engine.get(e, recv_buf(&mut get_out), p.b.region(region).addr(0), &key).unwrap(),
-        p.a.engine.flush(e).unwrap(),
+        p.a.engine.flush(e, false).unwrap(),
     ];
     p.fail_after = Some(6);
     for _ in 0..20 {

@@ -478,7 +478,9 @@ impl Pair {
         assert!(self.b.engine.table_counts().is_empty(), "B holds {:?}", self.b.engine.table_counts());
     }
 
-    fn drain(&mut self, who: Who) -> bool {
+    /// Runs `who`'s engine alone: its frames, RMA requests and events are taken (the frames put
+    /// on the wire), and nothing is delivered to either side. Returns whether anything moved.
+    pub fn drain(&mut self, who: Who) -> bool {
         let mut moved = false;
         loop {
             let side = self.side(who);

@@ -116,7 +116,7 @@ fn flush_completes_only_after_earlier_native_puts_completed_remotely() {
     let key = p.b.region(region).key.clone();
     let data = pattern(8, 4);
     let put = p.a.engine.put(p.a.ep, send_buf(&data), p.b.region(region).addr(0), &key).unwrap();
-    let flush = p.a.engine.flush(p.a.ep).unwrap();
+    let flush = p.a.engine.flush(p.a.ep, false).unwrap();
     p.drive();
     assert!(!p.a.done(flush), "the flush overtook a put still in flight");
     p.finish_rma();
@@ -134,7 +134,7 @@ fn flush_completes_after_emulated_puts_were_acknowledged() {
     let key = p.b.region(region).key.clone();
     let data = pattern(4000, 5);
     let put = p.a.engine.put(p.a.ep, send_buf(&data), p.b.region(region).addr(0), &key).unwrap();
-    let flush = p.a.engine.flush(p.a.ep).unwrap();
+    let flush = p.a.engine.flush(p.a.ep, false).unwrap();
     p.drive();
     assert!(!p.a.done(flush));
     for _ in 0..50 {
@@ -213,13 +213,67 @@ fn emulated_fence_orders_a_get_after_an_earlier_put() {
 #[test]
 fn worker_flush_completes_when_the_endpoint_flushed() {
     let mut p = Pair::new(Net::emulated());
-    let flush = pending(p.a.engine.flush_worker());
+    let flush = pending(p.a.engine.flush_worker(|_| false));
     p.drive();
     assert_eq!(p.a.status(flush), Status::Ok);
     p.assert_no_leaks();
     let mut empty = Pair::new(Net::emulated());
     empty.assert_no_leaks();
-    assert_eq!(empty.a.engine.flush_worker(), Start::Done(Status::Ok, Default::default()));
+    assert_eq!(empty.a.engine.flush_worker(|_| false), Start::Done(Status::Ok, Default::default()));
+}
+
+#[test]
+fn a_flush_ends_on_the_origins_records_only_when_all_is_delivered_and_covered() {
+    let mut p = Pair::new(Net::emulated());
+    let region = p.b.register_rw(8);
+    let key = p.b.region(region).key.clone();
+    let flush_reqs = |p: &Pair| {
+        p.log.iter().filter(|(who, op)| *who == Who::A && matches!(op, Op::FlushReq { .. })).count()
+    };
+    let data = pattern(40, 3);
+    // B never runs. Once A's send left its engine and its transport says the link delivered
+    // everything, the flushes end on A's own records.
+    let start = p.a.engine.tag_send(p.a.ep, send_buf(&data), 1, false).unwrap();
+    let send = p.a.track(start);
+    p.drain(Who::A);
+    let flush = p.a.engine.flush(p.a.ep, true).unwrap();
+    let worker_flush = pending(p.a.engine.flush_worker(|_| true));
+    p.drain(Who::A);
+    assert_eq!(
+        (p.a.status(send), p.a.status(flush), p.a.status(worker_flush)),
+        (Status::Ok, Status::Ok, Status::Ok)
+    );
+    // The transport still holds something of the link: only the peer's answer tells.
+    let undelivered = p.a.engine.flush(p.a.ep, false).unwrap();
+    // A frame still in the engine's outbox: the same, whatever the transport says.
+    p.a.engine.tag_send(p.a.ep, send_buf(&data), 1, false).unwrap();
+    let queued = p.a.engine.flush(p.a.ep, true).unwrap();
+    p.drain(Who::A);
+    assert!(!p.a.done(undelivered) && !p.a.done(queued), "a flush ended while frames could still be lost");
+    p.drive();
+    assert_eq!((p.a.status(undelivered), p.a.status(queued)), (Status::Ok, Status::Ok));
+    // An untracked implicit put is confirmed only by the peer's answer to a flush behind it.
+    p.a.engine.put_nbi(p.a.ep, &data[..8], p.b.region(region).addr(0), &key).unwrap();
+    p.drain(Who::A);
+    let covering = p.a.engine.flush(p.a.ep, true).unwrap();
+    p.drain(Who::A);
+    assert!(!p.a.done(covering), "a flush completed before the peer performed an implicit put");
+    p.drive();
+    assert_eq!(p.a.status(covering), Status::Ok);
+    assert_eq!(p.b.region(region).bytes()[..8], data[..8]);
+    assert_eq!(flush_reqs(&p), 3);
+    // Covered now: the next flush is local again.
+    let again = p.a.engine.flush(p.a.ep, true).unwrap();
+    p.drain(Who::A);
+    assert_eq!(p.a.status(again), Status::Ok);
+    p.drive();
+    assert_eq!(flush_reqs(&p), 3);
+    for _ in 0..2 {
+        let mut got = vec![0u8; 40];
+        assert!(matches!(p.b.engine.tag_recv(recv_buf(&mut got), 1, u64::MAX), Start::Done(Status::Ok, _)));
+        assert_eq!(got, data);
+    }
+    p.assert_no_leaks();
 }
 
 #[test]
@@ -320,7 +374,7 @@ fn implicit_puts_are_reported_by_the_next_flush() {
         let (small, large) = (pattern(40, 10), pattern(3000, 11));
         p.a.engine.put_nbi(p.a.ep, &small, p.b.region(region).addr(0), &key).unwrap();
         p.a.engine.put_nbi(p.a.ep, &large, p.b.region(region).addr(64), &key).unwrap();
-        let flush = p.a.engine.flush(p.a.ep).unwrap();
+        let flush = p.a.engine.flush(p.a.ep, false).unwrap();
         p.drive();
         if net.rma_later {
             assert!(!p.a.done(flush), "the flush overtook an implicit put in flight");
@@ -333,12 +387,12 @@ fn implicit_puts_are_reported_by_the_next_flush() {
         // A refused implicit put fails the next flush, and only that one.
         p.a.engine.put_nbi(p.a.ep, &small, p.b.region(region).addr(4090), &key).unwrap();
         p.a.engine.put_nbi(p.a.ep, &large, p.b.region(region).addr(4000), &key).unwrap();
-        let failed = p.a.engine.flush(p.a.ep).unwrap();
+        let failed = p.a.engine.flush(p.a.ep, false).unwrap();
         p.drive();
         p.finish_rma();
         p.drive();
         assert_eq!(p.a.status(failed), Status::InvalidAddr, "{net:?}");
-        let clean = p.a.engine.flush(p.a.ep).unwrap();
+        let clean = p.a.engine.flush(p.a.ep, false).unwrap();
         p.drive();
         assert_eq!(p.a.status(clean), Status::Ok, "{net:?}");
         assert_eq!(p.a.order.len(), 3, "implicit puts complete nothing of their own");
