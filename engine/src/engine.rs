@@ -178,6 +178,9 @@ pub(crate) enum OpKind {
     GetReply { req: u64, region: u64, key: [u8; 16], addr: u64, len: u64, offset: u64 },
     /// A receiver-pull stream send being read into an engine buffer.
     StreamPull { bytes: Vec<u8>, sender_req: u64 },
+    /// A receiver-pull stream send being read straight into the stream receive it completes
+    /// (the operation has the receive's id); `length`: the receive's bytes once it is done.
+    StreamPullInto { sender_req: u64, length: usize },
     /// An emulated get: data fragments, then the ack.
     Get { buf: RecvBuffer, received: usize },
     /// An emulated atomic (or empty put) waiting for its ack.
@@ -212,6 +215,7 @@ impl OpKind {
                 | OpKind::PullRecv { .. }
                 | OpKind::AmRndv { .. }
                 | OpKind::StreamPull { .. }
+                | OpKind::StreamPullInto { .. }
                 | OpKind::GetReply { .. }
         )
     }

@@ -215,6 +215,7 @@ impl Engine {
         match &mut op.kind {
             OpKind::PullRecv { .. } => self.pull_recv_done(token, status),
             OpKind::StreamPull { .. } => self.stream_pull_done(token, status),
+            OpKind::StreamPullInto { .. } => self.stream_pull_into_done(token, status),
             OpKind::Native => {
                 op.tokens = op.tokens.saturating_sub(1);
                 self.finish_op(token, status, OpInfo { value, ..OpInfo::default() });

@@ -3,9 +3,10 @@
 //!
 //! Small sends are one `Stream` frame; large ones are `Stream` fragments pushed by the sender
 //! (behind any earlier stream fragments of the endpoint, so bytes stay in order), or on a
-//! receiver-pull link a `StreamRtsPull` whose bytes the receiver reads with an RMA get into an
-//! engine buffer that takes the request's place in the stream: bytes that arrive after it wait
-//! behind it until the get is done.
+//! receiver-pull link a `StreamRtsPull` whose bytes the receiver reads with an RMA get: straight
+//! into the waiting receive they complete when there is one and nothing is buffered ahead, or
+//! else into an engine buffer that takes the request's place in the stream (bytes that arrive
+//! after it wait behind it until the get is done).
 
 use std::collections::VecDeque;
 
@@ -68,6 +69,24 @@ impl StreamRx {
     /// Unread bytes that arrived (pulls in progress not counted).
     pub(crate) fn unread(&self) -> usize {
         self.chunks.iter().filter(|c| c.pulling.is_none()).map(|c| c.bytes.len()).sum::<usize>() - self.head
+    }
+
+    /// The waiting receive a pull of `total` bytes can be read straight into, taken from the
+    /// queue: the first one, with no bytes buffered ahead of it, that the pull completes (a
+    /// waitall receive it fills exactly, any other it fits in). Bytes after the pull's then go
+    /// to the receives after it, so the stream keeps its order while the read is out.
+    fn take_for_pull(&mut self, total: usize) -> Option<StreamRecv> {
+        if !self.chunks.is_empty() || total == 0 {
+            return None;
+        }
+        let recv = self.posted.front()?;
+        let room = recv.buf.len() - recv.filled;
+        let completes = if recv.waitall { room == total } else { room >= total };
+        if completes {
+            self.posted.pop_front()
+        } else {
+            None
+        }
     }
 
     /// Fills waiting receives straight from a frame's bytes (nothing is buffered ahead of them),
@@ -348,6 +367,22 @@ impl Engine {
                 return;
             }
         };
+        if let Some(recv) = self.eps.get_mut(&ep_id).and_then(|ep| ep.stream.take_for_pull(total)) {
+            // Straight into the receive these bytes complete: one copy, as a tag pull makes.
+            let local = recv.buf.ptr().wrapping_add(recv.filled);
+            let kind = OpKind::StreamPullInto { sender_req, length: recv.filled + total };
+            self.set_op(recv.op, ep_id, kind, 1, recv.buf.cookie());
+            self.rmas.push_back(RmaRequest {
+                link,
+                token: recv.op,
+                kind: RmaKind::Get,
+                local,
+                len: total,
+                remote_addr: addr,
+                remote_key: key.into(),
+            });
+            return;
+        }
         let mut bytes = vec![0u8; total];
         let local = bytes.as_mut_ptr();
         let op = self.new_op(Some(ep_id), OpKind::StreamPull { bytes: Vec::new(), sender_req }, None);
@@ -398,6 +433,30 @@ impl Engine {
             ep.stream.fresh = true;
         }
         self.serve_stream(ep_id);
+    }
+
+    /// The get of a stream pull into a receive finished: the receive completes, the sender
+    /// hears it is done.
+    pub(crate) fn stream_pull_into_done(&mut self, op_id: OpId, status: Status) {
+        let Some(op) = self.ops.get_mut(&op_id) else { return };
+        op.tokens = op.tokens.saturating_sub(1);
+        let OpKind::StreamPullInto { sender_req, length } = op.kind else { return };
+        let ep_id = op.ep.expect("stream pulls have an endpoint");
+        if self.eps.get(&ep_id).is_none_or(|ep| matches!(ep.phase, Phase::Dead(_))) {
+            // The endpoint's failure already gave the receive its status: it completes now
+            // that the read no longer writes into its buffer.
+            self.finish_op(op_id, status, OpInfo::default());
+            return;
+        }
+        let code = status.code().clamp(-100, 0) as i8;
+        self.send(ep_id, &Op::PullDone { sender_req, status: code }, Payload::None, false);
+        if status != Status::Ok {
+            self.finish_op(op_id, status, OpInfo::default());
+            // The stream lost bytes in its middle: nothing after them can be delivered in order.
+            self.fail_ep(ep_id, status, true);
+            return;
+        }
+        self.finish_op(op_id, Status::Ok, OpInfo { length, ..OpInfo::default() });
     }
 
     /// `ucp_stream_worker_poll`: up to `max` endpoints with unread stream bytes, each reported

@@ -451,6 +451,11 @@ impl Pair {
         self.held_rma.len()
     }
 
+    /// Where the held native RMA requests write or read locally, oldest first.
+    pub fn held_rma_locals(&self) -> Vec<*mut u8> {
+        self.held_rma.iter().map(|(_, request)| request.local).collect()
+    }
+
     /// Executes the held native RMA requests, oldest first.
     pub fn finish_rma(&mut self) {
         for (who, request) in std::mem::take(&mut self.held_rma) {

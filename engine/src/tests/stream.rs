@@ -2,8 +2,8 @@
 
 use zcx_dataplane::proto::wire::Op;
 
-use super::pair::{pattern, pending, recv_buf, send_buf, Net, Pair, Who};
-use crate::{Sent, Start, Status};
+use super::pair::{pattern, pending, recv_buf, send_buf, Net, Pair, Who, LINK};
+use crate::{Event, Sent, Start, Status};
 
 #[test]
 fn small_sends_fill_one_receive_in_order() {
@@ -102,6 +102,81 @@ fn pulled_send_holds_later_bytes_behind_it_until_read() {
     assert_eq!(&out[..3000], &big[..]);
     assert_eq!(&out[3000..], &small[..]);
     assert!(matches!(p.log[0].1, Op::StreamRtsPull { total_len: 3000, .. }));
+    p.assert_no_leaks();
+}
+
+#[test]
+fn pulls_read_straight_into_the_receives_they_complete_while_later_bytes_go_on() {
+    let mut p = Pair::new(Net { rma_later: true, ..Net::native() });
+    let (big1, big2, small) = (pattern(3000, 21), pattern(2000, 22), pattern(7, 23));
+    let (mut out1, mut out2, mut out3) = (vec![0u8; 3000], vec![0u8; 2500], vec![0u8; 100]);
+    // Waitall and exactly the pull's size; without waitall and larger than it; then any.
+    let r1 = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out1), true).unwrap());
+    let r2 = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out2), false).unwrap());
+    let r3 = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out3), false).unwrap());
+    let sends = [p.a.keyed(&big1), p.a.keyed(&big2), send_buf(&small)]
+        .map(|buf| p.a.engine.stream_send(p.a.ep, buf).unwrap())
+        .map(|start| p.a.track(start));
+    p.drive();
+    assert_eq!(p.held_rma_locals(), vec![out1.as_mut_ptr(), out2.as_mut_ptr()], "not read straight in");
+    // The small send's bytes come after both pulls' in the stream, so they are the third
+    // receive's at once, while the reads are still out.
+    assert_eq!(p.b.status(r3), Status::Ok);
+    assert!(!p.b.done(r1) && !p.b.done(r2), "a receive completed before its read returned");
+    p.finish_rma();
+    p.drive();
+    assert_eq!((p.b.info(r1).length, p.b.info(r2).length, p.b.info(r3).length), (3000, 2000, 7));
+    assert_eq!((out1, &out2[..2000], &out3[..7]), (big1, &big2[..], &small[..]));
+    assert!(sends.iter().all(|&send| p.a.status(send) == Status::Ok));
+    assert_eq!(p.b.engine.table_counts().stream_unread, 0);
+    p.assert_no_leaks();
+}
+
+#[test]
+fn a_pull_that_would_not_complete_the_waiting_receive_is_read_into_a_copy() {
+    let mut p = Pair::new(Net { rma_later: true, ..Net::native() });
+    let (big, small) = (pattern(3000, 24), pattern(7, 25));
+    let mut out = vec![0u8; 3007];
+    let recv = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out), true).unwrap());
+    let sends = [p.a.keyed(&big), send_buf(&small)]
+        .map(|buf| p.a.engine.stream_send(p.a.ep, buf).unwrap())
+        .map(|start| p.a.track(start));
+    p.drive();
+    assert_eq!(p.held_rma(), 1);
+    assert_ne!(
+        p.held_rma_locals(),
+        vec![out.as_mut_ptr()],
+        "a waitall receive bigger than the pull was read into"
+    );
+    assert!(!p.b.done(recv), "bytes sent after the pulled ones overtook them");
+    p.finish_rma();
+    p.drive();
+    assert_eq!(p.b.info(recv).length, 3007);
+    assert_eq!(out, [big, small].concat());
+    assert!(sends.iter().all(|&send| p.a.status(send) == Status::Ok));
+    p.assert_no_leaks();
+}
+
+#[test]
+fn a_receive_read_into_when_the_link_fails_completes_once_after_the_read_returns() {
+    let mut p = Pair::new(Net { rma_later: true, ..Net::native() });
+    let data = pattern(4000, 26);
+    let mut out = vec![0u8; 4000];
+    let recv = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out), true).unwrap());
+    let buf = p.a.keyed(&data);
+    let send = p.a.engine.stream_send(p.a.ep, buf).unwrap();
+    let send = p.a.track(send);
+    p.drive();
+    assert_eq!(p.held_rma_locals(), vec![out.as_mut_ptr()]);
+    p.b.engine.link_failed(LINK, Status::ConnectionReset);
+    while let Some(event) = p.b.engine.poll_event() {
+        assert!(!matches!(event, Event::Completion(c) if c.op == recv), "completed while its read was out");
+    }
+    p.fail_link();
+    p.drive();
+    assert_eq!(p.b.status(recv), Status::ConnectionReset);
+    assert_eq!(p.a.status(send), Status::ConnectionReset);
+    assert_eq!(p.b.order.iter().filter(|&&op| op == recv).count(), 1);
     p.assert_no_leaks();
 }
 
