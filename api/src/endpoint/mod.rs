@@ -255,8 +255,8 @@ impl Endpoint {
         })
     }
 
-    /// `ucp_ep_flush_nbx`: completes when every operation issued on the endpoint so far has
-    /// completed at the target.
+    /// `ucp_ep_flush_nbx`: completes when every one-sided operation (put, get, atomic) issued
+    /// on the endpoint so far has completed at the target and every send at the origin.
     pub fn flush(&self) -> Result<Request<()>> {
         self.flush_with(RequestParams::default())
     }

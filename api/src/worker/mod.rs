@@ -448,8 +448,8 @@ impl Worker {
         Ok(())
     }
 
-    /// `ucp_worker_flush_nbx`: completes when every operation issued on every endpoint so far has
-    /// completed at its target.
+    /// `ucp_worker_flush_nbx`: [`crate::Endpoint::flush`] of every endpoint: every one-sided
+    /// operation issued so far completed at its target, every send at the origin.
     pub fn flush(&self) -> Result<Request<()>> {
         self.flush_with(RequestParams::default())
     }
