@@ -29,6 +29,7 @@ fn pair() -> (Engine, EndpointId, Engine, EndpointId) {
         bulk: BulkMode::SenderPush,
         placed: false,
         max_placed: 0,
+        place_streams: false,
         peer_watched: false,
     };
     let mut a = Engine::new(EngineConfig::default(), Arc::new(Default::default()));

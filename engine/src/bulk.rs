@@ -63,7 +63,12 @@ impl Engine {
             if op.tokens >= window {
                 return false;
             }
-            let placed = matches!(frag, Frag::Rndv { .. }) && caps.placed;
+            let placed = caps.placed
+                && match frag {
+                    Frag::Rndv { .. } => true,
+                    Frag::Stream => caps.place_streams,
+                    Frag::Put { .. } => false,
+                };
             let n = (*len - *sent).min(caps.fragment_payload(placed));
             let header = match *frag {
                 Frag::Rndv { recv_req } => Op::RndvData { recv_req, offset: *sent as u64 },

@@ -37,6 +37,13 @@ pub struct LinkCaps {
     /// Largest payload of a placed fragment, when the transport places larger payloads than
     /// it frames (0: `max_payload`).
     pub max_placed: usize,
+    /// Stream fragments are placed too (`placed` must hold): straight into the stream receive
+    /// they belong to when it is waiting, or else into a buffer of the receiver's. Worth it where
+    /// an unplaced frame is copied out of the transport's receive buffers (a socket). Not where a
+    /// placement is the receiver reading the sender's memory (same host): a sender ahead of its
+    /// receiver's receives then has every fragment read into fresh receiver buffers, unbounded
+    /// by the ring an unplaced frame waits in, at a fraction of the ring's speed.
+    pub place_streams: bool,
     /// The transport itself reports a peer that stopped answering (a verbs queue pair fails
     /// once its retries of an unacknowledged request run out). The endpoint still sends
     /// keepalives when idle, so a dead peer is found, but never times out on silence alone:

@@ -176,8 +176,14 @@ pub(crate) enum OpKind {
     AmRndv { sender_req: u64, total: u64, pull: Option<(u64, Arc<[u8]>)> },
     /// The target's answer to a peer's emulated get, going out in fragments.
     GetReply { req: u64, region: u64, key: [u8; 16], addr: u64, len: u64, offset: u64 },
-    /// A receiver-pull stream send being read into an engine buffer.
-    StreamPull { bytes: Vec<u8>, sender_req: u64 },
+    /// Stream bytes being written into an engine buffer that holds their place in the stream:
+    /// a receiver-pull stream send's (`sender_req` names it, to answer `PullDone`) or a placed
+    /// `Stream` fragment's (`None`).
+    StreamPull { bytes: Vec<u8>, sender_req: Option<u64> },
+    /// A placed `Stream` fragment being written straight into the stream receive that was first
+    /// in the queue (out of it meanwhile; the operation has the receive's id): `len` bytes at
+    /// its `filled`.
+    StreamPlaceInto { recv: crate::stream::StreamRecv, len: usize },
     /// A receiver-pull stream send being read straight into the stream receive it completes
     /// (the operation has the receive's id); `length`: the receive's bytes once it is done.
     StreamPullInto { sender_req: u64, length: usize },
@@ -216,8 +222,14 @@ impl OpKind {
                 | OpKind::AmRndv { .. }
                 | OpKind::StreamPull { .. }
                 | OpKind::StreamPullInto { .. }
+                | OpKind::StreamPlaceInto { .. }
                 | OpKind::GetReply { .. }
         )
+    }
+
+    /// A placed `Stream` fragment's operation (answered by [`Engine::stream_place_done`]).
+    pub(crate) fn is_stream_placement(&self) -> bool {
+        matches!(self, OpKind::StreamPlaceInto { .. } | OpKind::StreamPull { sender_req: None, .. })
     }
 
     /// Operations nobody outside the engine waits for: they end without a completion.
@@ -264,6 +276,11 @@ const POOL_SMALL_CAPACITY: usize = 1024;
 /// Larger byte vectors (up to [`POOL_LARGE_CAPACITY`]) it keeps while its pool is shorter than this.
 const POOL_LARGE: usize = 64;
 const POOL_LARGE_CAPACITY: usize = 256 << 10;
+/// Buffers above [`POOL_LARGE_CAPACITY`], up to [`STREAM_SPARE_CAPACITY`], that stream bytes
+/// read ahead of their receives are written into: a few are kept, since a sender running ahead
+/// of its receiver fills one per message, and a fresh one faults in every page it is written to.
+const STREAM_SPARES: usize = 4;
+const STREAM_SPARE_CAPACITY: usize = 4 << 20;
 
 /// The sans-IO protocol engine of one worker. See the crate documentation.
 pub struct Engine {
@@ -281,6 +298,8 @@ pub struct Engine {
     pub(crate) bulk_active: FastSet<EndpointId>,
     /// Byte vectors for unexpected messages and stream bytes, reused.
     pub(crate) pool: Vec<Vec<u8>>,
+    /// Large buffers kept for stream bytes read ahead of their receives ([`Engine::stream_spare`]).
+    stream_spares: Vec<Vec<u8>>,
     /// The endpoint the last frame came for, on which link: most frames come on the link the
     /// previous one came on.
     pub(crate) rx_hint: Option<(LinkId, EndpointId)>,
@@ -309,6 +328,7 @@ impl Engine {
             events: crate::output::Events::default(),
             bulk_active: FastSet::default(),
             pool: Vec::new(),
+            stream_spares: Vec::new(),
             fenced_issues: FastMap::default(),
             implicit_copies: FastMap::default(),
             probed: FastMap::default(),
@@ -836,6 +856,24 @@ impl Engine {
         };
         if keep {
             self.pool.push(data);
+        } else if data.capacity() > POOL_LARGE_CAPACITY
+            && data.capacity() <= STREAM_SPARE_CAPACITY
+            && self.stream_spares.len() < STREAM_SPARES
+        {
+            self.stream_spares.push(data);
         }
+    }
+
+    /// A buffer of `len` bytes for stream bytes still to be written into it: a kept spare when
+    /// one is large enough.
+    pub(crate) fn stream_spare(&mut self, len: usize) -> Vec<u8> {
+        let mut bytes = match self.stream_spares.iter().position(|spare| spare.capacity() >= len) {
+            Some(at) => self.stream_spares.swap_remove(at),
+            None if len <= POOL_LARGE_CAPACITY => self.pool.pop().unwrap_or_default(),
+            None => Vec::new(),
+        };
+        bytes.clear();
+        bytes.resize(len, 0);
+        bytes
     }
 }

@@ -169,6 +169,7 @@ impl Engine {
         let (id, offset) = match Op::decode(header) {
             Ok((Op::RndvData { recv_req, offset }, [])) => (recv_req, offset),
             Ok((Op::GetData { req, offset }, [])) => (req, offset),
+            Ok((Op::Stream, [])) => return self.place_stream(link, len),
             _ => {
                 tracing::warn!(?link, "placed frame that carries no data fragment; closing the link");
                 self.protocol_violation(link);
@@ -190,6 +191,10 @@ impl Engine {
 
     /// A placed payload was written (or failed to be).
     pub fn place_done(&mut self, token: OpId, result: Result<(), Status>) {
+        if self.ops.get(&token).is_some_and(|op| op.kind.is_stream_placement()) {
+            self.stream_place_done(token, result.err().unwrap_or(Status::Ok));
+            return;
+        }
         if let Err(status) = result {
             // Its bytes were counted when the header came: the receive may already hold an OK.
             self.fail_op(token, status);
@@ -233,7 +238,7 @@ impl Engine {
 
     /// The endpoint a frame on `link` is for, or `None` to ignore it (its endpoint is dead) or
     /// when there is none (the link is then closed).
-    fn receiving_ep(&mut self, link: LinkId) -> Option<EndpointId> {
+    pub(crate) fn receiving_ep(&mut self, link: LinkId) -> Option<EndpointId> {
         if let Some((hint_link, hint_ep)) = self.rx_hint {
             if hint_link == link {
                 if let Some(ep) = self.eps.get_mut(&hint_ep).filter(|ep| ep.link == link) {

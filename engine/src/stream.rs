@@ -11,12 +11,13 @@
 use std::collections::VecDeque;
 
 use zcx_dataplane::proto::wire::Op;
+use zcx_dataplane::LinkId;
 
 use crate::buffer::{RecvBuffer, SendBuffer};
 use crate::caps::BulkMode;
-use crate::engine::{Engine, Frag, OpKind, Phase, Sent, Start};
+use crate::engine::{Engine, Frag, OpKind, Operation, Phase, Sent, Start};
 use crate::ids::{EndpointId, OpId};
-use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaKind, RmaRequest, Transmit};
+use crate::output::{Completion, Event, Header, OpInfo, Payload, Placement, RmaKind, RmaRequest, Transmit};
 use crate::Status;
 
 /// A stream receive waiting for bytes.
@@ -80,9 +81,21 @@ impl StreamRx {
             return None;
         }
         let recv = self.posted.front()?;
-        let room = recv.buf.len() - recv.filled;
-        let completes = if recv.waitall { room == total } else { room >= total };
-        if completes {
+        if recv.buf.len() - recv.filled >= total && recv.completed_by(total) {
+            self.posted.pop_front()
+        } else {
+            None
+        }
+    }
+
+    /// The waiting receive a placed fragment of `len` bytes can be written straight into, taken
+    /// from the queue: the first one, with no bytes buffered ahead of it, if it has room.
+    fn take_for_place(&mut self, len: usize) -> Option<StreamRecv> {
+        if !self.chunks.is_empty() {
+            return None;
+        }
+        let recv = self.posted.front()?;
+        if recv.buf.len() - recv.filled >= len {
             self.posted.pop_front()
         } else {
             None
@@ -140,6 +153,15 @@ impl StreamRx {
 }
 
 impl StreamRecv {
+    /// Whether `len` more bytes complete it.
+    fn completed_by(&self, len: usize) -> bool {
+        if self.waitall {
+            self.filled + len == self.buf.len()
+        } else {
+            self.filled + len > 0
+        }
+    }
+
     /// Full, or (without waitall) holding any bytes.
     fn is_done(&self) -> bool {
         self.filled == self.buf.len() || (!self.waitall && self.filled > 0)
@@ -383,16 +405,7 @@ impl Engine {
             });
             return;
         }
-        let mut bytes = vec![0u8; total];
-        let local = bytes.as_mut_ptr();
-        let op = self.new_op(Some(ep_id), OpKind::StreamPull { bytes: Vec::new(), sender_req }, None);
-        if let Some(record) = self.ops.get_mut(&op) {
-            record.kind = OpKind::StreamPull { bytes, sender_req };
-            record.tokens = 1;
-        }
-        if let Some(ep) = self.eps.get_mut(&ep_id) {
-            ep.stream.chunks.push_back(Chunk { bytes: Vec::new(), pulling: Some(op) });
-        }
+        let (op, local) = self.stream_buffer(ep_id, total, Some(sender_req));
         self.rmas.push_back(RmaRequest {
             link,
             token: op,
@@ -402,6 +415,92 @@ impl Engine {
             remote_addr: addr,
             remote_key: key.into(),
         });
+    }
+
+    /// An engine buffer for `len` stream bytes still to be written, in the stream's place at its
+    /// end (bytes that arrive later wait behind it); returns its operation and where to write.
+    fn stream_buffer(&mut self, ep_id: EndpointId, len: usize, sender_req: Option<u64>) -> (OpId, *mut u8) {
+        let mut bytes = self.stream_spare(len);
+        let dest = bytes.as_mut_ptr();
+        let op = self.new_op(Some(ep_id), OpKind::StreamPull { bytes: Vec::new(), sender_req }, None);
+        if let Some(record) = self.ops.get_mut(&op) {
+            // Moving the vector leaves its heap buffer, where `dest` points, in place.
+            record.kind = OpKind::StreamPull { bytes, sender_req };
+            record.tokens = 1;
+        }
+        if let Some(ep) = self.eps.get_mut(&ep_id) {
+            ep.stream.chunks.push_back(Chunk { bytes: Vec::new(), pulling: Some(op) });
+        }
+        (op, dest)
+    }
+
+    /// A placed `Stream` fragment of `len` bytes arrived on `link`: where its payload goes.
+    /// Straight into the first waiting receive when nothing is buffered ahead of it and it has
+    /// room (one copy, as a placed rendezvous fragment makes), else into an engine buffer. Bytes
+    /// that arrive while it is written wait behind it, unless it completes that receive: they
+    /// are the next receives' then, so a transport may have the next fragment's header in hand
+    /// before this one is written and still place it straight.
+    pub(crate) fn place_stream(&mut self, link: LinkId, len: usize) -> Option<Placement> {
+        let ep_id = self.receiving_ep(link)?;
+        if len == 0 {
+            return None;
+        }
+        if len > self.config.max_stream_pull {
+            tracing::warn!(%ep_id, len, "placed stream fragment this endpoint cannot take; closing the link");
+            self.protocol_violation(link);
+            return None;
+        }
+        let ep = self.eps.get_mut(&ep_id)?;
+        if let Some(recv) = ep.stream.take_for_place(len) {
+            let (op, dest, cookie) = (recv.op, recv.buf.ptr().wrapping_add(recv.filled), recv.buf.cookie());
+            if !recv.completed_by(len) {
+                // The receive takes more after these bytes: what arrives meanwhile waits.
+                ep.stream.chunks.push_back(Chunk { bytes: Vec::new(), pulling: Some(op) });
+            }
+            self.set_op(op, ep_id, OpKind::StreamPlaceInto { recv, len }, 1, cookie);
+            return Some(Placement { dest, token: op });
+        }
+        let (token, dest) = self.stream_buffer(ep_id, len, None);
+        Some(Placement { dest, token })
+    }
+
+    /// A placed `Stream` fragment was written (`Ok`) or failed to be.
+    pub(crate) fn stream_place_done(&mut self, op_id: OpId, status: Status) {
+        let Some(op) = self.ops.get_mut(&op_id) else { return };
+        if matches!(op.kind, OpKind::StreamPull { .. }) {
+            self.stream_pull_done(op_id, status);
+            return;
+        }
+        op.tokens = op.tokens.saturating_sub(1);
+        let ep_id = op.ep.expect("stream placements have an endpoint");
+        if self.eps.get(&ep_id).is_none_or(|ep| matches!(ep.phase, Phase::Dead(_))) {
+            // The endpoint's failure already gave the receive its status: it completes now
+            // that nothing writes into its buffer.
+            self.finish_op(op_id, status, OpInfo::default());
+            return;
+        }
+        if status != Status::Ok {
+            self.finish_op(op_id, status, OpInfo::default());
+            // The stream lost bytes in its middle: nothing after them can be delivered in order.
+            self.fail_ep(ep_id, status, true);
+            return;
+        }
+        let Some(Operation { kind: OpKind::StreamPlaceInto { mut recv, len }, .. }) = self.ops.remove(&op_id)
+        else {
+            return;
+        };
+        recv.filled += len;
+        let Some(ep) = self.eps.get_mut(&ep_id) else { return };
+        if let Some(at) = ep.stream.chunks.iter().position(|c| c.pulling == Some(op_id)) {
+            ep.stream.chunks.remove(at);
+        }
+        if recv.is_done() {
+            self.events.push_back(recv.completion(Status::Ok));
+        } else {
+            // Still first in the stream's order: the receives behind it came after it.
+            ep.stream.posted.push_front(recv);
+        }
+        self.serve_stream(ep_id);
     }
 
     /// The get of a stream pull finished: the bytes join the stream, the sender hears it is done.
@@ -419,8 +518,10 @@ impl Engine {
             self.forget_if_done(ep_id);
             return;
         }
-        let code = status.code().clamp(-100, 0) as i8;
-        self.send(ep_id, &Op::PullDone { sender_req, status: code }, Payload::None, false);
+        if let Some(sender_req) = sender_req {
+            let code = status.code().clamp(-100, 0) as i8;
+            self.send(ep_id, &Op::PullDone { sender_req, status: code }, Payload::None, false);
+        }
         if status != Status::Ok {
             // The stream lost bytes in its middle: nothing after them can be delivered in order.
             self.fail_ep(ep_id, status, true);

@@ -317,6 +317,7 @@ impl State {
             },
             placed: caps.max_placed > 0,
             max_placed: caps.max_placed,
+            place_streams: caps.max_placed > 0,
             // A queue pair's unanswered keepalive fails the link in seconds.
             peer_watched: true,
         };
@@ -326,9 +327,18 @@ impl State {
     /// What the endpoint on `link` is told of it.
     #[inline]
     pub(crate) fn caps_for(&self, link: LinkId) -> LinkCaps {
+        let member = zcx_dataplane::transport_set::member_of(link);
         match self.verbs {
-            Some((member, caps)) if zcx_dataplane::transport_set::member_of(link) == member => caps,
-            _ => self.link_caps,
+            Some((verbs, caps)) if member == verbs => caps,
+            // Stream fragments are placed over TCP. Over shared memory a placement is a read of
+            // the sender's memory, outside the ring's flow control (`LinkCaps::place_streams`);
+            // over DPDK they go as before, unmeasured placed.
+            _ => LinkCaps {
+                place_streams: self.link_caps.placed
+                    && Some(member) != self.shm_member
+                    && Some(member) != self.dpdk_member,
+                ..self.link_caps
+            },
         }
     }
 }
@@ -477,6 +487,8 @@ impl State {
             bulk: BulkMode::SenderPush,
             placed: caps.max_placed > 0,
             max_placed: caps.max_placed,
+            // Per link (`caps_for`).
+            place_streams: false,
             peer_watched: false,
         };
         let engine_config = EngineConfig {

@@ -64,6 +64,7 @@ impl Net {
             bulk: if self.native { BulkMode::ReceiverPull } else { BulkMode::SenderPush },
             placed: self.placed,
             max_placed: 0,
+            place_streams: self.placed,
             peer_watched: self.peer_watched,
         }
     }

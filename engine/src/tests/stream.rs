@@ -3,7 +3,8 @@
 use zcx_dataplane::proto::wire::Op;
 
 use super::pair::{pattern, pending, recv_buf, send_buf, Net, Pair, Who, LINK};
-use crate::{Event, Sent, Start, Status};
+use crate::output::{Header, Placement};
+use crate::{EngineConfig, Event, Phase, Sent, Start, Status};
 
 #[test]
 fn small_sends_fill_one_receive_in_order() {
@@ -56,7 +57,13 @@ fn bytes_that_arrived_first_complete_a_receive_at_once_and_keep_the_rest() {
 
 #[test]
 fn large_pushed_send_keeps_order_with_a_small_send_after_it() {
-    let mut p = Pair::new(Net { payloads_later: true, ..Net::emulated() });
+    for placed in [false, true] {
+        large_pushed_send_then_small(Net { payloads_later: true, placed, ..Net::emulated() });
+    }
+}
+
+fn large_pushed_send_then_small(net: Net) {
+    let mut p = Pair::new(net);
     let big = pattern(5000, 4);
     let small = pattern(10, 5);
     let s1 = p.a.engine.stream_send(p.a.ep, send_buf(&big)).unwrap();
@@ -177,6 +184,115 @@ fn a_receive_read_into_when_the_link_fails_completes_once_after_the_read_returns
     assert_eq!(p.b.status(recv), Status::ConnectionReset);
     assert_eq!(p.a.status(send), Status::ConnectionReset);
     assert_eq!(p.b.order.iter().filter(|&&op| op == recv).count(), 1);
+    p.assert_no_leaks();
+}
+
+/// A `Stream` frame's bytes: its header, then `payload`.
+fn stream_frame(payload: &[u8]) -> Vec<u8> {
+    let mut bytes = Header::of(&Op::Stream).as_bytes().to_vec();
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+/// Writes `payload` where `placement` says, as a transport does.
+fn write_placed(placement: &Placement, payload: &[u8]) {
+    // SAFETY: the engine lends `dest..dest + len` of the fragment until `place_done`.
+    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), placement.dest, payload.len()) };
+}
+
+#[test]
+fn placed_stream_fragments_are_written_straight_into_waiting_receives_in_order() {
+    let mut p = Pair::new(Net { placed: true, ..Net::emulated() });
+    let header = Header::of(&Op::Stream);
+    let (first, middle, last) = (pattern(4000, 31), pattern(2000, 32), pattern(50, 33));
+    let (mut out1, mut out2) = (vec![0u8; 6000], vec![0u8; 100]);
+    let r1 = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out1), true).unwrap());
+    let r2 = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out2), false).unwrap());
+    let placed = p.b.engine.handle_placed(LINK, header.as_bytes(), first.len()).expect("a placement");
+    assert_eq!(placed.dest, out1.as_mut_ptr(), "not written straight into the first receive");
+    // While the transport writes it, a frame and another placed fragment come after it: both
+    // wait behind it.
+    p.inject(Who::A, stream_frame(&middle));
+    p.drive();
+    let behind = p.b.engine.handle_placed(LINK, header.as_bytes(), last.len()).expect("a placement");
+    assert!(![out1.as_mut_ptr(), out2.as_mut_ptr()].contains(&behind.dest), "placed ahead of earlier bytes");
+    write_placed(&behind, &last);
+    p.b.engine.place_done(behind.token, Ok(()));
+    p.drive();
+    assert!(!p.b.done(r1) && !p.b.done(r2), "bytes overtook a fragment still being written");
+    write_placed(&placed, &first);
+    p.b.engine.place_done(placed.token, Ok(()));
+    p.drive();
+    assert_eq!((p.b.info(r1).length, p.b.info(r2).length), (6000, 50));
+    assert_eq!(out1, [first, middle].concat());
+    assert_eq!(&out2[..50], &last[..]);
+    assert_eq!(p.b.engine.table_counts().stream_unread, 0);
+    p.assert_no_leaks();
+}
+
+#[test]
+fn a_fragment_that_completes_its_receive_lets_the_next_go_straight_into_the_next_receive() {
+    let mut p = Pair::new(Net { placed: true, ..Net::emulated() });
+    let header = Header::of(&Op::Stream);
+    let (one, two) = (pattern(3000, 34), pattern(2500, 35));
+    let (mut out1, mut out2) = (vec![0u8; 3000], vec![0u8; 2600]);
+    let r1 = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out1), true).unwrap());
+    let r2 = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out2), false).unwrap());
+    let first = p.b.engine.handle_placed(LINK, header.as_bytes(), one.len()).expect("a placement");
+    // The first fragment fills the waitall receive exactly: the next bytes are the second's.
+    let second = p.b.engine.handle_placed(LINK, header.as_bytes(), two.len()).expect("a placement");
+    assert_eq!((first.dest, second.dest), (out1.as_mut_ptr(), out2.as_mut_ptr()));
+    write_placed(&second, &two);
+    p.b.engine.place_done(second.token, Ok(()));
+    p.drive();
+    assert!(p.b.done(r2) && !p.b.done(r1), "a receive completed before its bytes were written");
+    write_placed(&first, &one);
+    p.b.engine.place_done(first.token, Ok(()));
+    p.drive();
+    assert_eq!((p.b.info(r1).length, p.b.info(r2).length), (3000, 2500));
+    assert_eq!((out1, &out2[..2500]), (one, &two[..]));
+    p.assert_no_leaks();
+}
+
+#[test]
+fn a_placed_stream_fragment_that_fails_fails_its_receive_once_and_the_endpoint() {
+    for link_first in [false, true] {
+        let mut p = Pair::new(Net { placed: true, ..Net::emulated() });
+        let mut out = vec![0u8; 3000];
+        let recv = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out), true).unwrap());
+        let placed =
+            p.b.engine.handle_placed(LINK, Header::of(&Op::Stream).as_bytes(), 3000).expect("a placement");
+        if link_first {
+            // The link fails under the receiver while the transport still writes the payload.
+            p.b.engine.link_failed(LINK, Status::ConnectionReset);
+            while let Some(event) = p.b.engine.poll_event() {
+                assert!(
+                    !matches!(event, Event::Completion(c) if c.op == recv),
+                    "completed while written into"
+                );
+            }
+        }
+        p.b.engine.place_done(placed.token, Err(Status::ConnectionReset));
+        p.fail_link();
+        p.drive();
+        assert_eq!(p.b.status(recv), Status::ConnectionReset, "link failed first: {link_first}");
+        assert_eq!(p.b.order.iter().filter(|&&op| op == recv).count(), 1);
+        assert_eq!(p.b.engine.phase(p.b.ep), Some(Phase::Dead(Status::ConnectionReset)));
+        p.assert_no_leaks();
+    }
+}
+
+#[test]
+fn a_placed_stream_fragment_larger_than_allowed_closes_the_link_before_any_buffer() {
+    let config = EngineConfig { max_stream_pull: 4096, ..EngineConfig::default() };
+    let mut p = Pair::with_config(Net { placed: true, ..Net::emulated() }, config);
+    let mut out = vec![0u8; 64];
+    let recv = pending(p.b.engine.stream_recv(p.b.ep, recv_buf(&mut out), true).unwrap());
+    assert!(p.b.engine.handle_placed(LINK, Header::of(&Op::Stream).as_bytes(), 4097).is_none());
+    p.drive();
+    assert_eq!(p.b.status(recv), Status::ConnectionReset);
+    assert!(p.b.closed_links.contains(&(LINK, true)));
+    assert_eq!(p.b.engine.table_counts().ops, 0);
     p.assert_no_leaks();
 }
 
