@@ -330,13 +330,10 @@ impl State {
         let member = zcx_dataplane::transport_set::member_of(link);
         match self.verbs {
             Some((verbs, caps)) if member == verbs => caps,
-            // Stream fragments are placed over TCP. Over shared memory a placement is a read of
-            // the sender's memory, outside the ring's flow control (`LinkCaps::place_streams`);
-            // over DPDK they go as before, unmeasured placed.
+            // Stream fragments are placed over TCP and DPDK, not over shared memory, where a
+            // placement is a read of the sender's memory (`LinkCaps::place_streams`).
             _ => LinkCaps {
-                place_streams: self.link_caps.placed
-                    && Some(member) != self.shm_member
-                    && Some(member) != self.dpdk_member,
+                place_streams: self.link_caps.placed && Some(member) != self.shm_member,
                 ..self.link_caps
             },
         }
