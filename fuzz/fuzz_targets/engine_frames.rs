@@ -88,6 +88,7 @@ fuzz_target!(|data: &[u8]| {
         bulk: if native { BulkMode::ReceiverPull } else { BulkMode::SenderPush },
         placed: mode & 2 != 0,
         max_placed: if mode & 4 != 0 { 2048 } else { 0 },
+        place_streams: mode & 2 != 0 && mode & 64 != 0,
         peer_watched: mode & 32 != 0,
     };
     // How frames are handed over: queued events only, or the direct entry points whose one
