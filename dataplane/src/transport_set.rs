@@ -477,7 +477,7 @@ impl SameHostFastPath for TransportSet {
                 belled |= 1 << index;
             }
             for bell in &mut out[before..] {
-                bell.rename_link(LinkId(global(index, bell.link().0)));
+                bell.rename_links(|link| LinkId(global(index, link.0)));
             }
         }
         self.belled.set(belled);
@@ -615,7 +615,7 @@ mod tests {
         peer.send(accepted.unwrap(), b"rung", Payload::None).expect("send");
         let mut bells = Vec::new();
         set.doorbells(&mut bells);
-        assert_eq!(bells.iter().map(|bell| bell.link()).collect::<Vec<_>>(), vec![link]);
+        assert_eq!(bells.iter().flat_map(|bell| bell.links()).collect::<Vec<_>>(), vec![link]);
         assert!(bells[0].rang());
         let mut taken = Vec::new();
         let lend = LendSlot::new();

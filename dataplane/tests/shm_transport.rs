@@ -309,7 +309,7 @@ fn a_rung_take_reads_only_the_link_whose_doorbell_rang() {
     let (lc, lb_c) = pair(&mut c, &mut b);
     let mut bells = Vec::new();
     b.t.doorbells(&mut bells);
-    let mut named: Vec<LinkId> = bells.iter().map(|bell| bell.link()).collect();
+    let mut named: Vec<LinkId> = bells.iter().flat_map(|bell| bell.links()).collect();
     named.sort_by_key(|link| link.0);
     let mut links = vec![lb_a, lb_c];
     links.sort_by_key(|link| link.0);
@@ -1280,4 +1280,135 @@ fn rma_on_a_closed_link_fails_and_its_mappings_go() {
     // The peer's end, once it saw the close, fails too.
     pump(&mut a, &mut b, "close seen", |a, _| a.ev.iter().any(|e| matches!(e, Ev::Failed(l, _) if *l == la)));
     assert_eq!(put(&mut a.t, la, &[3; 8], region.remote(&key, 0, 8)), Err(TlError::InvalidParam));
+}
+
+/// The bells of `side`: how many watch one ring each, and the links its board watches.
+fn bells_of(side: &Side) -> (usize, Vec<LinkId>) {
+    let mut bells = Vec::new();
+    side.t.doorbells(&mut bells);
+    let single = bells.iter().filter(|b| !b.is_board()).count();
+    let boards: Vec<_> = bells.iter().filter(|b| b.is_board()).collect();
+    assert!(boards.len() <= 1, "one board per transport: {bells:?}");
+    (single, boards.first().map(|b| b.links()).unwrap_or_default())
+}
+
+/// Once a transport has `BOARD_MIN_LINKS` links, the rings of the next ones are watched through
+/// its board, on both sides: a record sets its ring's bit, the bit stays while the ring holds
+/// a record and is cleared once it is empty, and the earlier links keep their own doorbells.
+#[test]
+fn links_past_the_first_few_are_watched_through_the_board() {
+    use zcx_dataplane::shm::board::BOARD_MIN_LINKS;
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let extra = 3;
+    let links: Vec<(LinkId, LinkId)> = (0..BOARD_MIN_LINKS + extra).map(|_| pair(&mut a, &mut b)).collect();
+    let late: Vec<LinkId> = links[BOARD_MIN_LINKS..].iter().map(|l| l.0).collect();
+    pump(&mut a, &mut b, "the offers to settle", |a, b| {
+        bells_of(a).1.len() == extra && bells_of(b).1.len() == extra
+    });
+    let (single, mut boarded) = bells_of(&a);
+    boarded.sort();
+    let mut expect = late.clone();
+    expect.sort();
+    assert_eq!((single, boarded), (BOARD_MIN_LINKS, expect), "a's bells");
+    assert_eq!(bells_of(&b).0, BOARD_MIN_LINKS, "b's bells");
+    let mut bells = Vec::new();
+    a.t.doorbells(&mut bells);
+    let board = bells.iter().find(|b| b.is_board()).expect("a board bell");
+    let lend = LendSlot::new();
+    for (la, lb) in &links[BOARD_MIN_LINKS..] {
+        assert_eq!(board.rung(), None, "nothing sent yet");
+        b.t.send(*lb, b"one", Payload::None).unwrap();
+        b.t.send(*lb, b"two", Payload::None).unwrap();
+        for expect in [&b"one"[..], b"two"] {
+            assert_eq!(board.rung(), Some(*la), "a record waits on {la:?}");
+            let mut got = Vec::new();
+            assert!(a.t.take_rung_frame(*la, &mut |_, bytes| got.push(bytes.to_vec()), &lend));
+            assert_eq!(got, vec![expect.to_vec()]);
+        }
+        assert_eq!(board.rung(), None, "the ring is empty again");
+    }
+    // An early link rings its own bell, not the board.
+    let (la, lb) = links[0];
+    b.t.send(lb, b"early", Payload::None).unwrap();
+    assert_eq!(board.rung(), None);
+    let own = bells.iter().find(|bell| bell.links() == vec![la]).expect("its own bell");
+    assert_eq!(own.rung(), Some(la));
+    pump_one(&mut a, "the early frame", |a| a.frame_count(la) == 1);
+}
+
+/// A peer that edits the board offer it writes gets its ring refused the board, and one that
+/// answers "ringing" without ever setting its bit delays only its own messages, which a full
+/// poll still reads. Bits set for slots the board does not watch cost a look and are cleared.
+#[test]
+fn a_hostile_board_offer_or_answer_harms_only_its_sender() {
+    use zcx_dataplane::shm::board::{offer, BOARD_MIN_LINKS, BOARD_SLOTS};
+    use zcx_dataplane::shm::ring::{Producer, KIND_FRAME};
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let honest: Vec<(LinkId, LinkId)> = (0..BOARD_MIN_LINKS).map(|_| pair(&mut a, &mut b)).collect();
+    // The hostile connector: a segment of its own, offered to `a` with a descriptor that is not
+    // a board (its own segment's).
+    let cap = 1 << 20;
+    let (seg, fd) = Segment::create(cap, false).unwrap();
+    let s = raw_connect(&a.t);
+    let hello = Hello { capacity: cap as u64, segment_len: seg.len() as u64, max_frame: 4096 };
+    let theirs = seg.board_offer(1);
+    theirs[0].store(u64::from(fd.as_raw_fd() as u32) | 3 << 32, std::sync::atomic::Ordering::Relaxed);
+    theirs[1].store(1, std::sync::atomic::Ordering::Relaxed);
+    theirs[2].store(2, std::sync::atomic::Ordering::Relaxed);
+    theirs[3].store(offer::OFFERED, std::sync::atomic::Ordering::Release);
+    conn::send_with_fd(s.as_raw_fd(), &hello.encode(), fd.as_raw_fd()).unwrap();
+    pump_one(&mut a, "the hostile link", |a| {
+        a.ev.iter().filter(|e| matches!(e, Ev::Accepted(..))).count() == 1
+    });
+    let hostile = a.accepted().unwrap();
+    let ours = seg.board_offer(0);
+    pump_one(&mut a, "a's answer and offer", |_| {
+        theirs[3].load(std::sync::atomic::Ordering::Acquire) != offer::OFFERED
+            && ours[3].load(std::sync::atomic::Ordering::Acquire) == offer::OFFERED
+    });
+    assert_eq!(theirs[3].load(std::sync::atomic::Ordering::Acquire), offer::REFUSED, "not a board");
+    // It claims to ring a's board, and never does.
+    ours[3].store(offer::RINGING, std::sync::atomic::Ordering::Release);
+    pump_one(&mut a, "the ring to move onto the board", |a| bells_of(a).1 == vec![hostile]);
+    // Every bit of a's board set, through the board's own descriptor.
+    let first = ours[0].load(std::sync::atomic::Ordering::Relaxed);
+    let path = format!("/proc/self/fd/{}", first as u32);
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).expect("a's board");
+    // SAFETY: a shared mapping of a sealed page-long file; the kernel picks the address.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(page, libc::MAP_FAILED);
+    // SAFETY: the mapping is 4096 bytes long and writable.
+    unsafe { std::ptr::write_bytes(page.cast::<u8>().add(64), 0xFF, BOARD_SLOTS / 8) };
+    let mut bells = Vec::new();
+    a.t.doorbells(&mut bells);
+    let board = bells.iter().find(|b| b.is_board()).expect("a board bell");
+    assert_eq!(board.rung(), None, "bits with no record behind them");
+    // SAFETY: as above; the words are read after the scan.
+    let left = unsafe { std::slice::from_raw_parts(page.cast::<u64>().add(8), BOARD_SLOTS / 64) };
+    // The scan reads only the words of the slots it watches (the hostile link's is the last):
+    // it cleared those, and the flood past them costs nothing.
+    assert_eq!(left[0], 0, "the watched word's false bits are cleared");
+    assert!(left[1..].iter().all(|&w| w == u64::MAX), "words past the watched slots are not read");
+    // A frame without its bit: the board does not ring, a full poll still reads it.
+    // SAFETY: ring 0 of the hostile side's own segment, which only it produces into.
+    let mut tx = unsafe { Producer::new(seg.ring_base(0), cap) };
+    assert_eq!(tx.push(KIND_FRAME, &[b"unannounced"]), Ok(true));
+    assert_eq!(board.rung(), None);
+    pump_one(&mut a, "the unannounced frame", |a| a.frame_count(hostile) == 1);
+    // The honest links are untouched.
+    let (la, lb) = honest[BOARD_MIN_LINKS - 1];
+    b.t.send(lb, b"still fine", Payload::None).unwrap();
+    pump(&mut a, &mut b, "an honest frame", |a, _| a.frame_count(la) == 1);
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(page, 4096) };
+    drop((s, seg, fd));
 }

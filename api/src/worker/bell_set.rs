@@ -147,7 +147,12 @@ impl BellSet {
 /// The link of the first doorbell of `bells` that rang, looking from `start` round to it.
 #[inline(always)]
 fn first_rung(bells: &[Doorbell], start: &mut usize) -> Option<LinkId> {
-    first_from(bells, start, Doorbell::rang).map(|at| bells[at].link())
+    let mut rung = None;
+    first_from(bells, start, |bell| {
+        rung = bell.rung();
+        rung.is_some()
+    })?;
+    rung
 }
 
 /// The index of the first item of `items` that `rang`, looking from `*start` on and then from
@@ -155,12 +160,12 @@ fn first_rung(bells: &[Doorbell], start: &mut usize) -> Option<LinkId> {
 /// finds a peer that answers on its turn (a server's clients taking turns) after a look or two
 /// whatever the number of doorbells, and a busy link at the front does not hide the others.
 #[inline(always)]
-fn first_from<T>(items: &[T], start: &mut usize, rang: impl Fn(&T) -> bool) -> Option<usize> {
+fn first_from<T>(items: &[T], start: &mut usize, mut rang: impl FnMut(&T) -> bool) -> Option<usize> {
     let from = (*start).min(items.len());
     let (before, after) = items.split_at(from);
-    let at = match after.iter().position(&rang) {
+    let at = match after.iter().position(&mut rang) {
         Some(offset) => from + offset,
-        None => before.iter().position(&rang)?,
+        None => before.iter().position(rang)?,
     };
     if at != *start {
         *start = at;

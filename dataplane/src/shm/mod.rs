@@ -3,6 +3,8 @@
 //!
 //! - [`ring`]: the SPSC byte ring of variable-length records, hostile-peer safe.
 //! - [`segment`]: the memfd segment holding the header and both rings.
+//! - [`board`]: the page on which peers mark the receive rings they wrote to, read by a worker
+//!   with many links instead of every ring.
 //! - [`put_help`]: the target's worker copying part of a large put.
 //! - [`conn`]: the abstract Unix socket that passes the segment (`SCM_RIGHTS`) and reports the
 //!   peer's death.
@@ -12,6 +14,7 @@
 //!   read straight from the sender's memory (`process_vm_readv`), and the same-host fast paths
 //!   ([`crate::SameHostFastPath`]).
 
+pub mod board;
 pub mod conn;
 pub mod domain;
 mod lane;

@@ -48,6 +48,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::board::BoardBit;
+
 /// Bytes before the data area: the producer, consumer and sleep cache lines.
 pub const RING_HEADER: usize = 192;
 /// Record alignment: one cache line.
@@ -200,6 +202,9 @@ pub struct Producer {
     /// Every line start from `head` up to this index (exclusive) is cleared: the slots the
     /// consumer will look at next hold zeroes until a record is published there.
     cleared: u64,
+    /// The consumer's board bit, set after each record once the consumer watches this ring
+    /// through its board (see [`super::board`]).
+    board: Option<BoardBit>,
 }
 
 // SAFETY: the producer only touches shared memory through its raw pointer, which stays valid for
@@ -225,7 +230,13 @@ impl Producer {
             max_payload: max_record_payload(capacity),
             wake: false,
             cleared: head,
+            board: None,
         }
+    }
+
+    /// From now on, sets `bit` on the consumer's board after each record.
+    pub fn ring_board(&mut self, bit: BoardBit) {
+        self.board = Some(bit);
     }
 
     /// The largest payload one record may carry.
@@ -319,6 +330,9 @@ impl Producer {
         // Release: the payload and the cleared next slot are visible before the header says the
         // record is there.
         mem.header(pos).store(header_word(len as u32, kind, mem.lap(head)), Ordering::Release);
+        if let Some(board) = &self.board {
+            board.ring();
+        }
         let head = next;
         self.head = head;
         // After the record is out: these stores cannot delay its visibility (stores become

@@ -22,7 +22,7 @@ use super::ring::{ring_bytes, valid_capacity};
 /// "ZCXSHM\0\x01" read as a little-endian u64.
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"ZCXSHM\0\x01");
 /// Layout version of the segment and the hello.
-pub const SEGMENT_VERSION: u32 = 4;
+pub const SEGMENT_VERSION: u32 = 5;
 /// Bytes of the segment header.
 pub const SEGMENT_HEADER: usize = 256;
 /// Huge page size tried first.
@@ -36,13 +36,15 @@ const OFF_PID: usize = 32;
 /// The creator's heartbeat word, on its own cache line (reserved: peer death is detected through
 /// the Unix socket today, which needs no polling of the segment).
 pub const OFF_HEARTBEAT: usize = 64;
-/// The control lines of the producers of ring 0 and ring 1: each holds the "placed buffers
-/// revoked" word (see [`Segment::revoked`]) and, after it, the claim and done words of put help
-/// (see [`Segment::help_words`]).
+/// The control lines of ring 0 and ring 1: each holds the "placed buffers revoked" word of the
+/// ring's producer (see [`Segment::revoked`]), the claim and done words of put help (see
+/// [`Segment::help_words`]) and the ring's board offer (see [`Segment::board_offer`]).
 const OFF_REVOKED: [usize; 2] = [128, 192];
 /// Offsets of the help words within a control line.
 const OFF_HELP_CLAIM: usize = 8;
 const OFF_HELP_DONE: usize = 16;
+/// Offsets of the board offer within a control line: descriptor and slot, device, inode, state.
+const OFF_BOARD: usize = 24;
 
 /// Why a segment could not be created or attached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -250,6 +252,17 @@ impl Segment {
                 &*(self.base.add(line + OFF_HELP_DONE) as *const AtomicU64),
             )
         }
+    }
+
+    /// The board offer of ring `which` (see [`super::board`]): four words, written by the ring's
+    /// consumer (descriptor number in the low half and slot in the high half of the first, then
+    /// device, inode, and the state, [`super::board::offer`]) and answered in the state word by
+    /// its producer. Zero in a fresh segment: undecided.
+    pub fn board_offer(&self, which: usize) -> &[AtomicU64; 4] {
+        let at = OFF_REVOKED[which] + OFF_BOARD;
+        // SAFETY: `at..at + 32` lies inside the header's control line (24 + 32 <= 64), 8-byte
+        // aligned, alive as long as `self`; the words are only accessed atomically.
+        unsafe { &*(self.base.add(at) as *const [AtomicU64; 4]) }
     }
 
     /// Bumps the heartbeat word.

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use zcx_control::{ShmLocator, TransportAddress};
 
+use super::board::{self, offer, Board, BoardBit, BOARD_MIN_LINKS, BOARD_SLOTS};
 use super::conn::{self, Hello, Received, SocketState, HELLO_LEN};
 use super::lane::ShmSendLane;
 use super::peer_region::PeerRegion;
@@ -157,6 +158,8 @@ struct Link {
     /// released, and the link is not read again (nor closed or failed, which would end what the
     /// borrower reads) until `end_lend`.
     lent: bool,
+    /// Our receive ring is watched through our board: its producer answered that it rings it.
+    on_board: bool,
 }
 
 impl Link {
@@ -236,7 +239,27 @@ pub struct ShmTransport {
     /// Sleep was announced on the rings (`has_events`): the next poll visits every link, to
     /// take the announcement back from rings that stayed empty.
     slept: AtomicBool,
+    /// The page peers mark the receive rings they wrote to (see [`super::board`]); `None` when
+    /// it could not be made (every ring then has its own doorbell).
+    board: Option<Board>,
+    /// Links whose board offers are not settled yet (see [`BoardWatch`]).
+    board_watch: Vec<BoardWatch>,
 }
+
+/// A link's two board offers on their way: the peer's, for our send ring, which we map and
+/// answer; ours, for our receive ring, whose answer moves the ring onto our board.
+struct BoardWatch {
+    link: LinkId,
+    /// The peer's offer is still to be handled.
+    theirs: bool,
+    /// Our offer is still to be answered.
+    ours: bool,
+    /// A peer that never decides or answers is given up on after [`BOARD_WATCH_FOR`].
+    since: Instant,
+}
+
+/// How long a link's board offers are watched before the link keeps its own doorbell for good.
+const BOARD_WATCH_FOR: Duration = Duration::from_secs(10);
 
 use crate::os_error::last_errno as errno;
 
@@ -335,6 +358,14 @@ impl ShmTransport {
             attention: ActiveSet::new(),
             attention_scratch: Vec::new(),
             slept: AtomicBool::new(false),
+            board: match Board::create() {
+                Ok(board) => Some(board),
+                Err(errno) => {
+                    tracing::debug!(errno, "shm board unavailable: every ring keeps its own doorbell");
+                    None
+                }
+            },
+            board_watch: Vec::new(),
         };
         let listener_fd = this.listener.as_ref().map(|l| l.as_raw_fd()).unwrap_or(-1);
         this.epoll_add(listener_fd, KEY_LISTENER)?;
@@ -419,6 +450,7 @@ impl ShmTransport {
             broken: None,
             rx_streak: false,
             lent: false,
+            on_board: false,
         }))?;
         if let Err(err) = self.epoll_add(raw_sock, u64::from(id.0)) {
             // Dropping the link closes its socket.
@@ -426,12 +458,118 @@ impl ShmTransport {
             return Err(err);
         }
         self.doorbell_generation += 1;
+        self.offer_board(id);
         if self.links.slot_count() == 2 {
             // Polls of one slot kept no attention set: the first link may be unsettled.
             self.attention.insert(0);
             self.attention.insert(1);
         }
         Ok(id)
+    }
+
+    /// Writes our offer for the receive ring of the new link `id` (see [`super::board`]): the
+    /// board when this transport already has [`BOARD_MIN_LINKS`] other links and the link's slot
+    /// has a bit, else none. Both offers are then watched until settled.
+    fn offer_board(&mut self, id: LinkId) {
+        let Some(index) = self.index(id) else { return };
+        let others = self.links.len() - 1;
+        let Some(link) = self.links.at(index) else { return };
+        let words = link.segment.board_offer(link.rx_ring);
+        match &self.board {
+            Some(board) if others >= BOARD_MIN_LINKS && index < BOARD_SLOTS => {
+                let (fd, dev, inode) = board.locator();
+                words[0].store(u64::from(fd as u32) | (index as u64) << 32, Ordering::Relaxed);
+                words[1].store(dev, Ordering::Relaxed);
+                words[2].store(inode, Ordering::Relaxed);
+                // Release: the fields are visible before the state says they are there.
+                words[3].store(offer::OFFERED, Ordering::Release);
+            }
+            _ => words[3].store(offer::NONE, Ordering::Release),
+        }
+        let ours = words[3].load(Ordering::Relaxed) == offer::OFFERED;
+        self.board_watch.push(BoardWatch { link: id, theirs: true, ours, since: Instant::now() });
+    }
+
+    /// Moves the links' board offers on (from the socket check): maps the boards peers offered
+    /// and answers them, and puts on our board the receive rings whose producers answered ours.
+    fn watch_boards(&mut self) {
+        if self.board_watch.is_empty() {
+            return;
+        }
+        let mut watch = std::mem::take(&mut self.board_watch);
+        watch.retain_mut(|w| {
+            let Some(index) = self.index(w.link) else { return false };
+            if w.theirs {
+                w.theirs = !self.answer_their_offer(index);
+            }
+            if w.ours {
+                w.ours = !self.take_our_answer(index);
+            }
+            let settled = !w.theirs && !w.ours;
+            if !settled && w.since.elapsed() >= BOARD_WATCH_FOR {
+                tracing::debug!(
+                    link = w.link.0,
+                    "shm board offers not settled in time; the ring keeps its doorbell"
+                );
+                return false;
+            }
+            !settled
+        });
+        self.board_watch = watch;
+    }
+
+    /// Handles the peer's board offer for the send ring of the link at `index`, if it decided:
+    /// maps the board and rings it from now on, or answers that it could not. True when done.
+    fn answer_their_offer(&mut self, index: usize) -> bool {
+        let Some(link) = self.links.at(index) else { return true };
+        let words = link.segment.board_offer(link.tx_ring);
+        match words[3].load(Ordering::Acquire) {
+            offer::UNDECIDED => false,
+            offer::OFFERED => {
+                let first = words[0].load(Ordering::Relaxed);
+                let (fd, slot) = (first as u32 as i32, (first >> 32) as usize);
+                let (dev, inode) = (words[1].load(Ordering::Relaxed), words[2].load(Ordering::Relaxed));
+                let mapped = board::map_peer_board(link.peer_pid as u32, fd, dev, inode).and_then(|map| {
+                    BoardBit::new(map, slot).ok_or_else(|| "slot past the board".to_string())
+                });
+                let answer = match mapped {
+                    Ok(bit) => match link.lane.lock().tx.as_mut() {
+                        Some(tx) => {
+                            tx.ring_board(bit);
+                            offer::RINGING
+                        }
+                        None => offer::REFUSED,
+                    },
+                    Err(why) => {
+                        tracing::debug!(%why, "shm: the peer's board cannot be mapped; its ring keeps its doorbell");
+                        offer::REFUSED
+                    }
+                };
+                words[3].store(answer, Ordering::Release);
+                true
+            }
+            // No board, or a state only a producer writes: nothing to ring.
+            _ => true,
+        }
+    }
+
+    /// Looks for the answer to our board offer for the receive ring of the link at `index`. On
+    /// "ringing", the ring is watched through the board from now on, after one look (its bit,
+    /// set here): records published before the answer carry no bit. True when answered.
+    fn take_our_answer(&mut self, index: usize) -> bool {
+        let Some(link) = self.links.at_mut(index) else { return true };
+        match link.segment.board_offer(link.rx_ring)[3].load(Ordering::Acquire) {
+            offer::OFFERED => false,
+            offer::RINGING => {
+                link.on_board = true;
+                if let Some(board) = &self.board {
+                    board.mark(index);
+                }
+                self.doorbell_generation += 1;
+                true
+            }
+            _ => true,
+        }
     }
 
     fn connect_shm(&mut self, name: &[u8]) -> Result<LinkId, TlError> {
@@ -492,6 +630,7 @@ impl ShmTransport {
             }
         }
         self.epoll_events = events;
+        self.watch_boards();
         if !self.pending.is_empty() {
             let timeout = self.cfg.hello_timeout;
             self.pending.retain(|p| {
@@ -1344,12 +1483,20 @@ impl SameHostFastPath for ShmTransport {
     }
 
     fn doorbells(&self, out: &mut Vec<Doorbell>) {
+        let mut on_board = Vec::new();
         for (id, link) in self.links.iter() {
             let keep: Arc<dyn Send + Sync> = link.segment.clone();
             // SAFETY: our receive ring lies in the segment's mapping, which `keep` keeps mapped.
-            out.push(unsafe {
+            let bell = unsafe {
                 Doorbell::new(link.segment.ring_base(link.rx_ring), link.segment.capacity(), id, keep)
-            });
+            };
+            match self.index(id) {
+                Some(index) if link.on_board => on_board.push((index, bell)),
+                _ => out.push(bell),
+            }
+        }
+        if let (Some(board), false) = (&self.board, on_board.is_empty()) {
+            out.push(Doorbell::board(Arc::clone(board.map()), on_board));
         }
     }
 
