@@ -1334,6 +1334,17 @@ fn links_past_the_first_few_are_watched_through_the_board() {
     let own = bells.iter().find(|bell| bell.links() == vec![la]).expect("its own bell");
     assert_eq!(own.rung(), Some(la));
     pump_one(&mut a, "the early frame", |a| a.frame_count(la) == 1);
+    // The general poll reads the marked rings too, and leaves the board clear behind it.
+    for (i, (_, lb)) in links[BOARD_MIN_LINKS..].iter().enumerate() {
+        for _ in 0..=i {
+            b.t.send(*lb, b"polled", Payload::None).unwrap();
+        }
+    }
+    pump_one(&mut a, "the polled frames", |a| {
+        links[BOARD_MIN_LINKS..].iter().enumerate().all(|(i, (la, _))| a.frame_count(*la) == i + 1)
+    });
+    a.poll();
+    assert_eq!(board.rung(), None, "nothing left marked");
 }
 
 /// A peer that edits the board offer it writes gets its ring refused the board, and one that

@@ -244,6 +244,14 @@ pub struct ShmTransport {
     board: Option<Board>,
     /// Links whose board offers are not settled yet (see [`BoardWatch`]).
     board_watch: Vec<BoardWatch>,
+    /// The slots of the links whose receive ring is not watched through the board: a poll
+    /// looks at each of these rings, and of the others only at those the board marks.
+    own_bells: ActiveSet,
+    /// The poll's copy of `own_bells`, kept for its capacity.
+    own_bells_scratch: Vec<u32>,
+    /// The next poll looks at every ring, marked or not (set by the socket check): a producer
+    /// that does not set its bit is read this often.
+    scan_all: bool,
 }
 
 /// A link's two board offers on their way: the peer's, for our send ring, which we map and
@@ -366,6 +374,9 @@ impl ShmTransport {
                 }
             },
             board_watch: Vec::new(),
+            own_bells: ActiveSet::new(),
+            own_bells_scratch: Vec::new(),
+            scan_all: false,
         };
         let listener_fd = this.listener.as_ref().map(|l| l.as_raw_fd()).unwrap_or(-1);
         this.epoll_add(listener_fd, KEY_LISTENER)?;
@@ -458,6 +469,9 @@ impl ShmTransport {
             return Err(err);
         }
         self.doorbell_generation += 1;
+        if let Some(index) = self.index(id) {
+            self.own_bells.insert(index);
+        }
         self.offer_board(id);
         if self.links.slot_count() == 2 {
             // Polls of one slot kept no attention set: the first link may be unsettled.
@@ -562,6 +576,7 @@ impl ShmTransport {
             offer::OFFERED => false,
             offer::RINGING => {
                 link.on_board = true;
+                self.own_bells.remove(index);
                 if let Some(board) = &self.board {
                     board.mark(index);
                 }
@@ -631,6 +646,7 @@ impl ShmTransport {
         }
         self.epoll_events = events;
         self.watch_boards();
+        self.scan_all = true;
         if !self.pending.is_empty() {
             let timeout = self.cfg.hello_timeout;
             self.pending.retain(|p| {
@@ -736,6 +752,7 @@ impl ShmTransport {
         let id = self.link_id(index);
         let Some(mut link) = self.links.remove_at(index) else { return };
         self.attention.remove(index);
+        self.own_bells.remove(index);
         let result = if link.local_close == Some(true) { TlError::Canceled } else { error };
         if !link.inflight.is_empty() {
             // The peer may be copying a placed payload of ours right now, and the owner may reuse
@@ -882,14 +899,18 @@ impl ShmTransport {
             // Settled ones leave the set after the scan below, which so skips them all.
             self.attention_scratch = visit;
         }
-        for index in 0..self.links.slot_count() {
-            if self.attention.contains(index) {
-                continue;
+        if self.own_bells.len() == self.links.len() || std::mem::take(&mut self.scan_all) {
+            for index in 0..self.links.slot_count() {
+                count += self.poll_if_waiting(index, sink, lend);
             }
-            if self.links.at(index).is_some_and(|l| l.rx.peek()) {
-                count += self.poll_link(index, sink, lend);
-                self.note_settled(index);
+        } else {
+            let mut visit = std::mem::take(&mut self.own_bells_scratch);
+            self.own_bells.snapshot(&mut visit);
+            for &index in &visit {
+                count += self.poll_if_waiting(index as usize, sink, lend);
             }
+            self.own_bells_scratch = visit;
+            count += self.poll_marked_links(sink, lend);
         }
         if !self.attention_scratch.is_empty() {
             let visit = std::mem::take(&mut self.attention_scratch);
@@ -899,6 +920,63 @@ impl ShmTransport {
             self.attention_scratch = visit;
         }
         count
+    }
+
+    /// Polls the link at `index` when it is outside the attention set (which a poll visits
+    /// anyway) and its ring holds a record.
+    #[inline(always)]
+    fn poll_if_waiting(
+        &mut self,
+        index: usize,
+        sink: &mut dyn FnMut(TlEvent<'_>),
+        lend: Option<&LendSlot>,
+    ) -> usize {
+        if self.attention.contains(index) || !self.links.at(index).is_some_and(|l| l.rx.peek()) {
+            return 0;
+        }
+        let count = self.poll_link(index, sink, lend);
+        self.note_settled(index);
+        count
+    }
+
+    /// Polls the links the board marks, and clears the marks of rings found empty (looking once
+    /// more after the clear, as the doorbell does: a record published just before it carries no
+    /// new mark, so the mark is set again).
+    fn poll_marked_links(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: Option<&LendSlot>) -> usize {
+        let Some(words) = self.board.as_ref().map(|b| b.map().words(self.links.slot_count()).len()) else {
+            return 0;
+        };
+        let mut count = 0;
+        for w in 0..words {
+            let mut bits = self.board_word(w).load(Ordering::Acquire);
+            while bits != 0 {
+                let bit = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let index = w * 64 + bit;
+                if self.attention.contains(index) {
+                    continue;
+                }
+                let waiting = |t: &ShmTransport| t.links.at(index).is_some_and(|l| l.on_board && l.rx.peek());
+                if waiting(self) {
+                    count += self.poll_link(index, sink, lend);
+                    self.note_settled(index);
+                    if waiting(self) {
+                        continue;
+                    }
+                }
+                self.board_word(w).fetch_and(!(1u64 << bit), Ordering::AcqRel);
+                if waiting(self) {
+                    self.board_word(w).fetch_or(1u64 << bit, Ordering::AcqRel);
+                }
+            }
+        }
+        count
+    }
+
+    /// Word `w` of our board's bits (the board exists: the caller found it).
+    fn board_word(&self, w: usize) -> &std::sync::atomic::AtomicU64 {
+        let board = self.board.as_ref().expect("the caller found the board");
+        &board.map().words((w + 1) * 64)[w]
     }
 
     /// Keeps the link at `index` in the attention set while it is unsettled, and only then.
