@@ -1311,6 +1311,7 @@ fn links_past_the_first_few_are_watched_through_the_board() {
     expect.sort();
     assert_eq!((single, boarded), (BOARD_MIN_LINKS, expect), "a's bells");
     assert_eq!(bells_of(&b).0, BOARD_MIN_LINKS, "b's bells");
+    assert_eq!((a.t.peer_board_count(), b.t.peer_board_count()), (1, 1), "one mapping per peer");
     let mut bells = Vec::new();
     a.t.doorbells(&mut bells);
     let board = bells.iter().find(|b| b.is_board()).expect("a board bell");
@@ -1345,6 +1346,12 @@ fn links_past_the_first_few_are_watched_through_the_board() {
     });
     a.poll();
     assert_eq!(board.rung(), None, "nothing left marked");
+    // The mapping of a peer's board goes with the last link that rings it.
+    for (la, _) in &links {
+        a.t.close(*la, true);
+    }
+    pump_one(&mut a, "the links to close", |a| a.t.link_count() == 0);
+    assert_eq!(a.t.peer_board_count(), 0);
 }
 
 /// A peer that edits the board offer it writes gets its ring refused the board, and one that

@@ -4,12 +4,12 @@ use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use zcx_control::{ShmLocator, TransportAddress};
 
-use super::board::{self, offer, Board, BoardBit, BOARD_MIN_LINKS, BOARD_SLOTS};
+use super::board::{self, offer, Board, BoardBit, BoardMap, BOARD_MIN_LINKS, BOARD_SLOTS};
 use super::conn::{self, Hello, Received, SocketState, HELLO_LEN};
 use super::lane::ShmSendLane;
 use super::peer_region::PeerRegion;
@@ -244,6 +244,9 @@ pub struct ShmTransport {
     board: Option<Board>,
     /// Links whose board offers are not settled yet (see [`BoardWatch`]).
     board_watch: Vec<BoardWatch>,
+    /// The peers' boards mapped here, by peer process, device and inode: the links to one peer
+    /// share one mapping of its board, which goes with the last of them.
+    peer_boards: Vec<((u32, u64, u64), Weak<BoardMap>)>,
     /// The slots of the links whose receive ring is not watched through the board: a poll
     /// looks at each of these rings, and of the others only at those the board marks.
     own_bells: ActiveSet,
@@ -374,6 +377,7 @@ impl ShmTransport {
                 }
             },
             board_watch: Vec::new(),
+            peer_boards: Vec::new(),
             own_bells: ActiveSet::new(),
             own_bells_scratch: Vec::new(),
             scan_all: false,
@@ -404,6 +408,12 @@ impl ShmTransport {
     /// Links alive now (for tests and diagnostics).
     pub fn link_count(&self) -> usize {
         self.links.len()
+    }
+
+    /// Peers' boards mapped now, one per peer process whatever its links (for tests and
+    /// diagnostics).
+    pub fn peer_board_count(&self) -> usize {
+        self.peer_boards.iter().filter(|(_, map)| map.strong_count() > 0).count()
     }
 
     fn epoll_add(&self, fd: RawFd, key: u64) -> Result<(), TlError> {
@@ -543,7 +553,16 @@ impl ShmTransport {
                 let first = words[0].load(Ordering::Relaxed);
                 let (fd, slot) = (first as u32 as i32, (first >> 32) as usize);
                 let (dev, inode) = (words[1].load(Ordering::Relaxed), words[2].load(Ordering::Relaxed));
-                let mapped = board::map_peer_board(link.peer_pid as u32, fd, dev, inode).and_then(|map| {
+                let pid = link.peer_pid as u32;
+                let known = self.peer_boards.iter().find(|(key, _)| *key == (pid, dev, inode));
+                let mapped = match known.and_then(|(_, map)| map.upgrade()) {
+                    Some(map) => Ok(map),
+                    None => board::map_peer_board(pid, fd, dev, inode).inspect(|map| {
+                        self.peer_boards.retain(|(_, map)| map.strong_count() > 0);
+                        self.peer_boards.push(((pid, dev, inode), Arc::downgrade(map)));
+                    }),
+                };
+                let mapped = mapped.and_then(|map| {
                     BoardBit::new(map, slot).ok_or_else(|| "slot past the board".to_string())
                 });
                 let answer = match mapped {
