@@ -594,6 +594,7 @@ impl ShmTransport {
         match link.segment.board_offer(link.rx_ring)[3].load(Ordering::Acquire) {
             offer::OFFERED => false,
             offer::RINGING => {
+                tracing::debug!(slot = index, "shm: a receive ring is watched through the board from now on");
                 link.on_board = true;
                 self.own_bells.remove(index);
                 if let Some(board) = &self.board {
