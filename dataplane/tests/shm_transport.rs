@@ -1430,3 +1430,45 @@ fn a_hostile_board_offer_or_answer_harms_only_its_sender() {
     unsafe { libc::munmap(page, 4096) };
     drop((s, seg, fd));
 }
+
+/// A worker with many links announces sleep once on its board for the rings the board watches
+/// (and on each other ring): a frame on a board-watched ring wakes it, as one on an early ring
+/// does, and a frame already waiting on either keeps it up.
+#[test]
+fn a_sleeper_with_many_links_is_woken_through_its_board() {
+    use zcx_dataplane::shm::board::BOARD_MIN_LINKS;
+    let (mut a, mut b) = (Side::new(), Side::new());
+    let links: Vec<(LinkId, LinkId)> = (0..BOARD_MIN_LINKS + 2).map(|_| pair(&mut a, &mut b)).collect();
+    pump(&mut a, &mut b, "the offers to settle", |a, _| bells_of(a).1.len() == 2);
+    let efd = a.t.event_fd().unwrap().as_raw_fd();
+    let (early, late) = (links[0], links[BOARD_MIN_LINKS + 1]);
+    for (round, (la, lb)) in [late, early, late].into_iter().enumerate() {
+        for _ in 0..10 {
+            a.poll();
+        }
+        assert!(!a.t.has_events(), "round {round}: nothing pending");
+        let sleeper = std::thread::spawn(move || {
+            let start = Instant::now();
+            (readable_within(efd, Duration::from_secs(5)), start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        b.t.send(lb, b"wake up", Payload::None).unwrap();
+        let (woken, after) = sleeper.join().unwrap();
+        assert!(woken && after >= Duration::from_millis(50), "round {round}: woken {woken} after {after:?}");
+        let before = a.frame_count(la);
+        pump_one(&mut a, "the frame after the wakeup", |a| a.frame_count(la) == before + 1);
+        // Drain the wake byte: the next round's sleeper must be woken anew.
+        for _ in 0..10 {
+            a.poll();
+        }
+    }
+    for (la, lb) in [late, early] {
+        b.t.send(lb, b"pending", Payload::None).unwrap();
+        assert!(a.t.has_events(), "a waiting frame on {la:?} keeps the worker up");
+        let before = a.frame_count(la);
+        pump_one(&mut a, "the pending frame", |a| a.frame_count(la) == before + 1);
+        for _ in 0..10 {
+            a.poll();
+        }
+    }
+}

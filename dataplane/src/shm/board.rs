@@ -41,7 +41,8 @@ use crate::os_error::last_errno as errno;
 
 /// Bytes of a board: one page.
 pub const BOARD_LEN: usize = 4096;
-/// The first line is left free; the bits start on the second.
+/// The first line holds the sleep word (see [`Board::announce_sleep`]); the bits start on the
+/// second.
 const FIRST_WORD: usize = 64 / 8;
 /// Words of bits on a board.
 const WORDS: usize = BOARD_LEN / 8 - FIRST_WORD;
@@ -90,6 +91,14 @@ impl BoardMap {
         // word lies inside the page-aligned mapping, 8-byte aligned, alive as long as `self`.
         let word = unsafe { &*(self.base.cast::<AtomicU64>().add(FIRST_WORD + slot / 64)) };
         (word, 1u64 << (slot % 64))
+    }
+
+    /// The consumer's sleep announcement, on a line of its own: set while it may sleep, taken
+    /// back (to 0) by the producer that wakes it.
+    fn sleeping(&self) -> &AtomicU64 {
+        // SAFETY: the first word of the page-aligned mapping, alive as long as `self`, only ever
+        // accessed atomically.
+        unsafe { &*self.base.cast::<AtomicU64>() }
     }
 
     /// The words of the first `slots` slots (rounded up to whole words).
@@ -151,6 +160,23 @@ impl Board {
         (self.fd.as_raw_fd(), self.dev, self.inode)
     }
 
+    /// Announces that this side may sleep, for the rings of the first `slots` slots watched
+    /// through the board: true when one of them is marked (do not sleep). A producer that marks
+    /// a ring afterwards finds the announcement and wakes us (see [`BoardBit::ring`]); both sides'
+    /// accesses are sequentially consistent, so one of them sees the other's.
+    pub fn announce_sleep(&self, slots: usize) -> bool {
+        self.map.sleeping().store(1, Ordering::SeqCst);
+        self.map.words(slots).iter().any(|w| w.load(Ordering::SeqCst) != 0)
+    }
+
+    /// Withdraws a sleep announcement; one load when there is none.
+    pub fn awake(&self) {
+        let sleeping = self.map.sleeping();
+        if sleeping.load(Ordering::Relaxed) != 0 {
+            sleeping.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Sets slot `slot`'s bit, as a producer would: the consumer then looks at that ring.
     pub fn mark(&self, slot: usize) {
         if slot < BOARD_SLOTS {
@@ -188,10 +214,14 @@ impl BoardBit {
     }
 
     /// Sets the bit. A locked instruction: the record published before it is visible first.
+    /// True when the consumer had announced sleep and this call took the announcement back: the
+    /// caller must wake it.
     #[inline]
-    pub fn ring(&self) {
+    pub fn ring(&self) -> bool {
         // SAFETY: `word` lies in the mapping `_map` keeps alive.
-        unsafe { &*self.word }.fetch_or(self.bit, Ordering::AcqRel);
+        unsafe { &*self.word }.fetch_or(self.bit, Ordering::SeqCst);
+        let sleeping = self._map.sleeping();
+        sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0
     }
 }
 
@@ -237,6 +267,23 @@ mod tests {
             .collect();
         assert_eq!(set, vec![0, 63, 64, 700, last]);
         assert_eq!(board.map().words(65).len(), 2, "words of the first 65 slots");
+    }
+
+    #[test]
+    fn a_ring_after_a_sleep_announcement_wakes_once_and_a_mark_before_it_keeps_the_consumer_up() {
+        let board = Board::create().expect("board");
+        let bit = BoardBit::new(Arc::clone(board.map()), 5).expect("slot 5");
+        assert!(!board.announce_sleep(64), "nothing marked");
+        assert!(bit.ring(), "the first ring after the announcement wakes the consumer");
+        assert!(!bit.ring(), "and only the first");
+        assert!(board.announce_sleep(64), "a marked ring keeps the consumer up");
+        board.map().words(64)[0].store(0, Ordering::Relaxed);
+        board.awake();
+        assert!(!bit.ring(), "no wake once the consumer is awake again");
+        // Marks past the slots a consumer watches do not keep it up.
+        board.map().words(64)[0].store(0, Ordering::Relaxed);
+        BoardBit::new(Arc::clone(board.map()), 200).expect("slot 200").ring();
+        assert!(!board.announce_sleep(64));
     }
 
     #[test]

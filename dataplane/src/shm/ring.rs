@@ -331,7 +331,9 @@ impl Producer {
         // record is there.
         mem.header(pos).store(header_word(len as u32, kind, mem.lap(head)), Ordering::Release);
         if let Some(board) = &self.board {
-            board.ring();
+            if board.ring() {
+                self.wake = true;
+            }
         }
         let head = next;
         self.head = head;

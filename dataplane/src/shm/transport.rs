@@ -1296,9 +1296,24 @@ impl ShmTransport {
                 count += self.poll_link(0, sink, lend);
             }
         } else if std::mem::take(self.slept.get_mut()) {
-            for index in 0..self.links.slot_count() {
-                count += self.poll_link(index, sink, lend);
-                self.note_settled(index);
+            match self.board.as_ref().filter(|_| self.own_bells.len() < self.links.len()) {
+                Some(board) => {
+                    // Sleep was announced on the board and on the rings outside it: those are
+                    // taken back, and the poll goes on as any other.
+                    board.awake();
+                    for index in self.own_bells.iter() {
+                        if let Some(link) = self.links.at(index) {
+                            link.rx.awake();
+                        }
+                    }
+                    count += self.poll_active_links(sink, lend);
+                }
+                None => {
+                    for index in 0..self.links.slot_count() {
+                        count += self.poll_link(index, sink, lend);
+                        self.note_settled(index);
+                    }
+                }
             }
         } else {
             count += self.poll_active_links(sink, lend);
@@ -1463,17 +1478,34 @@ impl Transport for ShmTransport {
         if !self.deferred.is_empty() {
             return true;
         }
-        for link in self.links.values() {
-            if link.placing.is_placing() || !link.queue.is_empty() || link.broken.is_some() || link.peer_gone
-            {
-                return true;
-            }
+        let busy =
+            |l: &Link| l.placing.is_placing() || !l.queue.is_empty() || l.broken.is_some() || l.peer_gone;
+        // A link with work is unsettled, so in the attention set (kept from two slots on).
+        let any_busy = if self.links.slot_count() <= 1 {
+            self.links.values().any(|l| busy(l))
+        } else {
+            self.attention.iter().any(|index| self.links.at(index).is_some_and(|l| busy(l)))
+        };
+        if any_busy {
+            return true;
         }
         // Announce sleep on every ring before the last look, so a frame written after it wakes us
-        // through the link socket (in the epoll set).
+        // through the link socket (in the epoll set): on the board for the rings it watches, on
+        // each other ring itself.
         self.slept.store(true, Ordering::Relaxed);
-        if self.links.values().any(|l| l.rx.announce_sleep()) {
-            return true;
+        match self.board.as_ref().filter(|_| self.own_bells.len() < self.links.len()) {
+            Some(board) => {
+                if board.announce_sleep(self.links.slot_count())
+                    || self.own_bells.iter().any(|i| self.links.at(i).is_some_and(|l| l.rx.announce_sleep()))
+                {
+                    return true;
+                }
+            }
+            None => {
+                if self.links.values().any(|l| l.rx.announce_sleep()) {
+                    return true;
+                }
+            }
         }
         let mut pfd = libc::pollfd { fd: self.epoll.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd, no wait.
