@@ -15,8 +15,9 @@
 //! stream sends and WAITALL receives with `ZCX_PINGPONG_API=stream`, and with
 //! `ZCX_PINGPONG_API=rung` the tag messages of `zcx perf -t tag_lat`, each found by a rung
 //! doorbell as between two processes (the other forms find them in the general poll), and
-//! `am-rung` the same for active messages. `ZCX_PINGPONG_ENDPOINTS=N` (with `rung` or the
-//! default form) connects N endpoints between the two workers and sends round trip `i` over
+//! `am-rung` the same for active messages; `arm` asks each receiver to sleep
+//! (`ucp_worker_arm`) before it waits, as an event-driven program does. `ZCX_PINGPONG_ENDPOINTS=N`
+//! (with `rung`, `arm` or the default form) connects N endpoints between the two workers and sends round trip `i` over
 //! endpoint `i mod N`, as `zcx perf --endpoints N` does: how the cost per message moves with N.
 //! Under
 //! callgrind, `rung_progress` inclusive over twice the rounds is what a message costs its
@@ -247,16 +248,22 @@ impl OneThreadPingPong {
     /// peer sends, so each message is found by a rung doorbell (`worker/rung.rs`), as it is
     /// between two processes.
     fn rung_round_trip(&mut self) {
-        self.round_trip_polling_first(true);
+        self.round_trip_with(Receiver::PollsFirst);
     }
 
     fn round_trip(&mut self) {
-        self.round_trip_polling_first(false);
+        self.round_trip_with(Receiver::Waits);
     }
 
-    /// One tag round trip; with `quiet_first`, each receiving worker is polled once after it
-    /// posted its receive and before its peer sends.
-    fn round_trip_polling_first(&mut self, quiet_first: bool) {
+    /// A round trip in which each receiver asks to sleep (`ucp_worker_arm`) once its message is
+    /// on its way, as an event-driven program does before it waits: the answer is busy (the
+    /// message is there), and the receiver polls for it.
+    fn arm_round_trip(&mut self) {
+        self.round_trip_with(Receiver::ArmsFirst);
+    }
+
+    /// One tag round trip, each receiver doing `receiver` on its way.
+    fn round_trip_with(&mut self, receiver: Receiver) {
         let turn = self.take_turn();
         let (ep, server_ep) = match turn {
             0 => (&self.ep, &self.server_ep),
@@ -267,7 +274,7 @@ impl OneThreadPingPong {
             .server
             .tag_recv(ping_in.take().unwrap(), TAG, u64::MAX, RequestParams::default())
             .expect("tag_recv");
-        if quiet_first {
+        if receiver == Receiver::PollsFirst {
             self.server.progress();
         }
         let send = ep.tag_send(ping.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
@@ -276,15 +283,32 @@ impl OneThreadPingPong {
             .tag_recv(pong_in.take().unwrap(), TAG, u64::MAX, RequestParams::default())
             .expect("tag_recv");
         *ping = Some(wait(&self.client, send).buf);
-        if quiet_first {
+        if receiver == Receiver::PollsFirst {
             self.client.progress();
+        }
+        if receiver == Receiver::ArmsFirst {
+            let _ = self.server.arm();
         }
         *ping_in = Some(wait(&self.server, server_recv).buf);
         let answer =
             server_ep.tag_send(pong.take().unwrap(), TAG, TagSendParams::default()).expect("tag_send");
         *pong = Some(wait(&self.server, answer).buf);
+        if receiver == Receiver::ArmsFirst {
+            let _ = self.client.arm();
+        }
         *pong_in = Some(wait(&self.client, client_recv).buf);
     }
+}
+
+/// What the receiver of a one-thread round trip does besides waiting for its message.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Receiver {
+    /// Only waits.
+    Waits,
+    /// Polls once after posting its receive and before its peer sends (so its worker is quiet).
+    PollsFirst,
+    /// Asks to sleep once the message is on its way.
+    ArmsFirst,
 }
 
 /// The active-message form of [`OneThreadPingPong`]: each side's handler counts arrivals, and
@@ -429,6 +453,12 @@ fn profile_rounds() -> bool {
         pp.connect_more(endpoints);
         for _ in 0..rounds {
             pp.rung_round_trip();
+        }
+    } else if api == "arm" {
+        let mut pp = OneThreadPingPong::new(&ctx);
+        pp.connect_more(endpoints);
+        for _ in 0..rounds {
+            pp.arm_round_trip();
         }
     } else if api == "stream" {
         let mut pp = OneThreadPingPong::new(&ctx);
