@@ -499,7 +499,8 @@ impl ShmTransport {
         let others = self.links.len() - 1;
         let Some(link) = self.links.at(index) else { return };
         let words = link.segment.board_offer(link.rx_ring);
-        match &self.board {
+        // Decided here, not read back: the peer may answer in the shared word at once.
+        let ours = match &self.board {
             Some(board) if others >= BOARD_MIN_LINKS && index < BOARD_SLOTS => {
                 let (fd, dev, inode) = board.locator();
                 words[0].store(u64::from(fd as u32) | (index as u64) << 32, Ordering::Relaxed);
@@ -507,10 +508,13 @@ impl ShmTransport {
                 words[2].store(inode, Ordering::Relaxed);
                 // Release: the fields are visible before the state says they are there.
                 words[3].store(offer::OFFERED, Ordering::Release);
+                true
             }
-            _ => words[3].store(offer::NONE, Ordering::Release),
-        }
-        let ours = words[3].load(Ordering::Relaxed) == offer::OFFERED;
+            _ => {
+                words[3].store(offer::NONE, Ordering::Release);
+                false
+            }
+        };
         self.board_watch.push(BoardWatch { link: id, theirs: true, ours, since: Instant::now() });
     }
 
