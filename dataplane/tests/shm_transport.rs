@@ -868,6 +868,18 @@ fn readable_within(fd: i32, timeout: Duration) -> bool {
     unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) > 0 }
 }
 
+/// Waits in another thread (up to five seconds) for `efd` to become readable, while this one
+/// sleeps `delay` and then calls `send`: whether it became readable, and after how long.
+fn woken_by(efd: i32, delay: Duration, send: impl FnOnce()) -> (bool, Duration) {
+    let sleeper = std::thread::spawn(move || {
+        let start = Instant::now();
+        (readable_within(efd, Duration::from_secs(5)), start.elapsed())
+    });
+    std::thread::sleep(delay);
+    send();
+    sleeper.join().unwrap()
+}
+
 #[test]
 fn event_fd_wakes_a_sleeper_for_a_frame_and_for_a_dead_peer() {
     let (mut a, mut b) = (Side::new(), Side::new());
@@ -879,13 +891,9 @@ fn event_fd_wakes_a_sleeper_for_a_frame_and_for_a_dead_peer() {
     // `arm`: nothing pending, so the worker may sleep.
     assert!(!a.t.has_events());
     assert!(!readable_within(efd, Duration::from_millis(50)), "readable with nothing to do");
-    let sleeper = std::thread::spawn(move || {
-        let start = Instant::now();
-        (readable_within(efd, Duration::from_secs(5)), start.elapsed())
+    let (woken, after) = woken_by(efd, Duration::from_millis(150), || {
+        b.t.send(lb, b"wake up", Payload::None).unwrap();
     });
-    std::thread::sleep(Duration::from_millis(150));
-    b.t.send(lb, b"wake up", Payload::None).unwrap();
-    let (woken, after) = sleeper.join().unwrap();
     assert!(woken && after >= Duration::from_millis(100), "woken {woken} after {after:?}");
     pump_one(&mut a, "frame after wakeup", |a| a.frame_count(la) == 1);
     // A frame already waiting makes `arm` refuse to sleep.
@@ -1447,13 +1455,9 @@ fn a_sleeper_with_many_links_is_woken_through_its_board() {
             a.poll();
         }
         assert!(!a.t.has_events(), "round {round}: nothing pending");
-        let sleeper = std::thread::spawn(move || {
-            let start = Instant::now();
-            (readable_within(efd, Duration::from_secs(5)), start.elapsed())
+        let (woken, after) = woken_by(efd, Duration::from_millis(100), || {
+            b.t.send(lb, b"wake up", Payload::None).unwrap();
         });
-        std::thread::sleep(Duration::from_millis(100));
-        b.t.send(lb, b"wake up", Payload::None).unwrap();
-        let (woken, after) = sleeper.join().unwrap();
         assert!(woken && after >= Duration::from_millis(50), "round {round}: woken {woken} after {after:?}");
         let before = a.frame_count(la);
         pump_one(&mut a, "the frame after the wakeup", |a| a.frame_count(la) == before + 1);
