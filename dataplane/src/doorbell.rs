@@ -76,17 +76,15 @@ impl BoardBell {
             while bits != 0 {
                 let bit = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                let ring = self.slots.get(w * 64 + bit).and_then(Option::as_ref);
-                if let Some(ring) = ring {
-                    if ring.rang() {
+                let slot = w * 64 + bit;
+                let ring = self.slots.get(slot).and_then(Option::as_ref);
+                let rang = || ring.is_some_and(RingBell::rang);
+                // A bit of a slot not watched here is cleared too (the closure finds nothing).
+                if rang() || self.map.clear_unless_waiting(slot, rang) {
+                    if let Some(ring) = ring {
                         self.start.store(w, Ordering::Relaxed);
                         return Some(ring.link);
                     }
-                }
-                words[w].fetch_and(!(1u64 << bit), Ordering::AcqRel);
-                if let Some(ring) = ring.filter(|r| r.rang()) {
-                    self.start.store(w, Ordering::Relaxed);
-                    return Some(ring.link);
                 }
             }
         }

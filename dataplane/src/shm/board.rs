@@ -101,6 +101,20 @@ impl BoardMap {
         unsafe { &*self.base.cast::<AtomicU64>() }
     }
 
+    /// Clears slot `slot`'s bit, its ring having been found empty, and looks at the ring once
+    /// more with `waiting`: a record published just before the clear set no new bit, so the bit
+    /// is set again when one is found. True when a record waits.
+    #[inline]
+    pub fn clear_unless_waiting(&self, slot: usize, waiting: impl Fn() -> bool) -> bool {
+        let (word, bit) = self.word(slot);
+        word.fetch_and(!bit, Ordering::AcqRel);
+        let found = waiting();
+        if found {
+            word.fetch_or(bit, Ordering::AcqRel);
+        }
+        found
+    }
+
     /// The words of the first `slots` slots (rounded up to whole words).
     pub fn words(&self, slots: usize) -> &[AtomicU64] {
         let n = slots.div_ceil(64).min(WORDS);

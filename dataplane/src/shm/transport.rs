@@ -963,9 +963,8 @@ impl ShmTransport {
         count
     }
 
-    /// Polls the links the board marks, and clears the marks of rings found empty (looking once
-    /// more after the clear, as the doorbell does: a record published just before it carries no
-    /// new mark, so the mark is set again).
+    /// Polls the links the board marks, and clears the marks of rings found empty (see
+    /// [`BoardMap::clear_unless_waiting`], which the doorbell uses too).
     fn poll_marked_links(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: Option<&LendSlot>) -> usize {
         let Some(words) = self.board.as_ref().map(|b| b.map().words(self.links.slot_count()).len()) else {
             return 0;
@@ -988,9 +987,8 @@ impl ShmTransport {
                         continue;
                     }
                 }
-                self.board_word(w).fetch_and(!(1u64 << bit), Ordering::AcqRel);
-                if waiting(self) {
-                    self.board_word(w).fetch_or(1u64 << bit, Ordering::AcqRel);
+                if let Some(board) = &self.board {
+                    board.map().clear_unless_waiting(index, || waiting(self));
                 }
             }
         }
