@@ -43,7 +43,7 @@ fn pair() -> (Engine, EndpointId, Engine, EndpointId) {
 fn carry(a: &mut Engine, ep: EndpointId, b: &mut Engine, data: &[u8], frame: &mut Vec<u8>) {
     // SAFETY: `data` outlives the call, which completes the eager send before returning.
     let send = unsafe { SendBuffer::new(data.as_ptr(), data.len()) };
-    let Sent::Now(transmit) = a.tag_send_now(ep, send, 1).expect("a ready endpoint") else {
+    let Sent::Now(transmit) = a.tag_send_now(ep, send, 1, false).expect("a ready endpoint") else {
         panic!("an eager message on an idle endpoint went through the outbox");
     };
     frame.clear();

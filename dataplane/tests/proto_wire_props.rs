@@ -105,10 +105,12 @@ fn assert_decode_consistent(frame: &[u8]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// `decode_eager` (the receive path's fast decoder) accepts exactly the eager-data frames that
-/// `decode` accepts, with the same op and payload, and nothing else.
+/// `decode_eager` (the receive path's fast decoder) accepts exactly the eager-data and
+/// synchronous-acknowledgement frames that `decode` accepts, with the same op and payload, and
+/// nothing else.
 fn assert_fast_path_agrees(frame: &[u8]) -> Result<(), TestCaseError> {
-    let eager = |op: &Op| matches!(op, Op::TagEager { .. } | Op::AmEager { .. } | Op::Stream);
+    let eager =
+        |op: &Op| matches!(op, Op::TagEager { .. } | Op::AmEager { .. } | Op::Stream | Op::SyncAck { .. });
     let expected = Op::decode(frame).ok().filter(|(op, _)| eager(op));
     let fast = Op::decode_eager(frame);
     prop_assert_eq!(fast, expected);

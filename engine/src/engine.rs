@@ -83,6 +83,10 @@ pub enum Sent {
     /// message's user header goes before them), to send (or copy) before the command returns to
     /// its user. The send is done; no completion follows.
     Now(Transmit),
+    /// As [`Sent::Now`], for a send that completes later (a synchronous one, once its receiver
+    /// acknowledged it): the frame to send before the command returns, and the operation whose
+    /// completion follows.
+    NowAwaiting(Transmit, OpId),
     /// What the queued form of the send returns: its frames go through the outbox.
     Queued(Start),
 }
@@ -735,7 +739,7 @@ impl Engine {
         if op.implicit {
             self.implicit_copies.remove(&id);
         } else if !op.kind.is_internal() {
-            self.events.push_back(Event::Completion(Completion { op: id, status, info, cookie: op.cookie }));
+            self.events.complete(Completion { op: id, status, info, cookie: op.cookie });
         }
         if let OpKind::Flush { parent: Some(parent), .. } = op.kind {
             self.child_flush_done(parent, status);

@@ -60,8 +60,17 @@ impl Engine {
     /// trip through the outbox and one endpoint lookup; anything else goes as
     /// [`Engine::tag_send`] sends it ([`Sent::Queued`]). The outbox must be empty for the frame
     /// to skip it, so it never overtakes a frame queued before.
+    ///
+    /// A synchronous send (`sync`) that goes at once comes back as [`Sent::NowAwaiting`]: its
+    /// frame, and the operation that completes when the receiver's acknowledgement arrives.
     #[inline]
-    pub fn tag_send_now(&mut self, ep_id: EndpointId, buf: SendBuffer, tag: u64) -> Result<Sent, Status> {
+    pub fn tag_send_now(
+        &mut self,
+        ep_id: EndpointId,
+        buf: SendBuffer,
+        tag: u64,
+        sync: bool,
+    ) -> Result<Sent, Status> {
         if self.transmits.is_empty() {
             if let Some(ep) = self.eps.get_mut(&ep_id) {
                 let len = buf.len();
@@ -70,13 +79,18 @@ impl Engine {
                     && matches!(choose(&ep.caps, len, &buf), Proto::Eager)
                 {
                     ep.tx_seen = true;
-                    let header = Header::tag_eager(tag, false, 0);
-                    let payload = Payload::Inline { ptr: buf.at(0), len };
-                    return Ok(Sent::Now(Transmit { link: ep.link, header, payload, placed: false }));
+                    let (link, payload) = (ep.link, Payload::Inline { ptr: buf.at(0), len });
+                    if !sync {
+                        let header = Header::tag_eager(tag, false, 0);
+                        return Ok(Sent::Now(Transmit { link, header, payload, placed: false }));
+                    }
+                    let op = self.new_op(Some(ep_id), OpKind::SyncEager { len }, buf.cookie());
+                    let header = Header::tag_eager(tag, true, op.raw());
+                    return Ok(Sent::NowAwaiting(Transmit { link, header, payload, placed: false }, op));
                 }
             }
         }
-        self.tag_send(ep_id, buf, tag, false).map(Sent::Queued)
+        self.tag_send(ep_id, buf, tag, sync).map(Sent::Queued)
     }
 
     /// `ucp_tag_recv_nbx`: receives the oldest message whose tag matches `(tag, mask)` into `buf`.

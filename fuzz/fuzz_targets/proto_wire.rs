@@ -1,7 +1,7 @@
 //! `proto::wire`, the frame headers workers exchange, on peer bytes:
 //!
 //! - the eager fast decoder `Op::decode_eager` is equivalent to `Op::decode`: it accepts exactly
-//!   the TagEager / AmEager / Stream frames `decode` accepts, with the same header and payload,
+//!   the TagEager / AmEager / Stream / SyncAck frames `decode` accepts, with the same header and payload,
 //!   and nothing else;
 //! - the codec is canonical: an accepted header re-encodes (`Op::encode`, and the fast
 //!   `tag_eager_header` / `am_eager_header`) to the very bytes it was read from, of
@@ -16,7 +16,7 @@ use zcx_dataplane::proto::wire::{AtomicOp, Op, MAX_HEADER_LEN};
 use zcx_dataplane::shm::put_help::CHUNK_SHIFTS;
 
 fn is_eager(op: &Op) -> bool {
-    matches!(op, Op::TagEager { .. } | Op::AmEager { .. } | Op::Stream)
+    matches!(op, Op::TagEager { .. } | Op::AmEager { .. } | Op::Stream | Op::SyncAck { .. })
 }
 
 fn check_bytes(frame: &[u8]) {

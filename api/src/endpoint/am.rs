@@ -120,6 +120,7 @@ impl Endpoint {
                 }
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
+            Sent::NowAwaiting(..) => unreachable!("only a synchronous tag send awaits an answer"),
             Sent::Queued(started) => {
                 let request = st.request_for(shared, started, buf, params.request.callback);
                 guard.drain();

@@ -44,6 +44,7 @@ impl Endpoint {
                 self.send_now(tl, st, &transmit, bytes)?;
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
+            Sent::NowAwaiting(..) => unreachable!("only a synchronous tag send awaits an answer"),
             Sent::Queued(started) => {
                 if let Start::Pending(op) = started {
                     // Small stream sends must not overtake it on the endpoint's lane.

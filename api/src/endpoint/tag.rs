@@ -42,27 +42,41 @@ impl Endpoint {
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
+        // The completion finds the request by this slot, not by its operation's id.
+        let cookie = st.sinks.reserve();
         // SAFETY: `SendBuf` keeps the bytes in place while the buffer moves into the request
         // cell, which owns it until the operation completes.
-        let send_buf = unsafe { SendBuffer::new(ptr, len) };
+        let send_buf = unsafe { SendBuffer::new(ptr, len) }.with_cookie(cookie);
         let (send_buf, offered) = st.offer_pull(self.id(), send_buf, ptr);
-        let started = if params.sync || !st.stalled.is_empty() {
-            st.engine.tag_send(self.id(), send_buf, tag, params.sync).map(Sent::Queued)?
+        let started = if st.stalled.is_empty() {
+            st.engine.tag_send_now(self.id(), send_buf, tag, params.sync)
         } else {
-            st.engine.tag_send_now(self.id(), send_buf, tag)?
+            st.engine.tag_send(self.id(), send_buf, tag, params.sync).map(Sent::Queued)
         };
-        if let Sent::Queued(started) = &started {
-            st.hold_pull(offered, started);
-        }
         match started {
-            Sent::Now(transmit) => {
+            Ok(Sent::Now(transmit)) => {
+                st.sinks.unreserve(cookie);
                 self.send_now(tl, st, &transmit, bytes)?;
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
-            Sent::Queued(started) => {
-                let request = st.request_for(shared, started, buf, params.request.callback);
+            Ok(Sent::NowAwaiting(transmit, op)) => {
+                // A frame the link refused is the link's failure, which fails the operation
+                // with its endpoint, as for a queued frame.
+                if let Err(status) = self.send_now(tl, st, &transmit, bytes) {
+                    tracing::debug!(%status, "synchronous tag message not sent");
+                }
+                st.cookie_request(shared, cookie, Ok(Start::Pending(op)), buf, params.request.callback, false)
+            }
+            Ok(Sent::Queued(started)) => {
+                st.hold_pull(offered, &started);
+                let request =
+                    st.cookie_request(shared, cookie, Ok(started), buf, params.request.callback, false);
                 guard.drain();
                 request
+            }
+            Err(status) => {
+                st.sinks.unreserve(cookie);
+                Err(status)
             }
         }
     }
@@ -91,7 +105,7 @@ impl Endpoint {
                 // SAFETY: `data` is borrowed for this call, and an eager send is done with its
                 // bytes before the call returns.
                 let send_buf = unsafe { SendBuffer::new(data.as_ptr(), data.len()) };
-                match st.engine.tag_send_now(self.id(), send_buf, tag)? {
+                match st.engine.tag_send_now(self.id(), send_buf, tag, false)? {
                     Sent::Now(transmit) => {
                         self.send_now(tl, st, &transmit, data)?;
                         let info = OpInfo { length: data.len(), ..OpInfo::default() };
@@ -104,6 +118,7 @@ impl Endpoint {
                         guard.drain();
                         return request;
                     }
+                    Sent::NowAwaiting(..) => unreachable!("only a synchronous send awaits an answer"),
                 }
             }
         }

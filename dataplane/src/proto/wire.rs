@@ -28,6 +28,8 @@ const _: () = assert!(MAX_HEADER_LEN <= 64);
 pub const TAG_EAGER_HEADER_LEN: usize = 18;
 /// Length of an [`Op::AmEager`] header ([`Op::am_eager_header`]).
 pub const AM_EAGER_HEADER_LEN: usize = 6;
+/// Bytes of a whole [`Op::SyncAck`] frame: its code and the sender's request.
+const SYNC_ACK_LEN: usize = 9;
 /// The whole header of [`Op::Stream`]: its op code.
 pub const STREAM_HEADER: [u8; 1] = [code::STREAM];
 
@@ -575,13 +577,13 @@ impl Op {
     }
 
     /// Parses the header of a frame that carries eager data ([`Op::TagEager`], [`Op::AmEager`],
-    /// [`Op::Stream`]): the frames of every small message, where the general [`Op::decode`]'s
-    /// field-by-field checked reads are a good part of the receive path's cost. This reads each
-    /// fixed-size header in one bounds check.
+    /// [`Op::Stream`]) or acknowledges a synchronous one ([`Op::SyncAck`]): the frames of every
+    /// small message, where the general [`Op::decode`]'s field-by-field checked reads are a good
+    /// part of the receive path's cost. This reads each fixed-size header in one bounds check.
     ///
     /// Returns what [`Op::decode`] returns for such a frame when it is valid, and `None` for any
     /// other frame, valid or not (the caller then decodes it with [`Op::decode`], which reports
-    /// the error): it accepts exactly the frames of these three kinds that [`Op::decode`] accepts.
+    /// the error): it accepts exactly the frames of these four kinds that [`Op::decode`] accepts.
     ///
     /// Each header field is read once (see [`peer_bytes`]); the payload is returned as a part of
     /// `frame`.
@@ -610,6 +612,10 @@ impl Op {
                 Some((Op::AmEager { am_id, reply, header_len }, payload))
             }
             code::STREAM => Some((Op::Stream, &frame[1..])),
+            // No payload: the frame is the header, as `decode` requires of an op without one.
+            code::SYNC_ACK if frame.len() == SYNC_ACK_LEN => {
+                Some((Op::SyncAck { sender_req: u64_at(frame, 1)? }, &frame[SYNC_ACK_LEN..]))
+            }
             _ => None,
         }
     }

@@ -60,7 +60,7 @@ fn an_am_send_now_comes_back_as_its_frame_only_when_it_may_go_now() {
         forced
             .map(|sent| match sent {
                 Sent::Queued(start) => start,
-                Sent::Now(_) => unreachable!(),
+                Sent::Now(_) | Sent::NowAwaiting(..) => unreachable!(),
             })
             .unwrap(),
     );

@@ -180,6 +180,48 @@ fn stray_answers_for_unknown_operations_are_ignored() {
     p.assert_no_leaks();
 }
 
+/// An acknowledgement names the sender's operation in the peer's bytes: one naming another
+/// operation, or one of another kind, completes nothing; the real one completes the send once.
+#[test]
+fn forged_sync_acks_complete_nothing_but_their_own_send() {
+    let mut p = Pair::new(Net::emulated());
+    let data = pattern(16, 8);
+    let send = p.a.engine.tag_send(p.a.ep, send_buf(&data), 6, true).unwrap();
+    let send = p.a.track(send);
+    let big = pattern(3 * 16 * 1024, 9);
+    let rndv = p.a.engine.tag_send(p.a.ep, send_buf(&big), 7, true).unwrap();
+    let rndv = p.a.track(rndv);
+    p.drive();
+    for sender_req in [send.raw() + 1, send.raw().wrapping_sub(1), rndv.raw(), u64::MAX] {
+        p.inject(Who::B, frame(&Op::SyncAck { sender_req }, &[]));
+    }
+    p.drive();
+    assert!(!p.a.done(send) && !p.a.done(rndv), "a forged acknowledgement completed a send");
+    assert_eq!(p.a.engine.phase(p.a.ep), Some(Phase::Ready));
+    let mut out = vec![0u8; 16];
+    assert!(matches!(p.b.engine.tag_recv(recv_buf(&mut out), 6, ALL), crate::Start::Done(Status::Ok, _)));
+    p.drive();
+    assert_eq!(p.a.status(send), Status::Ok);
+    // A replayed acknowledgement finds nothing left to complete.
+    p.inject(Who::B, frame(&Op::SyncAck { sender_req: send.raw() }, &[]));
+    p.drive();
+    assert!(p.a.errors.is_empty());
+    let mut big_out = vec![0u8; big.len()];
+    assert!(matches!(p.b.engine.tag_recv(recv_buf(&mut big_out), 7, ALL), crate::Start::Pending(_)));
+    p.drive();
+    assert_eq!(p.a.status(rndv), Status::Ok);
+    assert_eq!(big_out, big);
+    p.assert_no_leaks();
+}
+
+/// An acknowledgement carries no payload: one with a byte after it is refused, whichever
+/// decoder reads it.
+#[test]
+fn a_sync_ack_with_trailing_bytes_closes_the_link() {
+    let mut p = assert_refused(Net::emulated(), frame(&Op::SyncAck { sender_req: 1 }, &[0]));
+    p.assert_no_leaks();
+}
+
 #[test]
 fn frames_on_a_link_without_an_endpoint_close_it_and_handshakes_are_handed_over() {
     let mut engine = Engine::new(EngineConfig::default(), Arc::new(RemoteAccessTable::new()));

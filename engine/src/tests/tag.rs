@@ -367,7 +367,7 @@ fn an_eager_send_now_comes_back_as_its_frame() {
     let mut out = vec![0u8; 64];
     let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 5, ALL));
     let data = pattern(48, 3);
-    let Ok(Sent::Now(transmit)) = p.a.engine.tag_send_now(p.a.ep, send_buf(&data), 5) else {
+    let Ok(Sent::Now(transmit)) = p.a.engine.tag_send_now(p.a.ep, send_buf(&data), 5, false) else {
         panic!("an eager message on an idle ready endpoint went through the outbox");
     };
     assert_eq!(transmit.header.op(), Some(Op::TagEager { tag: 5, sync: false, sender_req: 0 }));
@@ -376,6 +376,29 @@ fn an_eager_send_now_comes_back_as_its_frame() {
     p.drive();
     assert_eq!(p.b.status(recv), Status::Ok);
     assert_eq!(&out[..48], &data[..]);
+    p.assert_no_leaks();
+}
+
+/// A synchronous eager send on an idle ready endpoint comes back as its frame too, naming the
+/// operation that completes once the receiver matched the message, and only then.
+#[test]
+fn a_sync_send_now_comes_back_as_its_frame_and_completes_on_the_answer() {
+    let mut p = Pair::new(Net::emulated());
+    let data = pattern(24, 7);
+    let Ok(Sent::NowAwaiting(transmit, op)) = p.a.engine.tag_send_now(p.a.ep, send_buf(&data), 4, true)
+    else {
+        panic!("a synchronous eager message on an idle ready endpoint went through the outbox");
+    };
+    assert_eq!(transmit.header.op(), Some(Op::TagEager { tag: 4, sync: true, sender_req: op.raw() }));
+    assert!(p.a.engine.poll_transmit().is_none(), "the frame was also queued");
+    p.send_now(Who::A, transmit);
+    p.drive();
+    assert!(!p.a.done(op), "completed before the receiver matched it");
+    let mut out = vec![0u8; 24];
+    assert!(matches!(p.b.engine.tag_recv(recv_buf(&mut out), 4, ALL), Start::Done(Status::Ok, _)));
+    p.drive();
+    assert_eq!((p.a.status(op), p.a.info(op).length), (Status::Ok, 24));
+    assert_eq!(out, data);
     p.assert_no_leaks();
 }
 
@@ -390,7 +413,7 @@ fn a_send_now_never_overtakes_the_outbox() {
     let (older, newer) = (pattern(10, 4), pattern(20, 5));
     let sync = p.a.engine.tag_send(p.a.ep, send_buf(&older), 1, true).unwrap();
     let sync = p.a.track(sync);
-    match p.a.engine.tag_send_now(p.a.ep, send_buf(&newer), 2) {
+    match p.a.engine.tag_send_now(p.a.ep, send_buf(&newer), 2, false) {
         Ok(Sent::Queued(Start::Done(Status::Ok, info))) => assert_eq!(info.length, 20),
         other => panic!("{other:?}"),
     }
@@ -401,7 +424,7 @@ fn a_send_now_never_overtakes_the_outbox() {
     let big = pattern(RNDV, 6);
     let mut out = vec![0u8; RNDV];
     let recv = pending(p.b.engine.tag_recv(recv_buf(&mut out), 3, ALL));
-    let Ok(Sent::Queued(start)) = p.a.engine.tag_send_now(p.a.ep, send_buf(&big), 3) else {
+    let Ok(Sent::Queued(start)) = p.a.engine.tag_send_now(p.a.ep, send_buf(&big), 3, false) else {
         panic!("a rendezvous message came back as one frame");
     };
     let send = p.a.track(start);
