@@ -13,6 +13,7 @@ use crate::buffer::{RecvBuffer, SendBuffer};
 use crate::caps::LinkCaps;
 use crate::endpoints::EndpointTable;
 use crate::ids::{Cookie, EndpointId, IdSource, OpId};
+use crate::op_table::OpTable;
 use crate::output::{Completion, Event, Header, OpInfo, Payload, RmaRequest, Transmit};
 use crate::stream::StreamRx;
 use crate::Status;
@@ -293,7 +294,7 @@ pub struct Engine {
     pub(crate) op_ids: IdSource,
     pub(crate) eps: EndpointTable<Endpoint>,
     pub(crate) link_eps: FastMap<LinkId, EndpointId>,
-    pub(crate) ops: FastMap<OpId, Operation>,
+    pub(crate) ops: OpTable,
     pub(crate) tags: TagMatcher<(OpId, RecvBuffer), Unexpected>,
     pub(crate) transmits: VecDeque<Transmit>,
     pub(crate) rmas: VecDeque<RmaRequest>,
@@ -325,7 +326,7 @@ impl Engine {
             op_ids: IdSource::new(),
             eps: EndpointTable::default(),
             link_eps: FastMap::default(),
-            ops: FastMap::default(),
+            ops: OpTable::default(),
             tags: TagMatcher::new(),
             transmits: VecDeque::new(),
             rmas: VecDeque::new(),

@@ -144,6 +144,7 @@ mod endpoints;
 mod engine;
 mod ids;
 mod lifecycle;
+mod op_table;
 mod output;
 pub(crate) mod receive;
 mod rma;

@@ -42,20 +42,28 @@ impl Endpoint {
         let shared = self.shared();
         let mut guard = shared.lock();
         let Core { tl, st } = &mut *guard;
-        // The completion finds the request by this slot, not by its operation's id.
-        let cookie = st.sinks.reserve();
+        // A send that will wait (synchronous, or large enough for a rendezvous) is found again
+        // by a slot, not by its operation's id; an eager one is done before this returns.
+        let cookie = (params.sync || len >= st.rndv_thresh).then(|| st.sinks.reserve());
         // SAFETY: `SendBuf` keeps the bytes in place while the buffer moves into the request
         // cell, which owns it until the operation completes.
-        let send_buf = unsafe { SendBuffer::new(ptr, len) }.with_cookie(cookie);
+        let send_buf = unsafe { SendBuffer::new(ptr, len) };
+        let send_buf = match cookie {
+            Some(cookie) => send_buf.with_cookie(cookie),
+            None => send_buf,
+        };
         let (send_buf, offered) = st.offer_pull(self.id(), send_buf, ptr);
         let started = if st.stalled.is_empty() {
             st.engine.tag_send_now(self.id(), send_buf, tag, params.sync)
         } else {
             st.engine.tag_send(self.id(), send_buf, tag, params.sync).map(Sent::Queued)
         };
+        let callback = params.request.callback;
         match started {
             Ok(Sent::Now(transmit)) => {
-                st.sinks.unreserve(cookie);
+                if let Some(cookie) = cookie {
+                    st.sinks.unreserve(cookie);
+                }
                 self.send_now(tl, st, &transmit, bytes)?;
                 Ok(Request::ready(buf, OpInfo { length: len, ..OpInfo::default() }))
             }
@@ -65,17 +73,18 @@ impl Endpoint {
                 if let Err(status) = self.send_now(tl, st, &transmit, bytes) {
                     tracing::debug!(%status, "synchronous tag message not sent");
                 }
-                st.cookie_request(shared, cookie, Ok(Start::Pending(op)), buf, params.request.callback, false)
+                st.send_request(shared, cookie, Start::Pending(op), buf, callback)
             }
             Ok(Sent::Queued(started)) => {
                 st.hold_pull(offered, &started);
-                let request =
-                    st.cookie_request(shared, cookie, Ok(started), buf, params.request.callback, false);
+                let request = st.send_request(shared, cookie, started, buf, callback);
                 guard.drain();
                 request
             }
             Err(status) => {
-                st.sinks.unreserve(cookie);
+                if let Some(cookie) = cookie {
+                    st.sinks.unreserve(cookie);
+                }
                 Err(status)
             }
         }

@@ -646,6 +646,23 @@ impl State {
         }
     }
 
+    /// The request of a send the engine started: with a `cookie`, as [`State::cookie_request`]
+    /// (not cancellable), otherwise as [`State::request_for`].
+    #[inline(always)]
+    pub fn send_request<B: Send + 'static>(
+        &mut self,
+        worker: &Arc<crate::worker::WorkerShared>,
+        cookie: Option<Cookie>,
+        started: Start,
+        buf: B,
+        callback: Option<Callback>,
+    ) -> crate::status::Result<crate::request::Request<B>> {
+        match cookie {
+            Some(cookie) => self.cookie_request(worker, cookie, Ok(started), buf, callback, false),
+            None => self.request_for(worker, started, buf, callback),
+        }
+    }
+
     /// The request of a command the engine started without a cookie: done at once, or a cell
     /// that the operation's completion finds by its id.
     pub fn request_for<B: Send + 'static>(
