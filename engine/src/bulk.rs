@@ -106,9 +106,8 @@ impl Engine {
                 return true;
             }
             let n = (len - offset).min(caps.fragment_payload(caps.placed) as u64);
-            let mut data = self.pool.pop().unwrap_or_default();
-            data.clear();
-            data.resize(n as usize, 0);
+            // Every byte of it is the region's copy below, or it is recycled unsent.
+            let mut data = self.large_spare_to_overwrite(n as usize);
             // Checked again: the region may have been unmapped since the request.
             if let Err(err) =
                 zcx_dataplane::proto::rma_exec::get(&self.access, region, &key, addr + offset, &mut data)

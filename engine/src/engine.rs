@@ -281,11 +281,13 @@ const POOL_SMALL_CAPACITY: usize = 1024;
 /// Larger byte vectors (up to [`POOL_LARGE_CAPACITY`]) it keeps while its pool is shorter than this.
 const POOL_LARGE: usize = 64;
 const POOL_LARGE_CAPACITY: usize = 256 << 10;
-/// Buffers above [`POOL_LARGE_CAPACITY`], up to [`STREAM_SPARE_CAPACITY`], that stream bytes
-/// read ahead of their receives are written into: a few are kept, since a sender running ahead
-/// of its receiver fills one per message, and a fresh one faults in every page it is written to.
-const STREAM_SPARES: usize = 4;
-const STREAM_SPARE_CAPACITY: usize = 4 << 20;
+/// Buffers above [`POOL_LARGE_CAPACITY`], up to [`LARGE_SPARE_CAPACITY`], for stream bytes read
+/// ahead of their receives and for the answers to gets: kept up to [`LARGE_SPARE_BYTES`] in all,
+/// since a sender running ahead of its receiver fills one per message, the answers to a window
+/// of large gets take one each, and a fresh one faults in every page it is written to (and
+/// gives them back to the kernel when freed).
+const LARGE_SPARE_BYTES: usize = 16 << 20;
+const LARGE_SPARE_CAPACITY: usize = 4 << 20;
 
 /// The sans-IO protocol engine of one worker. See the crate documentation.
 pub struct Engine {
@@ -303,8 +305,10 @@ pub struct Engine {
     pub(crate) bulk_active: FastSet<EndpointId>,
     /// Byte vectors for unexpected messages and stream bytes, reused.
     pub(crate) pool: Vec<Vec<u8>>,
-    /// Large buffers kept for stream bytes read ahead of their receives ([`Engine::stream_spare`]).
-    stream_spares: Vec<Vec<u8>>,
+    /// Large buffers kept for reuse ([`Engine::large_spare`]).
+    large_spares: Vec<Vec<u8>>,
+    /// The capacity of `large_spares`, in bytes.
+    large_spare_bytes: usize,
     /// The endpoint the last frame came for, on which link: most frames come on the link the
     /// previous one came on.
     pub(crate) rx_hint: Option<(LinkId, EndpointId)>,
@@ -333,7 +337,8 @@ impl Engine {
             events: crate::output::Events::default(),
             bulk_active: FastSet::default(),
             pool: Vec::new(),
-            stream_spares: Vec::new(),
+            large_spares: Vec::new(),
+            large_spare_bytes: 0,
             fenced_issues: FastMap::default(),
             implicit_copies: FastMap::default(),
             probed: FastMap::default(),
@@ -862,23 +867,44 @@ impl Engine {
         if keep {
             self.pool.push(data);
         } else if data.capacity() > POOL_LARGE_CAPACITY
-            && data.capacity() <= STREAM_SPARE_CAPACITY
-            && self.stream_spares.len() < STREAM_SPARES
+            && data.capacity() <= LARGE_SPARE_CAPACITY
+            && self.large_spare_bytes + data.capacity() <= LARGE_SPARE_BYTES
         {
-            self.stream_spares.push(data);
+            self.large_spare_bytes += data.capacity();
+            self.large_spares.push(data);
         }
     }
 
-    /// A buffer of `len` bytes for stream bytes still to be written into it: a kept spare when
-    /// one is large enough.
-    pub(crate) fn stream_spare(&mut self, len: usize) -> Vec<u8> {
-        let mut bytes = match self.stream_spares.iter().position(|spare| spare.capacity() >= len) {
-            Some(at) => self.stream_spares.swap_remove(at),
-            None if len <= POOL_LARGE_CAPACITY => self.pool.pop().unwrap_or_default(),
-            None => Vec::new(),
-        };
+    /// A zeroed buffer of `len` bytes: a kept spare when one is large enough.
+    pub(crate) fn large_spare(&mut self, len: usize) -> Vec<u8> {
+        let mut bytes = self.spare_of(len);
         bytes.clear();
         bytes.resize(len, 0);
         bytes
+    }
+
+    /// A buffer of `len` bytes that the caller overwrites in full before anything reads it, or
+    /// else drops unread: a kept spare when one is large enough, its bytes left as they were
+    /// (this worker's own earlier payloads) rather than zeroed first.
+    pub(crate) fn large_spare_to_overwrite(&mut self, len: usize) -> Vec<u8> {
+        let mut bytes = self.spare_of(len);
+        bytes.truncate(len);
+        bytes.resize(len, 0);
+        bytes
+    }
+
+    /// A buffer for `len` bytes: from the pool up to its sizes, else a kept spare large enough.
+    fn spare_of(&mut self, len: usize) -> Vec<u8> {
+        if len <= POOL_LARGE_CAPACITY {
+            return self.pool.pop().unwrap_or_default();
+        }
+        match self.large_spares.iter().position(|spare| spare.capacity() >= len) {
+            Some(at) => {
+                let spare = self.large_spares.swap_remove(at);
+                self.large_spare_bytes -= spare.capacity();
+                spare
+            }
+            None => Vec::new(),
+        }
     }
 }

@@ -420,7 +420,7 @@ impl Engine {
     /// An engine buffer for `len` stream bytes still to be written, in the stream's place at its
     /// end (bytes that arrive later wait behind it); returns its operation and where to write.
     fn stream_buffer(&mut self, ep_id: EndpointId, len: usize, sender_req: Option<u64>) -> (OpId, *mut u8) {
-        let mut bytes = self.stream_spare(len);
+        let mut bytes = self.large_spare(len);
         let dest = bytes.as_mut_ptr();
         let op = self.new_op(Some(ep_id), OpKind::StreamPull { bytes: Vec::new(), sender_req }, None);
         if let Some(record) = self.ops.get_mut(&op) {
