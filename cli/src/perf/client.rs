@@ -310,6 +310,7 @@ impl Test<'_> {
         mut done: impl FnMut(&Completion<PerfBuf>, u64) -> Result<(), String>,
     ) -> Result<(), String> {
         let window = bufs.len();
+        let period = self.progress_period();
         let mut inflight: VecDeque<(u64, Request<PerfBuf>)> = VecDeque::with_capacity(window);
         // Hands a completion to `done` and its buffer back to the pool.
         let mut retire = |completion: Completion<PerfBuf>, n: u64, bufs: &mut Vec<PerfBuf>| {
@@ -334,11 +335,11 @@ impl Test<'_> {
                 inflight.push_back((n, request));
             }
             // Operations that complete at once (shared-memory puts and gets) never wait, so the
-            // worker is progressed here too, once per operation: it keeps sending keepalives,
-            // without which the server would take the silence for a dead client. (Per operation,
-            // not fewer: the worker's timers run every 16 calls, and a validating debug run spends
-            // tens of milliseconds per operation.) A quiet worker's call costs a few nanoseconds.
-            self.s.worker.progress();
+            // worker is progressed here too: it keeps sending keepalives, without which the
+            // server would take the silence for a dead client (see `progress_period`).
+            if n % period == 0 {
+                self.s.worker.progress();
+            }
             if n % 64 == 0 {
                 self.progress.update(n);
             }
@@ -553,17 +554,29 @@ impl Test<'_> {
     ) -> Result<(), String> {
         let s = self.s;
         let mut pacer = FlushPacer::new(self.flush_period());
+        let period = self.progress_period();
         for n in first..first + count {
             self.fill(buf, n);
             issue(buf.bytes(), n)?;
-            // Per operation, for the keepalives (see `windowed`); a quiet worker's call is a few
-            // loads.
-            s.worker.progress();
+            // For the keepalives (see `windowed`).
+            if n % period == 0 {
+                s.worker.progress();
+            }
             if pacer.issued(s)? {
                 self.progress.update(n);
             }
         }
         pacer.finish(s)
+    }
+
+    /// Operations issued between two calls of the worker's progress where nothing else calls
+    /// it (operations done at once): up to 64 KiB of them, at most 16. A quiet worker's call is
+    /// a look at its doorbells, about half of an 8-byte direct put's instructions, which
+    /// `ucx_perftest` does not spend (it progresses only when its window is full); a 1 MiB
+    /// operation still progresses every time, since a validating debug run spends tens of
+    /// milliseconds on one, and the worker's timers (its keepalives) run only every few calls.
+    fn progress_period(&self) -> u64 {
+        ((64 << 10) / self.spec.size.max(1) as u64).clamp(1, 16)
     }
 
     /// Implicit operations between two flushes: a window's worth of 64 KiB, at least a window of
@@ -656,13 +669,16 @@ impl Test<'_> {
         let kind = self.spec.kind;
         let spec = self.spec;
         let mut pacer = FlushPacer::new(self.flush_period());
+        let period = self.progress_period();
         let latency = if kind == TestKind::AtomicAddLat {
             self.ping_pong(|n| {
                 let add = s.ep.atomic(AtomicOp::Add, size, 1, 0, base, &rkey, RequestParams::default());
                 // Freed at once: the add goes on, and nothing waits for the value it fetches.
                 drop(add.map_err(|st| format!("atomic add failed: {}", detailed(st)))?);
-                // Per operation, for the keepalives (see `windowed`).
-                s.worker.progress();
+                // For the keepalives (see `windowed`).
+                if n % period == 0 {
+                    s.worker.progress();
+                }
                 pacer.issued(s)?;
                 if n + 1 == spec.warmup || n + 1 == spec.total() {
                     pacer.finish(s)?;
