@@ -99,7 +99,7 @@ const KNOWN: &[Known] = &[
     Known {
         name: "SPIN_WAIT",
         default: "auto",
-        doc: "What a busy-polling caller's empty progress call waits with: pause, lfence, or auto (pause where it is short)",
+        doc: "What a busy-polling caller's empty progress call waits with: pause, lfence, or auto (lfence while a message is expected, else pause where it is short)",
     },
     Known {
         name: "DPDK_EAL_ARGS",

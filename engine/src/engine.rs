@@ -544,6 +544,14 @@ impl Engine {
         (self.transmits.len() | self.rmas.len() | self.events.len() | self.bulk_active.len()) == 0
     }
 
+    /// Something here waits for a peer's frame: a posted tag receive, or an operation waiting
+    /// for its answer. (Posted stream receives are not counted: finding them takes a look at
+    /// every endpoint.)
+    #[inline]
+    pub fn awaits_frames(&self) -> bool {
+        self.tags.expected_len() != 0 || self.ops.len() != 0
+    }
+
     /// A transmit, RMA request or event is waiting to be drained (fragments still to be made
     /// aside).
     #[inline]

@@ -54,6 +54,12 @@ pub(crate) struct AmHandlers {
 const DIRECT_IDS: usize = 256;
 
 impl AmHandlers {
+    /// No handler is set (the direct table keeps no trailing empty slot).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.direct.is_empty() && self.by_id.is_empty()
+    }
+
     #[inline]
     fn get(&self, id: u16) -> Option<&SharedAmHandler> {
         match self.direct.get(usize::from(id)) {

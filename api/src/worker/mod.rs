@@ -177,12 +177,12 @@ impl Context {
             members.push(SetMember::Plain(verbs));
         }
         let tl = TransportSet::new(members).map_err(status_of)?;
-        let spin_wait = spin_wait::SpinWait::from_config(config.spin_wait()).unwrap_or_else(|| {
+        let spin_waits = spin_wait::SpinWaits::from_config(config.spin_wait()).unwrap_or_else(|| {
             tracing::warn!(
                 value = config.spin_wait(),
                 "ZCX_SPIN_WAIT is not auto, pause or lfence; using auto"
             );
-            spin_wait::SpinWait::measured()
+            spin_wait::SpinWaits::auto()
         });
         let shm_member = tl.member_named("shm");
         let dpdk_member = tl.member_named("dpdk");
@@ -210,7 +210,7 @@ impl Context {
             st.set_verbs(member, &caps_of_member(&tl, member), config);
         }
         let pool = Arc::clone(&st.pool);
-        tracing::debug!(name, transports = ?tl.names(), ?spin_wait, "worker created");
+        tracing::debug!(name, transports = ?tl.names(), ?spin_waits, "worker created");
         Ok(Worker {
             shared: Arc::new(WorkerShared {
                 ctx: self.clone(),
@@ -224,7 +224,7 @@ impl Context {
                 pool,
                 address: address_bytes,
                 core: Mutex::new(Core { tl, st }),
-                quiet: quiet::QuietWatch::new(spin_wait),
+                quiet: quiet::QuietWatch::new(spin_waits),
                 lent_in_use: am_lent::LoanGate::new(),
             }),
         })
@@ -586,8 +586,9 @@ impl WorkerShared {
                 && core.is_quiet()
             {
                 self.refresh_bells(core);
+                let expects = core.st.expects_message();
                 drop(guard);
-                self.quiet.arm();
+                self.quiet.arm(expects);
                 return 0;
             }
             if poll {
@@ -633,9 +634,10 @@ impl WorkerShared {
                 if quiet {
                     self.refresh_bells(core);
                 }
+                let expects = quiet && core.st.expects_message();
                 drop(guard);
                 if quiet {
-                    self.quiet.arm();
+                    self.quiet.arm(expects);
                 }
                 return events;
             }

@@ -19,7 +19,7 @@ use zcx_dataplane::doorbell::Doorbell;
 use zcx_dataplane::LinkId;
 
 use super::bell_set::BellSet;
-use super::spin_wait::SpinWait;
+use super::spin_wait::SpinWaits;
 
 /// Skipped polls between two looks at the coarse clock while armed. Each periodic poll also runs
 /// the worker's timers, so a caller whose loop calls `progress` rarely (a slow, validating
@@ -45,7 +45,7 @@ thread_local! {
 
 /// Marks an operation issued on this thread without the worker's lock (a shared-memory direct
 /// send, put, get or atomic): the next skipped `progress` call on this thread then goes without
-/// its spin-wait barrier ([`SpinWait`]), because its caller is issuing work, not waiting for it:
+/// its spin-wait barrier ([`SpinWaits`]), because its caller is issuing work, not waiting for it:
 /// a message-rate loop of direct puts relies on its operations overlapping, and a barrier at
 /// every call halved its rate. Operations that take the lock need no mark: the lock disarms the
 /// watch, so their next call is a full poll.
@@ -55,7 +55,7 @@ pub(crate) fn note_issued() {
 }
 
 /// True when this thread issued nothing without the lock since its last skipped call, so the
-/// caller is waiting for something (see [`SpinWait`]); clears the mark.
+/// caller is waiting for something (see [`SpinWaits`]); clears the mark.
 #[inline(always)]
 fn caller_is_waiting() -> bool {
     !ISSUED.replace(false)
@@ -99,14 +99,17 @@ pub(crate) struct QuietWatch {
     /// The coarse clock at the last periodic poll.
     last_periodic: AtomicI64,
     bells: BellSet,
-    /// What a waiting caller's skipped call runs (see [`SpinWait`]).
-    spin_wait: SpinWait,
+    /// What a waiting caller's skipped call runs (see [`SpinWaits`]).
+    spin_waits: SpinWaits,
+    /// The worker expected a message when the watch was armed (see [`QuietWatch::arm`]).
+    expecting: AtomicBool,
 }
 
 impl QuietWatch {
-    pub fn new(spin_wait: SpinWait) -> QuietWatch {
+    pub fn new(spin_waits: SpinWaits) -> QuietWatch {
         QuietWatch {
-            spin_wait,
+            spin_waits,
+            expecting: AtomicBool::new(false),
             armed: AtomicBool::new(false),
             skipped: AtomicU32::new(0),
             clock_interval: AtomicU32::new(FULL_POLL_EVERY),
@@ -139,7 +142,11 @@ impl QuietWatch {
             self.clock_interval.store((interval * 2).min(MAX_CLOCK_INTERVAL), Ordering::Relaxed);
         }
         if caller_is_waiting() {
-            self.spin_wait.run();
+            if self.expecting.load(Ordering::Relaxed) {
+                self.spin_waits.message.run();
+            } else {
+                self.spin_waits.other.run();
+            }
         }
         // A writer replacing the doorbells means a full poll is running: do one too.
         let Some(rung) = self.bells.rung_link() else { return Check::Poll };
@@ -150,9 +157,17 @@ impl QuietWatch {
         }
     }
 
-    /// After a full poll that left everything quiet (call it without the worker's lock held).
-    pub fn arm(&self) {
+    /// After a full poll that left everything quiet (call it without the worker's lock held),
+    /// with whether the worker `expects` a message (see [`SpinWaits`]).
+    pub fn arm(&self, expects: bool) {
+        self.expecting.store(expects, Ordering::Relaxed);
         self.armed.store(true, Ordering::Release);
+    }
+
+    /// Whether the watch was armed expecting a message.
+    #[cfg(test)]
+    pub fn expects_message(&self) -> bool {
+        self.expecting.load(Ordering::Relaxed)
     }
 
     /// Whether the watch is armed.
@@ -185,8 +200,8 @@ mod tests {
     /// clock moved and the interval stays the shortest.
     #[test]
     fn a_slow_caller_gets_a_periodic_poll_every_few_calls() {
-        let watch = QuietWatch::new(SpinWait::measured());
-        watch.arm();
+        let watch = QuietWatch::new(SpinWaits::auto());
+        watch.arm(false);
         for _ in 0..3 {
             let mut calls = 0;
             loop {
@@ -206,9 +221,9 @@ mod tests {
     /// count toward the next look at the clock like skipped ones.
     #[test]
     fn a_caller_whose_doorbell_rings_at_every_call_still_gets_periodic_polls() {
-        let watch = QuietWatch::new(SpinWait::measured());
+        let watch = QuietWatch::new(SpinWaits::auto());
         watch.replace_bells(vec![rung_doorbell()]);
-        watch.arm();
+        watch.arm(false);
         let mut periodic = 0;
         for call in 1..=4 * (FULL_POLL_EVERY + 1) {
             std::thread::sleep(Duration::from_millis(5));
@@ -218,7 +233,7 @@ mod tests {
                 other => panic!("call {call}: {other:?} with a doorbell rung"),
             }
             // The full poll left the worker quiet (and the record for the next call).
-            watch.arm();
+            watch.arm(false);
         }
         assert!(periodic >= 3, "{periodic} periodic polls in {} slow calls", 4 * (FULL_POLL_EVERY + 1));
     }
@@ -231,8 +246,8 @@ mod tests {
     /// as busy; the calls after it, with nothing issued in between, as waiting.
     #[test]
     fn a_caller_counts_as_waiting_once_it_stops_issuing() {
-        let watch = QuietWatch::new(SpinWait::measured());
-        watch.arm();
+        let watch = QuietWatch::new(SpinWaits::auto());
+        watch.arm(false);
         watch.check();
         assert!(caller_is_waiting(), "nothing was issued");
         note_issued();
@@ -249,8 +264,8 @@ mod tests {
     /// A spinning caller looks at the clock less and less often until it ticks.
     #[test]
     fn a_fast_caller_looks_at_the_clock_less_often() {
-        let watch = QuietWatch::new(SpinWait::measured());
-        watch.arm();
+        let watch = QuietWatch::new(SpinWaits::auto());
+        watch.arm(false);
         let mut widest = 0;
         for _ in 0..100_000 {
             assert_ne!(watch.check(), Check::Poll, "no doorbell can ring");

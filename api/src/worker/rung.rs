@@ -74,6 +74,31 @@ mod tests {
     use crate::worker::test_pair::{progress_until, shm_pair, wait};
     use crate::{RequestParams, Status, TagSendParams};
 
+    /// A quiet worker's watch is armed expecting a message exactly while one is awaited (here a
+    /// posted tag receive), which picks the barrier of its skipped calls (`SpinWaits`).
+    #[test]
+    fn the_watch_is_armed_expecting_a_message_while_a_receive_is_posted() {
+        let Some((client, server, client_ep, _server_ep, _listener)) = shm_pair() else { return };
+        let settle = || {
+            for _ in 0..4 {
+                server.progress();
+            }
+        };
+        settle();
+        let watch = &server.shared.quiet;
+        assert!(watch.is_armed() && !watch.expects_message(), "armed expecting with nothing posted");
+        let recv = server.tag_recv(vec![0u8; 8], 7, u64::MAX, RequestParams::default()).expect("recv");
+        settle();
+        assert!(
+            watch.is_armed() && watch.expects_message(),
+            "armed without expecting the posted receive's message"
+        );
+        client_ep.tag_send(vec![1u8; 8], 7, TagSendParams::default()).expect("send");
+        wait(&[&client, &server], recv).expect("message");
+        settle();
+        assert!(watch.is_armed() && !watch.expects_message(), "still expecting after the receive completed");
+    }
+
     /// Messages that reach a server spinning on its doorbells are handled as the general poll
     /// handles them, in order: expected and unexpected tag messages with their truncation and
     /// callbacks, sync sends (whose acknowledgement the general poll's tail sends) and stream

@@ -19,7 +19,9 @@
 //! against `lfence`: put_lat 0.89 to 0.90, and 1.02 to 1.04 for tag_lat, am_lat and stream_lat
 //! (their doorbell is read after the barrier, and a longer spin notices it later on average).
 //! Earlier, `lfence` against no barrier: put_lat 0.84 to 0.90, stream_lat 0.94 to 0.98, am_lat
-//! 0.96.
+//! 0.96. So the barrier depends on what the caller waits for ([`SpinWaits`]): `lfence` while the
+//! worker expects a message, which its doorbell will show; the measured choice otherwise, for a
+//! caller that polls a word of its own.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -37,17 +39,6 @@ pub(crate) enum SpinWait {
 }
 
 impl SpinWait {
-    /// `ZCX_SPIN_WAIT`: `pause`, `lfence`, or `auto` (the default) for [`SpinWait::measured`];
-    /// `None` for any other value.
-    pub fn from_config(value: &str) -> Option<SpinWait> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "" | "auto" => Some(SpinWait::measured()),
-            "pause" => Some(SpinWait::Pause),
-            "lfence" => Some(SpinWait::Lfence),
-            _ => None,
-        }
-    }
-
     /// `pause` if it takes at most [`PAUSE_MAX`] on this CPU, else `lfence`: measured once per
     /// process, by the first worker.
     pub fn measured() -> SpinWait {
@@ -80,6 +71,40 @@ fn lfence() {
     unsafe {
         core::arch::x86_64::_mm_lfence()
     };
+}
+
+/// The barriers of a worker's skipped calls: one for a caller waiting for a message, whose
+/// doorbell the call reads right after the barrier, and one for a caller waiting on anything
+/// else (a word of its own that a peer's put writes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SpinWaits {
+    /// While the worker expects a message: a posted tag receive, an operation waiting for its
+    /// answer, an active-message handler.
+    pub message: SpinWait,
+    /// Otherwise.
+    pub other: SpinWait,
+}
+
+impl SpinWaits {
+    /// `ZCX_SPIN_WAIT`: `pause` or `lfence` for both, or `auto` (the default): `lfence` while a
+    /// message is expected on x86 (a short `pause` there made tag, active-message and stream
+    /// ping-pongs slower), and [`SpinWait::measured`] otherwise. `None` for any other value.
+    pub fn from_config(value: &str) -> Option<SpinWaits> {
+        let both = |one| SpinWaits { message: one, other: one };
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Some(SpinWaits::auto()),
+            "pause" => Some(both(SpinWait::Pause)),
+            "lfence" => Some(both(SpinWait::Lfence)),
+            _ => None,
+        }
+    }
+
+    /// What `auto` chooses on this CPU.
+    pub fn auto() -> SpinWaits {
+        let other = SpinWait::measured();
+        let message = if cfg!(target_arch = "x86_64") { SpinWait::Lfence } else { other };
+        SpinWaits { message, other }
+    }
 }
 
 /// The length of a `pause` on this CPU and the barrier chosen for it, once per process.
@@ -115,11 +140,16 @@ mod tests {
 
     #[test]
     fn the_variable_names_a_barrier_or_asks_for_the_measured_one() {
-        assert_eq!(SpinWait::from_config("pause"), Some(SpinWait::Pause));
-        assert_eq!(SpinWait::from_config(" LFENCE "), Some(SpinWait::Lfence));
-        assert_eq!(SpinWait::from_config("auto"), Some(SpinWait::measured()));
-        assert_eq!(SpinWait::from_config(""), Some(SpinWait::measured()));
-        assert_eq!(SpinWait::from_config("mwait"), None);
+        let both = |one| Some(SpinWaits { message: one, other: one });
+        assert_eq!(SpinWaits::from_config("pause"), both(SpinWait::Pause));
+        assert_eq!(SpinWaits::from_config(" LFENCE "), both(SpinWait::Lfence));
+        let auto = SpinWaits::auto();
+        assert_eq!(SpinWaits::from_config("auto"), Some(auto));
+        assert_eq!(SpinWaits::from_config(""), Some(auto));
+        assert_eq!(SpinWaits::from_config("mwait"), None);
+        assert_eq!(auto.other, SpinWait::measured());
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(auto.message, SpinWait::Lfence);
     }
 
     #[test]

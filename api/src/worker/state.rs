@@ -646,6 +646,12 @@ impl State {
         }
     }
 
+    /// The worker expects a message: a posted tag receive, an operation waiting for its answer,
+    /// or an active-message handler to run (see `SpinWaits`).
+    pub fn expects_message(&self) -> bool {
+        self.engine.awaits_frames() || !self.am_handlers.is_empty()
+    }
+
     /// The request of a send the engine started: with a `cookie`, as [`State::cookie_request`]
     /// (not cancellable), otherwise as [`State::request_for`].
     #[inline(always)]
