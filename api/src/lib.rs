@@ -70,7 +70,7 @@ pub use mem::{
     PackedBuffer, Prot,
 };
 pub use packed::{packed_len, worker_address_uid, PACKED_HEADER_LEN};
-pub use request::{Callback, Completion, OpInfo, Request, RequestParams};
+pub use request::{Callback, Completion, ErasedRequest, OpInfo, Request, RequestParams};
 pub use rkey::{RemoteKey, RkeyCompareParams};
 pub use status::{last_error_detail, status_string, Result, Status};
 pub use worker::{

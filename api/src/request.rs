@@ -446,12 +446,17 @@ impl<B: Send + 'static> Request<B> {
     /// `ucp_request_cancel`: an unmatched tag or stream receive completes with `CANCELED` and its
     /// buffer untouched; other operations are not affected (as in UCP).
     pub fn cancel(&self) {
-        let Inner::Pending(cell) = &self.inner else { return };
-        if cell.is_done() {
-            return;
+        if let Inner::Pending(cell) = &self.inner {
+            cell.cancel_pending();
         }
-        if let Some(worker) = cell.worker().upgrade() {
-            worker.cancel_request(&|held| cell.cancel_target(held));
+    }
+
+    /// The request of an operation still in progress, with its buffer type erased (see
+    /// [`ErasedRequest`]); a request that completed at once comes back.
+    pub fn into_erased(self) -> std::result::Result<ErasedRequest, Request<B>> {
+        match self.inner {
+            Inner::Pending(cell) => Ok(ErasedRequest { cell: Some(cell) }),
+            inner => Err(Request { inner }),
         }
     }
 
@@ -548,6 +553,58 @@ impl<B> std::fmt::Debug for Request<B> {
 }
 
 /// Per-thread reuse of request cells whose operation ended and was taken by its owner.
+/// A pending operation's [`Request`] with its buffer type erased, for a caller that keeps one
+/// beside a handle of its own (the C library, one per C request) and never takes its completion
+/// through it: it can cancel the operation, and when it is dropped after the operation
+/// completed, the buffer goes and the cell returns to this thread's pool as
+/// [`Request::try_take`] returns it. Made without allocating: it is the request's own
+/// reference to its cell.
+pub struct ErasedRequest {
+    cell: Option<Arc<dyn ErasedCell>>,
+}
+
+impl ErasedRequest {
+    /// `ucp_request_cancel`, as [`Request::cancel`].
+    pub fn cancel(&self) {
+        if let Some(cell) = &self.cell {
+            cell.cancel_pending();
+        }
+    }
+}
+
+impl Drop for ErasedRequest {
+    fn drop(&mut self) {
+        if let Some(cell) = self.cell.take() {
+            cell.release();
+        }
+    }
+}
+
+/// What an [`ErasedRequest`] does with its cell, whatever the buffer type.
+trait ErasedCell: Send + Sync {
+    fn cancel_pending(&self);
+    fn release(self: Arc<Self>);
+}
+
+impl<B: Send + 'static> ErasedCell for ReqCell<B> {
+    fn cancel_pending(&self) {
+        if self.is_done() {
+            return;
+        }
+        if let Some(worker) = self.worker().upgrade() {
+            worker.cancel_request(&|held| self.cancel_target(held));
+        }
+    }
+
+    fn release(self: Arc<Self>) {
+        // A cell still in progress stays with its worker, which frees it once it completes.
+        if self.is_done() {
+            drop(self.take());
+            pool::put(self);
+        }
+    }
+}
+
 mod pool {
     use super::*;
     use std::any::TypeId;
@@ -702,6 +759,58 @@ mod tests {
 
     /// Waits on other threads end with CANCELED once the application drops its worker, and
     /// nothing ends them before.
+    /// An erased request drops its buffer and returns its cell to the pool once the operation
+    /// completed; one dropped while in progress leaves the cell to the worker. A request done at
+    /// once is not erased.
+    #[test]
+    #[cfg_attr(miri, ignore = "a real worker needs io_uring, memfd and eventfd, which Miri cannot run")]
+    fn an_erased_request_returns_its_completed_cell_to_the_pool() {
+        let ctx = Context::with_features(Features::TAG).unwrap();
+        let worker = ctx.create_worker(&WorkerParams::default()).unwrap();
+        let buf = Arc::new(5u8);
+        let cell = ReqCell::new(&worker.shared, Arc::clone(&buf), None);
+        let first = Arc::as_ptr(&cell);
+        let erased = Request::pending(Arc::clone(&cell)).into_erased().map_err(|_| ()).expect("pending");
+        completed(&worker, &cell);
+        drop(cell);
+        drop(erased);
+        assert_eq!(Arc::strong_count(&buf), 1, "the buffer went with the erased request");
+        let again = ReqCell::new(&worker.shared, Arc::new(6u8), None);
+        assert_eq!(Arc::as_ptr(&again), first, "the cell was pooled");
+
+        let in_progress =
+            Request::pending(Arc::clone(&again)).into_erased().map_err(|_| ()).expect("pending");
+        drop(in_progress);
+        assert_eq!(Arc::strong_count(&again), 1, "the worker's reference stays, the request's went");
+        let next = ReqCell::new(&worker.shared, Arc::new(7u8), None);
+        assert_ne!(Arc::as_ptr(&next), first, "a cell in progress is not pooled");
+        drop(again);
+
+        assert!(Request::ready(1u8, OpInfo::default()).into_erased().is_err());
+    }
+
+    /// An erased tag receive can still be cancelled, and completes CANCELED.
+    #[test]
+    #[cfg_attr(miri, ignore = "a real worker needs io_uring, memfd and eventfd, which Miri cannot run")]
+    fn an_erased_receive_can_be_cancelled() {
+        let ctx = Context::with_features(Features::TAG).unwrap();
+        let worker = ctx.create_worker(&WorkerParams::default()).unwrap();
+        let ended = Arc::new(std::sync::Mutex::new(None));
+        let seen = Arc::clone(&ended);
+        let params = RequestParams::with_callback(move |status, _| *seen.lock().unwrap() = Some(status));
+        let recv = worker.tag_recv(vec![0u8; 8], 3, u64::MAX, params).unwrap();
+        let erased = recv.into_erased().map_err(|_| ()).expect("a receive with nothing sent waits");
+        erased.cancel();
+        for _ in 0..100 {
+            worker.progress();
+            if ended.lock().unwrap().is_some() {
+                break;
+            }
+        }
+        assert_eq!(*ended.lock().unwrap(), Some(Status::Canceled));
+        drop(erased);
+    }
+
     #[test]
     #[cfg_attr(miri, ignore = "a real worker needs io_uring, memfd and eventfd, which Miri cannot run")]
     fn waits_end_canceled_when_the_application_drops_the_worker() {

@@ -71,18 +71,6 @@ pub struct Outcome {
 /// (an IOV or generic datatype): copies the staged bytes out and may change the status.
 pub type Finish = Box<dyn FnOnce(ucs_status_t::Type, &Outcome) -> ucs_status_t::Type + Send>;
 
-/// What `ucp_request_cancel` calls: the Rust request of the operation.
-pub trait Cancel: Send {
-    /// Cancels the operation if it can be.
-    fn cancel(&self);
-}
-
-impl<B: Send + 'static> Cancel for zcx::Request<B> {
-    fn cancel(&self) {
-        zcx::Request::cancel(self)
-    }
-}
-
 /// This library's part of a request, [`HEADER_SIZE`] bytes before the application's.
 #[repr(C)]
 pub struct Header {
@@ -92,8 +80,9 @@ pub struct Header {
     user_data: *mut c_void,
     outcome: Outcome,
     finish: Option<Finish>,
-    /// The operation's Rust request, kept for cancel until the request is recycled.
-    op: Mutex<Option<Box<dyn Cancel>>>,
+    /// The operation's Rust request, kept for cancel until the request is recycled (its cell
+    /// then goes back to the pool).
+    op: Mutex<Option<zcx::ErasedRequest>>,
     pool: *const RequestPool,
 }
 
@@ -135,7 +124,7 @@ impl Req {
     }
 
     /// Keeps the Rust request of the operation, for `ucp_request_cancel`.
-    pub fn keep_op(self, op: Box<dyn Cancel>) {
+    pub fn keep_op(self, op: zcx::ErasedRequest) {
         *self.header().op.lock().unwrap_or_else(|e| e.into_inner()) = Some(op);
     }
 
@@ -481,7 +470,7 @@ pub unsafe fn run<B: Send + 'static>(
             req.complete(ucs_status_t::UCS_ERR_CANCELED, Outcome::default());
             return req.user();
         }
-        req.keep_op(Box::new(request));
+        keep(req, request);
         return req.user();
     }
     let (status, outcome) = match request.try_take() {
@@ -498,6 +487,13 @@ pub unsafe fn run<B: Send + 'static>(
     let req = unsafe { pool.take(param, setup) };
     req.complete(status, outcome);
     req.user()
+}
+
+/// Keeps the Rust request of an operation in progress with its C request, for cancel.
+fn keep<B: Send + 'static>(req: Req, request: zcx::Request<B>) {
+    if let Ok(erased) = request.into_erased() {
+        req.keep_op(erased);
+    }
 }
 
 /// A completed operation's status and what it reports.
@@ -552,12 +548,12 @@ unsafe fn run_in_request<B: Send + 'static>(
     if !request.completed_at_once() {
         // Pending when issued: its callback completes the C request, now or from a later
         // progress (a cell may be done before its callback ran), so UCP returns the request.
-        req.keep_op(Box::new(request));
+        keep(req, request);
         return req.user();
     }
     match request.try_take() {
         Err(pending) => {
-            req.keep_op(Box::new(pending));
+            keep(req, pending);
             req.user()
         }
         Ok(result) => {
