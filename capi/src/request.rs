@@ -453,7 +453,10 @@ pub unsafe fn run<B: Send + 'static>(
 ) -> ucs_status_ptr_t {
     // SAFETY: the caller's contract.
     let mask = unsafe { attr_mask(param) };
-    if mask & ucp_op_attr_t::UCP_OP_ATTR_FIELD_REQUEST != 0 {
+    // A receive without `recv_info` returns its request even when it completed at once: taking
+    // the request first costs nothing then, and gives the operation its callback when issued,
+    // rather than through a second trip under the worker's lock once it is pending.
+    if mask & ucp_op_attr_t::UCP_OP_ATTR_FIELD_REQUEST != 0 || matches!(immediate, Immediate::Report(None)) {
         // SAFETY: the caller's contract.
         return unsafe { run_in_request(pool, param, setup, immediate, issue, outcome_of) };
     }
@@ -520,9 +523,11 @@ fn quiet(mask: u32, immediate: Immediate<'_>, outcome: &Outcome) -> bool {
     }
 }
 
-/// [`run`] in the caller's request (`UCP_OP_ATTR_FIELD_REQUEST`), which is set up before the
-/// operation is issued, and completed even when UCP returns NULL: the caller may still ask it
-/// (`ucp_request_test`), as Open MPI's blocking receive does whatever the call returned.
+/// [`run`] with the request set up before the operation is issued: the caller's
+/// (`UCP_OP_ATTR_FIELD_REQUEST`), or a pooled one for an operation that returns its request even
+/// when it completed at once. Completed even when UCP returns NULL: the caller may still ask its
+/// own request (`ucp_request_test`), as Open MPI's blocking receive does whatever the call
+/// returned.
 ///
 /// # Safety
 /// As [`run`].
