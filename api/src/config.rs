@@ -67,9 +67,9 @@ const KNOWN: &[Known] = &[
         doc: "Messages at least this long use the rendezvous protocol (no bounce copy); a size like 64K or 1M",
     },
     Known {
-        name: "SHM_PUT_HELP",
+        name: "SHM_HELP",
         default: "256K",
-        doc: "Shared-memory puts at least this long are copied by both sides, the target's worker taking part (from a registered source with REMOTE_READ); a size, or off",
+        doc: "Shared-memory puts and gets at least this long are copied by both sides, the target's worker taking part (a put from a registered source with REMOTE_READ, a get into a registered destination with REMOTE_WRITE); a size, or off",
     },
     Known {
         name: "KEEPALIVE_INTERVAL",
@@ -277,10 +277,10 @@ impl Config {
         self.get("RNDV_THRESH").and_then(parse_size).unwrap_or(64 << 10)
     }
 
-    /// `ZCX_SHM_PUT_HELP`: the smallest shared-memory put the target's worker helps copy, or
+    /// `ZCX_SHM_HELP`: the smallest shared-memory put or get the target's worker helps copy, or
     /// `None` when switched off (see `zcx_dataplane::shm::put_help`).
-    pub fn shm_put_help(&self) -> Option<usize> {
-        match self.get("SHM_PUT_HELP").map(str::trim) {
+    pub fn shm_help(&self) -> Option<usize> {
+        match self.get("SHM_HELP").map(str::trim) {
             Some(off) if parse_bool(off) == Some(false) => None,
             Some(size) => parse_size(size).filter(|&size| size > 0),
             None => Some(256 << 10),
@@ -449,7 +449,7 @@ fn validate(name: &str, value: &str) -> Result<()> {
         "HUGEPAGE_SIZE" => matches!(value, "2M" | "2m" | "2MB" | "1G" | "1g" | "1GB"),
         "RCACHE_ENABLE" | "URING_SQPOLL" | "URING_SPIN" => parse_bool(value).is_some(),
         "RNDV_THRESH" => parse_size(value).is_some(),
-        "SHM_PUT_HELP" => parse_size(value).is_some() || parse_bool(value) == Some(false),
+        "SHM_HELP" => parse_size(value).is_some() || parse_bool(value) == Some(false),
         "KEEPALIVE_INTERVAL" | "HANDSHAKE_TIMEOUT" => parse_duration(value).is_some(),
         "MAX_PENDING_CONNECTIONS" => value.parse::<u32>().is_ok_and(|n| (1..=1 << 20).contains(&n)),
         "TLS" => value.split(',').map(str::trim).filter(|s| !s.is_empty()).all(|t| {
@@ -575,11 +575,11 @@ mod tests {
         assert_eq!(c.keepalive_interval(), std::time::Duration::from_millis(250));
         assert_eq!(Config::default().rndv_thresh(), 64 << 10);
         assert_eq!(Config::from_vars([("ZCX_RNDV_THRESH", "lots")]).unwrap_err(), Status::InvalidParam);
-        assert_eq!(Config::default().shm_put_help(), Some(256 << 10));
-        assert_eq!(Config::from_vars([("ZCX_SHM_PUT_HELP", "1M")]).unwrap().shm_put_help(), Some(1 << 20));
-        assert_eq!(Config::from_vars([("ZCX_SHM_PUT_HELP", "off")]).unwrap().shm_put_help(), None);
-        assert_eq!(Config::from_vars([("ZCX_SHM_PUT_HELP", "0")]).unwrap().shm_put_help(), None);
-        assert_eq!(Config::from_vars([("ZCX_SHM_PUT_HELP", "some")]).unwrap_err(), Status::InvalidParam);
+        assert_eq!(Config::default().shm_help(), Some(256 << 10));
+        assert_eq!(Config::from_vars([("ZCX_SHM_HELP", "1M")]).unwrap().shm_help(), Some(1 << 20));
+        assert_eq!(Config::from_vars([("ZCX_SHM_HELP", "off")]).unwrap().shm_help(), None);
+        assert_eq!(Config::from_vars([("ZCX_SHM_HELP", "0")]).unwrap().shm_help(), None);
+        assert_eq!(Config::from_vars([("ZCX_SHM_HELP", "some")]).unwrap_err(), Status::InvalidParam);
         assert_eq!(Config::from_vars([("ZCX_KEEPALIVE_INTERVAL", "0s")]).unwrap_err(), Status::InvalidParam);
     }
 

@@ -70,8 +70,8 @@ pub(crate) struct ContextInner {
     /// Regions a large shared-memory put may have the target copy from (see
     /// `endpoint::put_help`).
     pub help_sources: crate::mem::HelpSources,
-    /// `ZCX_SHM_PUT_HELP`, read once: the smallest put helped, `usize::MAX` when off.
-    pub put_help_min: usize,
+    /// `ZCX_SHM_HELP`, read once: the smallest put or get helped, `usize::MAX` when off.
+    pub help_min: usize,
     next_id: AtomicU64,
     access_keys: Mutex<KeyPool>,
 }
@@ -133,7 +133,7 @@ impl Context {
             remote_access: Arc::new(RemoteAccessTable::new()),
             allocations: Mutex::new(BTreeMap::new()),
             help_sources: Default::default(),
-            put_help_min: config.shm_put_help().unwrap_or(usize::MAX),
+            help_min: config.shm_help().unwrap_or(usize::MAX),
             next_id: AtomicU64::new(1),
             access_keys: Mutex::new(KeyPool { bytes: [0; KeyPool::BATCH], used: KeyPool::BATCH }),
         };

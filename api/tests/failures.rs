@@ -419,7 +419,7 @@ fn child_server(role: &str) {
 
 const HELPED_PUT: usize = 4 << 20;
 
-/// Large puts over shared memory are copied by both sides (`ZCX_SHM_PUT_HELP`). A target killed
+/// Large puts over shared memory are copied by both sides (`ZCX_SHM_HELP`). A target killed
 /// while the initiator keeps putting leaves no put hanging: each one completes or fails at once,
 /// the endpoint fails through the error handler, and the loop ends in bounded time.
 #[test]

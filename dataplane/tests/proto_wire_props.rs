@@ -77,6 +77,10 @@ fn arb_frame() -> impl Strategy<Value = (Op, Vec<u8>)> {
             .prop_map(|((seq, chunk_shift, len, src), (region, key, addr, p))| {
                 (Op::PutHelp { seq, chunk_shift, len, src, region, key, addr }, p)
             }),
+        ((any::<u32>(), 12u8..=30, any::<u64>(), any::<u64>()), (any::<u64>(), key(), any::<u64>(), data()))
+            .prop_map(|((seq, chunk_shift, len, dst), (region, key, addr, p))| {
+                (Op::GetHelp { seq, chunk_shift, len, dst, region, key, addr }, p)
+            }),
         (any::<u64>(), data()).prop_map(|(req, p)| (Op::KeyCheck { req }, p)),
     ]
 }

@@ -289,7 +289,7 @@ pub enum Event {
         /// Drop it at once rather than after pending sends.
         force: bool,
     },
-    /// A frame of a transport extension the engine does not run (shared memory's `PutHelp`).
+    /// A frame of a transport extension the engine does not run (shared memory's `PutHelp` and `GetHelp`).
     Extension(Box<Extension>),
 }
 

@@ -342,12 +342,9 @@ impl Engine {
                 let status = verdict.map_or_else(rma_exec::status_of, |()| rma_exec::UCS_OK);
                 self.reply(link, &Op::RmaAck { req, status, value: 0 });
             }
-            op @ Op::PutHelp { .. } => self.events.push_back(Event::Extension(Box::new(Extension {
-                ep,
-                link,
-                op,
-                payload: payload.to_vec(),
-            }))),
+            op @ (Op::PutHelp { .. } | Op::GetHelp { .. }) => self
+                .events
+                .push_back(Event::Extension(Box::new(Extension { ep, link, op, payload: payload.to_vec() }))),
             Op::Keepalive => {}
             Op::Disconnect { force } => {
                 if !force {

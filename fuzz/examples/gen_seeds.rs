@@ -173,6 +173,10 @@ fn ops() -> Vec<Vec<u8>> {
             Op::PutHelp { seq: 1, chunk_shift: 16, len: 1 << 20, src: 0x2000, region: 1, key, addr: 0x3000 },
             b"rkey",
         ),
+        (
+            Op::GetHelp { seq: 2, chunk_shift: 17, len: 1 << 20, dst: 0x2000, region: 1, key, addr: 0x3000 },
+            b"rkey",
+        ),
     ];
     let mut seeds: Vec<Vec<u8>> = ops
         .iter()

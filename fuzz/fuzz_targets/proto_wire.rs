@@ -64,7 +64,7 @@ fn structured(u: &mut arbitrary::Unstructured<'_>) -> arbitrary::Result<(Op, boo
     let payload_len = u.int_in_range(0..=64usize)?;
     let mut payload = u.bytes(payload_len)?.to_vec();
     let key: [u8; 16] = u.arbitrary()?;
-    let (op, valid) = match u.int_in_range(0u8..=23)? {
+    let (op, valid) = match u.int_in_range(0u8..=24)? {
         0 => (Op::Hello, true),
         1 => {
             let (sync, sender_req) = (flag(u)?, u.arbitrary()?);
@@ -192,13 +192,26 @@ fn structured(u: &mut arbitrary::Unstructured<'_>) -> arbitrary::Result<(Op, boo
             let status = if u.arbitrary()? { u.int_in_range(-100..=0)? } else { u.arbitrary()? };
             (Op::PullDone { sender_req: u.arbitrary()?, status }, (-100..=0).contains(&status))
         }
-        _ => {
+        23 => {
             let chunk_shift = if u.arbitrary()? { u.int_in_range(CHUNK_SHIFTS)? } else { u.arbitrary()? };
             let op = Op::PutHelp {
                 seq: u.arbitrary()?,
                 chunk_shift,
                 len: u.arbitrary()?,
                 src: u.arbitrary()?,
+                region: u.arbitrary()?,
+                key,
+                addr: u.arbitrary()?,
+            };
+            (op, CHUNK_SHIFTS.contains(&chunk_shift))
+        }
+        _ => {
+            let chunk_shift = if u.arbitrary()? { u.int_in_range(CHUNK_SHIFTS)? } else { u.arbitrary()? };
+            let op = Op::GetHelp {
+                seq: u.arbitrary()?,
+                chunk_shift,
+                len: u.arbitrary()?,
+                dst: u.arbitrary()?,
                 region: u.arbitrary()?,
                 key,
                 addr: u.arbitrary()?,

@@ -1,27 +1,39 @@
-//! The initiator's side of a large shared-memory put copied by both sides (see
+//! The initiator's side of a large shared-memory put or get copied by both sides (see
 //! `zcx_dataplane::shm::put_help` for the protocol, `worker::put_help` for the target's side).
 //!
-//! A put is helped when it is at least `ZCX_SHM_PUT_HELP` bytes long (256 KiB by default), goes
-//! straight into the peer's mapped region (a vouched key over shared memory), and its source lies
-//! in a region of this context that is memfd-backed and mapped with `REMOTE_READ`: the target
-//! then maps that region to read its chunks, so the region's protection is what lets it. Any other
-//! put, or one whose link is already helping another, is copied by the initiator alone, as
-//! before. The put still completes before the call returns, once both sides' chunks are copied.
+//! A put or get is helped when it is at least `ZCX_SHM_HELP` bytes long (256 KiB by default),
+//! goes straight to the peer's mapped region (a vouched key over shared memory), and its local
+//! side lies in a region of this context that is memfd-backed and mapped with `REMOTE_READ` (a
+//! put's source) or `REMOTE_WRITE` (a get's destination): the target then maps that region to
+//! read (write) its chunks, so the region's protection is what lets it. Any other operation, or
+//! one whose link is already helping another, is copied by the initiator alone, as before. The
+//! operation still completes before the call returns, once both sides' chunks are copied.
 
 use zcx_dataplane::proto::wire::{Op, MAX_HEADER_LEN};
 use zcx_dataplane::shm::put_help::{chunk_count, copy_chunk, CHUNK_SHIFT};
 
 use crate::endpoint::rma::EpRkey;
 use crate::endpoint::Endpoint;
+use crate::mem::Prot;
 use crate::status::{fail_with, Result, Status};
 
-/// A direct put's copy: `len` bytes from `src` to `dst`, the peer's `remote_addr` mapped here.
+/// A direct put's or get's copy: `len` bytes from `src` to `dst`, one of them the peer's
+/// `remote_addr` mapped here, the other this process's memory.
 #[derive(Clone, Copy)]
-struct PutBytes {
+struct HelpedBytes {
     src: *const u8,
     dst: *mut u8,
     len: usize,
     remote_addr: u64,
+}
+
+/// Which way a helped copy goes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Direction {
+    /// From this process to the peer.
+    Put,
+    /// From the peer to this process.
+    Get,
 }
 
 impl Endpoint {
@@ -44,24 +56,53 @@ impl Endpoint {
         remote_addr: u64,
         rkey: &EpRkey,
     ) -> Result<()> {
-        let copy = PutBytes { src, dst, len, remote_addr };
         // SAFETY: the caller's contract.
-        if let Some(result) = unsafe { self.helped_copy(copy, rkey) } {
+        unsafe { self.helped(Direction::Put, HelpedBytes { src, dst, len, remote_addr }, rkey) }
+    }
+
+    /// The copy of a direct get of `len` bytes (at least the key's help threshold) from `src`
+    /// (the peer's `remote_addr`, mapped here) to `dst`, as [`Endpoint::put_helped`]: `Err` only
+    /// when the target took part and never finished its share, and `dst` may then be incomplete.
+    ///
+    /// # Safety
+    /// As for the direct get's copy: `src..src + len` is readable and `dst..dst + len` writable
+    /// for the whole call, and the two do not overlap.
+    #[cold]
+    #[inline(never)]
+    pub(super) unsafe fn get_helped(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        remote_addr: u64,
+        rkey: &EpRkey,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.helped(Direction::Get, HelpedBytes { src, dst, len, remote_addr }, rkey) }
+    }
+
+    /// A helped copy when it qualifies, the initiator's own copy otherwise.
+    ///
+    /// # Safety
+    /// As for [`Endpoint::put_helped`].
+    unsafe fn helped(&self, way: Direction, copy: HelpedBytes, rkey: &EpRkey) -> Result<()> {
+        // SAFETY: the caller's contract.
+        if let Some(result) = unsafe { self.helped_copy(way, copy, rkey) } {
             return result;
         }
         // SAFETY: the caller's contract.
-        unsafe { zcx_dataplane::copy::copy_bytes(src, dst, len) };
+        unsafe { zcx_dataplane::copy::copy_bytes(copy.src, copy.dst, copy.len) };
         Ok(())
     }
 
-    /// [`Endpoint::put_helped`] with the target's help; `None` when the put cannot be helped and
+    /// [`Endpoint::helped`] with the target's help; `None` when the copy cannot be helped and
     /// nothing was copied yet.
-    unsafe fn helped_copy(&self, copy: PutBytes, rkey: &EpRkey) -> Option<Result<()>> {
-        let PutBytes { src, dst, len, remote_addr } = copy;
+    unsafe fn helped_copy(&self, way: Direction, copy: HelpedBytes, rkey: &EpRkey) -> Option<Result<()>> {
+        let HelpedBytes { src, dst, len, remote_addr } = copy;
         let direct = match self.direct() {
             Some(direct) => direct,
             None => {
-                // The lane opens with the endpoint's first eager send; a put-only endpoint opens
+                // The lane opens with the endpoint's first eager send; an RMA-only endpoint opens
                 // it here, once.
                 let mut guard = self.shared().lock();
                 let crate::worker::state::Core { tl, st } = &mut *guard;
@@ -72,18 +113,35 @@ impl Endpoint {
                 self.direct()?
             }
         };
-        let packed = self.shared().ctx.inner.help_sources.find(src as usize, len)?;
+        // The local side, which the target maps: what it reads for a put, writes for a get.
+        let (local, needed) = match way {
+            Direction::Put => (src as u64, Prot::REMOTE_READ),
+            Direction::Get => (dst as u64, Prot::REMOTE_WRITE),
+        };
+        let packed = self.shared().ctx.inner.help_sources.find(local as usize, len, needed)?;
         let chunks = chunk_count(len as u64, CHUNK_SHIFT)?;
         let mut job = direct.lane.start_help(chunks)?;
         let (region, key) = rkey.region_and_key();
-        let announce = Op::PutHelp {
-            seq: job.seq(),
-            chunk_shift: CHUNK_SHIFT,
-            len: len as u64,
-            src: src as u64,
-            region,
-            key,
-            addr: remote_addr,
+        let (seq, len64) = (job.seq(), len as u64);
+        let announce = match way {
+            Direction::Put => Op::PutHelp {
+                seq,
+                chunk_shift: CHUNK_SHIFT,
+                len: len64,
+                src: local,
+                region,
+                key,
+                addr: remote_addr,
+            },
+            Direction::Get => Op::GetHelp {
+                seq,
+                chunk_shift: CHUNK_SHIFT,
+                len: len64,
+                dst: local,
+                region,
+                key,
+                addr: remote_addr,
+            },
         };
         let mut header = [0u8; MAX_HEADER_LEN];
         let header_len = announce.encode(&mut header);
@@ -93,12 +151,16 @@ impl Endpoint {
         }
         while let Some(chunk) = job.claim() {
             // SAFETY: the caller's contract, for the whole of `len`.
-            unsafe { copy_chunk(src, dst, chunk, CHUNK_SHIFT, len as u64) };
+            unsafe { copy_chunk(src, dst, chunk, CHUNK_SHIFT, len64) };
         }
+        let what = match way {
+            Direction::Put => "put",
+            Direction::Get => "get",
+        };
         Some(job.finish(|| direct.lane.peer_alive()).map(drop).map_err(|theirs| {
             fail_with(
                 Status::EndpointTimeout,
-                format!("the target did not finish its {theirs} chunks of a helped put"),
+                format!("the target did not finish its {theirs} chunks of a helped {what}"),
             )
         }))
     }
@@ -173,6 +235,18 @@ mod tests {
         put.expect("put").wait().expect("put completes");
     }
 
+    /// Gets all of `dst`'s length from the start of the target region into `dst` and waits.
+    fn get_whole(s: &Setup, dst: &MemHandle) {
+        let len = dst.length();
+        let get = s.ep.get(
+            dst.slice(0, len).expect("slice"),
+            s.target.address() as u64,
+            &s.rkey,
+            RequestParams::default(),
+        );
+        get.expect("get").wait().expect("get completes");
+    }
+
     fn bytes(memh: &MemHandle) -> &[u8] {
         // SAFETY: mapped for its length while `memh` lives; only read here.
         unsafe { std::slice::from_raw_parts(memh.address(), memh.length()) }
@@ -198,6 +272,41 @@ mod tests {
         panic!("the target never took part in 40 puts of {len} bytes");
     }
 
+    /// Large gets into a writable registered region land whole, and the target's worker copies
+    /// part of them.
+    #[test]
+    fn a_large_get_into_a_writable_region_lands_whole_and_the_target_takes_part() {
+        let len = 8 << 20;
+        let Some(s) = setup(len) else { return };
+        let dst = source(&s, len, REMOTE);
+        for round in 0..40u8 {
+            fill(&s.target, round);
+            fill(&dst, round ^ 0xFF);
+            get_whole(&s, &dst);
+            assert!(bytes(&dst) == bytes(&s.target), "round {round}: the got bytes differ");
+            if lane(&s.ep).helped_chunks() > 0 && round >= 3 {
+                return;
+            }
+        }
+        panic!("the target never took part in 40 gets of {len} bytes");
+    }
+
+    /// A get into memory the target may not write (no REMOTE_WRITE, or not registered) is copied
+    /// by the initiator alone, and lands whole.
+    #[test]
+    fn a_get_into_memory_the_target_may_not_write_is_copied_alone() {
+        let len = 2 << 20;
+        let Some(s) = setup(len) else { return };
+        fill(&s.target, 3);
+        let readable = source(&s, len, Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ);
+        get_whole(&s, &readable);
+        assert!(bytes(&readable) == bytes(&s.target));
+        let mut heap = vec![0u8; len];
+        s.ep.get_direct(&mut heap, s.target.address() as u64, &s.rkey).expect("direct").expect("get");
+        assert!(heap == bytes(&s.target));
+        assert_eq!(lane(&s.ep).helped_chunks(), 0, "the target helped with memory it may not write");
+    }
+
     /// A put whose source the target may not read (no REMOTE_READ) or that is not registered is
     /// copied by the initiator alone, and lands whole.
     #[test]
@@ -219,13 +328,29 @@ mod tests {
         Op::PutHelp { seq, chunk_shift: CHUNK_SHIFT, len: len as u64, src, region, key, addr }
     }
 
+    /// A get-help announcement of a get of `len` bytes from `addr` of `region` to `dst`.
+    fn get_announcement(seq: u32, len: usize, dst: u64, region: u64, key: [u8; 16], addr: u64) -> Op {
+        Op::GetHelp { seq, chunk_shift: CHUNK_SHIFT, len: len as u64, dst, region, key, addr }
+    }
+
     /// Starts a job over the whole target region, announces it as `forge` makes it (given the
-    /// job's number) with `source_key` as the source's packed key, and checks the target refused
-    /// it: it claimed no chunk and wrote no byte.
+    /// job's number) with `source_key` as the packed key of the initiator's side, and checks the
+    /// target refused it: it claimed no chunk and wrote no byte of the target region.
     fn assert_refused(s: &Setup, what: &str, source_key: &[u8], forge: impl FnOnce(u32) -> Op) {
+        assert_refused_watching(s, &s.target, what, source_key, forge)
+    }
+
+    /// [`assert_refused`], watching `watched` for writes (a get's destination).
+    fn assert_refused_watching(
+        s: &Setup,
+        watched: &MemHandle,
+        what: &str,
+        source_key: &[u8],
+        forge: impl FnOnce(u32) -> Op,
+    ) {
         let len = s.target.length();
-        // SAFETY: the target region is mapped read-write; nothing else writes it now.
-        unsafe { std::ptr::write_bytes(s.target.address(), 0xEE, len) };
+        // SAFETY: the region is mapped read-write; nothing else writes it now.
+        unsafe { std::ptr::write_bytes(watched.address(), 0xEE, watched.length()) };
         let lane = &s.ep.direct().expect("lane").lane;
         let job = lane.start_help(chunk_count(len as u64, CHUNK_SHIFT).expect("chunks")).expect("idle lane");
         let mut header = [0u8; MAX_HEADER_LEN];
@@ -237,7 +362,7 @@ mod tests {
         progress_until(&[&s.client], "the flush", || flush.is_done());
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(job.finish(|| true), Ok(0), "{what}: the target claimed chunks");
-        assert!(bytes(&s.target).iter().all(|&b| b == 0xEE), "{what}: the target wrote");
+        assert!(bytes(watched).iter().all(|&b| b == 0xEE), "{what}: the target wrote");
     }
 
     /// Set in a child process of [`a_source_key_of_a_live_third_process_is_refused`]: the child
@@ -325,5 +450,56 @@ mod tests {
         // The link still carries a helped put.
         put_whole(&s, &src);
         assert!(bytes(&s.target) == bytes(&src));
+    }
+
+    /// Get announcements a target must refuse: a wrong key for its region, a range past its
+    /// region or one its region does not allow reading, a destination past the initiator's region,
+    /// a destination key naming another process or claiming no REMOTE_WRITE. The target claims no
+    /// chunk of them and writes nothing into the destination, and the link goes on.
+    #[test]
+    fn a_forged_get_announcement_is_refused_without_a_byte_written() {
+        let len = 1 << 20;
+        let Some(s) = setup(len) else { return };
+        let dst = source(&s, len, REMOTE);
+        let packed = dst.rkey_pack().expect("pack").to_vec();
+        let edit = |change: &dyn Fn(&mut RkeyWire)| {
+            let mut wire = RkeyWire::decode(&packed).expect("decode");
+            change(&mut wire);
+            wire.try_encode().expect("encode")
+        };
+        let other_pid = edit(&|w| w.shm.as_mut().expect("memfd-backed").pid = 1);
+        let no_write = edit(&|w| w.prot &= !Prot::REMOTE_WRITE.bits());
+        let (region, key) = s.rkey.region_and_key();
+        let (to, from) = (dst.address() as u64, s.target.address() as u64);
+        let refused = |what: &str, key_bytes: &[u8], forge: &dyn Fn(u32) -> Op| {
+            assert_refused_watching(&s, &dst, what, key_bytes, forge)
+        };
+        refused("wrong key", &packed, &|seq| get_announcement(seq, len, to, region, [0; 16], from));
+        refused("source past the region", &packed, &|seq| {
+            get_announcement(seq, len, to, region, key, from + 4096)
+        });
+        refused("destination past its region", &packed, &|seq| {
+            get_announcement(seq, len, to + 4096, region, key, from)
+        });
+        refused("destination of another process", &other_pid, &|seq| {
+            get_announcement(seq, len, to, region, key, from)
+        });
+        refused("destination without REMOTE_WRITE", &no_write, &|seq| {
+            get_announcement(seq, len, to, region, key, from)
+        });
+        // A region the target may write but not read: its key's region, refused for a get.
+        let write_only = s.client.shared.ctx.mem_map(
+            &MemMapParams::alloc(len).prot(Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_WRITE),
+        );
+        let write_only = write_only.expect("write-only region");
+        let wo_key = s.ep.rkey_unpack(&write_only.rkey_pack().expect("pack")).expect("unpack");
+        let (wo_region, wo_access) = wo_key.region_and_key();
+        refused("source without REMOTE_READ", &packed, &|seq| {
+            get_announcement(seq, len, to, wo_region, wo_access, write_only.address() as u64)
+        });
+        // The link still carries a helped get.
+        fill(&s.target, 9);
+        get_whole(&s, &dst);
+        assert!(bytes(&dst) == bytes(&s.target));
     }
 }

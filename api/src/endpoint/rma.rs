@@ -70,8 +70,8 @@ pub struct EpRkey {
     /// key that finds the endpoint ready over shared memory: later operations check bounds and
     /// prot against it and add an offset, nothing more.
     window: OnceLock<Window>,
-    /// `ZCX_SHM_PUT_HELP` (the smallest put the target helps copy, `usize::MAX` when off), kept
-    /// here where a direct put reads it with the key's other fields.
+    /// `ZCX_SHM_HELP` (the smallest put or get the target helps copy, `usize::MAX` when off),
+    /// kept here where a direct put or get reads it with the key's other fields.
     help_min: usize,
 }
 
@@ -181,7 +181,7 @@ impl Endpoint {
             rkey,
             vouch: Arc::new(AtomicU8::new(Vouch::UNASKED)),
             window: OnceLock::new(),
-            help_min: self.shared().ctx.inner.put_help_min,
+            help_min: self.shared().ctx.inner.help_min,
         };
         if rkey.rkey.is_shareable() {
             let mut guard = self.shared().lock();
@@ -507,9 +507,14 @@ impl Endpoint {
             Ok(src) => src,
             Err(status) => return Some(Err(status)),
         };
+        // `src..src + len` lies in the peer's region mapped here, kept mapped by the key; `dst` is
+        // the caller's, borrowed writable for the whole copy. They never overlap.
+        if len >= rkey.help_min() {
+            // SAFETY: the two ranges above are valid and disjoint for `len` bytes.
+            return Some(unsafe { self.get_helped(src, dst.as_mut_ptr(), len, remote_addr, rkey) });
+        }
         if len > 0 {
-            // SAFETY: `src..src + len` lies in the peer's region mapped here, kept mapped by the
-            // key; `dst` is the caller's, borrowed writable for the whole copy. They never overlap.
+            // SAFETY: as above.
             unsafe { zcx_dataplane::copy::copy_bytes(src, dst.as_mut_ptr(), len) };
         }
         Some(Ok(()))

@@ -83,11 +83,12 @@ fn new_handle(
         // removes the entry before the memory can be released.
         unsafe { ctx.remote_access.insert(handle.region_id, entry) };
     }
-    if length > 0 && prot.contains(Prot::REMOTE_READ) {
-        // A peer may map it and read it anyway: so it may copy a large put's chunks from it.
+    if length > 0 && prot.intersects(Prot::REMOTE_READ | Prot::REMOTE_WRITE) {
+        // A peer may map it and read (write) it anyway: so it may copy a large put's chunks from
+        // it (a large get's into it).
         let wire = handle.same_host_rkey_wire();
         if wire.shm.is_some() {
-            ctx.help_sources.insert(handle.region_id, address, length, wire);
+            ctx.help_sources.insert(handle.region_id, prot, address, length, wire);
         }
     }
     Ok(handle)

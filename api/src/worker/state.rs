@@ -382,7 +382,7 @@ pub(crate) struct State {
     /// [`crate::worker::put_help`]).
     pub help_announced: Vec<crate::worker::put_help::Announcement>,
     /// Peers' source regions mapped for put help, by endpoint, with their packed keys.
-    pub help_mappings: FastMap<EndpointId, crate::worker::put_help::KeptSources>,
+    pub help_mappings: FastMap<EndpointId, crate::worker::put_help::KeptRegions>,
     pub deferred: Vec<Deferred>,
     /// Handshake frames to send after the poll.
     pub out: Vec<OutFrame>,

@@ -255,6 +255,28 @@ pub enum Op {
         /// Target address of the first byte.
         addr: u64,
     },
+    /// Shared memory only: the initiator is copying `len` bytes from `addr` of the target's
+    /// region to `dst` (its own address) in chunks of `1 << chunk_shift` bytes, which the target
+    /// may take from the link's help words as job `seq` and copy into the initiator's memory (see
+    /// `shm::put_help`). Payload: the packed remote key of the destination's region, for the
+    /// target to map it. Nothing is answered.
+    GetHelp {
+        /// The job's number in the help words.
+        seq: u32,
+        /// Chunk size as a power of two.
+        chunk_shift: u8,
+        /// Bytes of the whole get.
+        len: u64,
+        /// The destination's first byte, in the initiator's address space (inside the key's
+        /// region).
+        dst: u64,
+        /// The target's region id, from the rkey.
+        region: u64,
+        /// The region's access key, from the rkey.
+        key: [u8; 16],
+        /// Target address of the first byte.
+        addr: u64,
+    },
     /// The endpoint is closing (`ucp_ep_close_nbx`). No payload.
     Disconnect {
         /// `UCP_EP_CLOSE_MODE_FORCE`: the peer fails its endpoint instead of flushing it.
@@ -376,6 +398,7 @@ mod code {
     pub const AM_RTS_PULL: u8 = 0x16;
     pub const STREAM_RTS_PULL: u8 = 0x17;
     pub const PULL_DONE: u8 = 0x18;
+    pub const GET_HELP: u8 = 0x19;
 }
 
 impl Op {
@@ -406,6 +429,7 @@ impl Op {
             Op::AmRtsPull { .. } => code::AM_RTS_PULL,
             Op::StreamRtsPull { .. } => code::STREAM_RTS_PULL,
             Op::PullDone { .. } => code::PULL_DONE,
+            Op::GetHelp { .. } => code::GET_HELP,
         }
     }
 
@@ -422,6 +446,7 @@ impl Op {
                 | Op::Put { .. }
                 | Op::GetData { .. }
                 | Op::PutHelp { .. }
+                | Op::GetHelp { .. }
                 | Op::KeyCheck { .. }
                 | Op::TagRtsPull { .. }
                 | Op::AmRtsPull { .. }
@@ -451,7 +476,8 @@ impl Op {
             Op::RmaAck { .. } => 1 + 2 * U64,
             Op::Disconnect { .. } => 1,
             // Seq, chunk shift; len, src, region, key, addr.
-            Op::PutHelp { .. } => 4 + 1 + 4 * U64 + KEY,
+            // Seq, chunk shift; len, src or dst, region, key, addr.
+            Op::PutHelp { .. } | Op::GetHelp { .. } => 4 + 1 + 4 * U64 + KEY,
             Op::TagRtsPull { .. } => 1 + 4 * U64,
             Op::AmRtsPull { .. } => 1 + 2 + 2 + 3 * U64,
             Op::StreamRtsPull { .. } => 3 * U64,
@@ -538,11 +564,12 @@ impl Op {
             }
             Op::FlushReq { id } | Op::FlushAck { id } | Op::KeyCheck { req: id } => w.u64(id),
             Op::Disconnect { force } => w.flag(force),
-            Op::PutHelp { seq, chunk_shift, len, src, region, key, addr } => {
+            Op::PutHelp { seq, chunk_shift, len, src: local, region, key, addr }
+            | Op::GetHelp { seq, chunk_shift, len, dst: local, region, key, addr } => {
                 w.bytes(&seq.to_le_bytes());
                 w.u8(chunk_shift);
                 w.u64(len);
-                w.u64(src);
+                w.u64(local);
                 w.u64(region);
                 w.bytes(&key);
                 w.u64(addr);
@@ -653,7 +680,8 @@ impl Op {
         let copy = peer_bytes::HeaderCopy::of(frame);
         let mut r =
             HeaderReader { r: Reader::new(copy.bytes()), copied: copy.bytes().len(), frame_len: frame.len() };
-        let op = match r.u8()? {
+        let op_code = r.u8()?;
+        let op = match op_code {
             code::HELLO => Op::Hello,
             code::TAG_EAGER => {
                 let sync = r.flag()?;
@@ -739,20 +767,17 @@ impl Op {
             code::KEEPALIVE => Op::Keepalive,
             code::DISCONNECT => Op::Disconnect { force: r.flag()? },
             code::KEY_CHECK => Op::KeyCheck { req: r.u64()? },
-            code::PUT_HELP => {
+            code::PUT_HELP | code::GET_HELP => {
                 let seq = r.r.u32().map_err(|_| ProtoError::Truncated)?;
                 let chunk_shift = r.u8()?;
                 if !crate::shm::put_help::CHUNK_SHIFTS.contains(&chunk_shift) {
                     return Err(ProtoError::BadValue("chunk_shift"));
                 }
-                Op::PutHelp {
-                    seq,
-                    chunk_shift,
-                    len: r.u64()?,
-                    src: r.u64()?,
-                    region: r.u64()?,
-                    key: r.key()?,
-                    addr: r.u64()?,
+                let (len, local, region, key, addr) = (r.u64()?, r.u64()?, r.u64()?, r.key()?, r.u64()?);
+                if op_code == code::PUT_HELP {
+                    Op::PutHelp { seq, chunk_shift, len, src: local, region, key, addr }
+                } else {
+                    Op::GetHelp { seq, chunk_shift, len, dst: local, region, key, addr }
                 }
             }
             code::TAG_RTS_PULL => {
@@ -1021,7 +1046,7 @@ mod tests {
     fn rejects_what_its_op_does_not_allow() {
         assert_eq!(Op::decode(&[]), Err(ProtoError::Truncated));
         assert_eq!(Op::decode(&[0x00]), Err(ProtoError::UnknownOp(0)));
-        assert_eq!(Op::decode(&[0x19]), Err(ProtoError::UnknownOp(0x19)));
+        assert_eq!(Op::decode(&[0x1A]), Err(ProtoError::UnknownOp(0x1A)));
         assert_eq!(Op::decode(&[0x12, 0x02]), Err(ProtoError::BadFlags));
         assert_eq!(Op::decode(&[0x12, 0x01, 0x00]), Err(ProtoError::TrailingBytes));
         assert_eq!(Op::decode(&[0x11, 0x00]), Err(ProtoError::TrailingBytes));

@@ -20,6 +20,13 @@
 //! [`HelpJob::finish`]). The target only ever writes its own memory, after checking the range
 //! against its remote-access table like any put, so a lying initiator can only garble bytes it
 //! could have put anyway, and a lying target only its own memory or the initiator's put status.
+//!
+//! A large get is the same job the other way (`Op::GetHelp`): the initiator copies chunks out of
+//! the target's memory mapped here, the target copies chunks of its own memory into the
+//! initiator's destination, mapped there through the key the announcement carries. The target
+//! checks its range for reading like any get, and writes only the destination the initiator named
+//! in its own region, so a lying initiator can only have its own memory written, and a lying
+//! target only garble bytes it could have given as the get's data.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
