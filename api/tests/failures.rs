@@ -392,7 +392,7 @@ fn child_server(role: &str) {
         }
         "idle" => common::answer("ready"),
         "helper" => {
-            // A put target that busy-polls, so it takes part in the parent's large puts, until
+            // A target that busy-polls, so it takes part in the parent's large puts and gets, until
             // the parent kills it.
             let prot = Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE;
             let region = ctx.mem_map(&MemMapParams::alloc(HELPED_PUT).prot(prot)).expect("target region");
@@ -415,7 +415,7 @@ fn child_server(role: &str) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 3b. SIGKILL of a put target while it copies part of the initiator's large puts.
+// 3b. SIGKILL of a put (get) target while it copies part of the initiator's large puts (gets).
 
 const HELPED_PUT: usize = 4 << 20;
 
@@ -427,7 +427,23 @@ fn a_put_target_killed_mid_help_leaves_no_put_hanging() {
     if let Some(role) = common::child_role() {
         return child_server(&role);
     }
-    let mut child = ChildProc::spawn("a_put_target_killed_mid_help_leaves_no_put_hanging", "helper");
+    target_killed_mid_help("a_put_target_killed_mid_help_leaves_no_put_hanging", false);
+}
+
+/// As [`a_put_target_killed_mid_help_leaves_no_put_hanging`], for large gets: the target copies
+/// part of each get into the initiator's region until it is killed.
+#[test]
+fn a_get_target_killed_mid_help_leaves_no_get_hanging() {
+    if let Some(role) = common::child_role() {
+        return child_server(&role);
+    }
+    target_killed_mid_help("a_get_target_killed_mid_help_leaves_no_get_hanging", true);
+}
+
+/// Large puts (gets, with `get`) to a helping target that is killed after a few of them: each
+/// one around the kill completes or fails at once, and the endpoint fails through its handler.
+fn target_killed_mid_help(test: &str, get: bool) {
+    let mut child = ChildProc::spawn(test, "helper");
     let ctx = context_with(Some("100ms"));
     let a = worker(&ctx);
     let workers = [&a];
@@ -451,18 +467,20 @@ fn a_put_target_killed_mid_help_leaves_no_put_hanging() {
     }
     let rkey = ep.rkey_unpack(&packed).unwrap();
     let prot = Prot::LOCAL_READ | Prot::LOCAL_WRITE | Prot::REMOTE_READ | Prot::REMOTE_WRITE;
-    let src = ctx.mem_map(&MemMapParams::alloc(HELPED_PUT).prot(prot)).unwrap();
-    let put = |what| {
-        let request = ep.put(src.slice(0, HELPED_PUT).unwrap(), base, &rkey, RequestParams::default());
-        match request {
-            Ok(request) => status_of(&workers, what, request),
-            Err(status) => status,
-        }
+    let local = ctx.mem_map(&MemMapParams::alloc(HELPED_PUT).prot(prot)).unwrap();
+    let transfer = |what| {
+        let slice = local.slice(0, HELPED_PUT).unwrap();
+        let request = if get {
+            ep.get(slice, base, &rkey, RequestParams::default()).map(|r| status_of(&workers, what, r))
+        } else {
+            ep.put(slice, base, &rkey, RequestParams::default()).map(|r| status_of(&workers, what, r))
+        };
+        request.unwrap_or_else(|status| status)
     };
-    // The first put goes through the target, which vouches for the key; the next go direct.
-    assert_eq!(put("the vouching put"), Status::Ok);
+    // The first goes through the target, which vouches for the key; the next go direct.
+    assert_eq!(transfer("the vouching operation"), Status::Ok);
     for _ in 0..20 {
-        assert_eq!(put("a put before the kill"), Status::Ok);
+        assert_eq!(transfer("one before the kill"), Status::Ok);
     }
     let pid = child.pid();
     let killer = std::thread::spawn(move || {
@@ -474,18 +492,18 @@ fn a_put_target_killed_mid_help_leaves_no_put_hanging() {
     let mut after_failure = 0;
     while after_failure < 20 {
         let failed_before = errors.count() > 0;
-        let status = put("a put around the kill");
+        let status = transfer("one around the kill");
         // As an application's loop would: the worker notices the death on a progress call.
         a.progress();
         assert!(
             matches!(status, Status::Ok | Status::EndpointTimeout | Status::ConnectionReset),
-            "a put around the kill: {status:?}"
+            "one around the kill: {status:?}"
         );
         if failed_before {
             after_failure += 1;
-            assert_ne!(status, Status::Ok, "a put on the failed endpoint succeeded");
+            assert_ne!(status, Status::Ok, "one on the failed endpoint succeeded");
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "puts still running 10 s after the kill");
+        assert!(start.elapsed() < Duration::from_secs(10), "operations still running 10 s after the kill");
     }
     killer.join().unwrap();
     child.kill_and_reap();
