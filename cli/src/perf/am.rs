@@ -132,10 +132,16 @@ impl AmSink {
     ) -> Result<AmSink, String> {
         // Twice the window: a slot returns to the pool only when its receive is reclaimed.
         let slots = 2 * window.max(1);
-        let region = session.remote_region(slots * size.max(1))?;
+        // Without validation, as `ucx_perftest`'s handler receives every message's data into its
+        // one receive buffer, every slot is the same bytes (a `MemSlice` may overlap others): the
+        // measurement is of the transfer, not of a working set larger than the caches, as for
+        // tag_bw's receives. Validated messages each need their own.
+        let distinct = validate.is_some();
+        let region = session.remote_region(if distinct { slots * size.max(1) } else { size.max(1) })?;
         let mut free = Vec::with_capacity(slots);
         for slot in 0..slots {
-            free.push(region.slice(slot * size, size).map_err(|s| format!("cannot slice a slot: {s}"))?);
+            let offset = if distinct { slot * size } else { 0 };
+            free.push(region.slice(offset, size).map_err(|s| format!("cannot slice a slot: {s}"))?);
         }
         let shared = Arc::new(Shared {
             arrived_eager: AtomicU64::new(0),
