@@ -29,7 +29,7 @@ struct HelpedBytes {
 
 /// Which way a helped copy goes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Direction {
+pub(super) enum Direction {
     /// From this process to the peer.
     Put,
     /// From the peer to this process.
@@ -37,66 +37,39 @@ enum Direction {
 }
 
 impl Endpoint {
-    /// The copy of a direct put of `len` bytes (at least the key's help threshold) from `src` to
-    /// `dst` (the peer's `remote_addr`, mapped here): shared with the target's worker when the
-    /// put qualifies (see the module docs), by this thread alone otherwise. `Err` only when the
-    /// target took part and never finished its share (it hung or died): the put's bytes may then
-    /// be incomplete.
+    /// The copy of a direct put or get of `len` bytes (at least the key's help threshold) from
+    /// `src` to `dst`, one of them the peer's `remote_addr` mapped here (`way` says which): shared
+    /// with the target's worker when the operation qualifies (see the module docs), by this
+    /// thread alone otherwise. `Err` only when the target took part and never finished its share
+    /// (it hung or died): the destination's bytes may then be incomplete.
     ///
     /// # Safety
-    /// As for the direct put's copy: `src..src + len` is readable and `dst..dst + len` writable
-    /// for the whole call, and the two do not overlap.
+    /// As for the direct operation's copy: `src..src + len` is readable and `dst..dst + len`
+    /// writable for the whole call, and the two do not overlap.
     #[cold]
     #[inline(never)]
-    pub(super) unsafe fn put_helped(
+    pub(super) unsafe fn helped(
         &self,
-        src: *const u8,
-        dst: *mut u8,
-        len: usize,
+        way: Direction,
+        (src, dst, len): (*const u8, *mut u8, usize),
         remote_addr: u64,
         rkey: &EpRkey,
     ) -> Result<()> {
-        // SAFETY: the caller's contract.
-        unsafe { self.helped(Direction::Put, HelpedBytes { src, dst, len, remote_addr }, rkey) }
-    }
-
-    /// The copy of a direct get of `len` bytes (at least the key's help threshold) from `src`
-    /// (the peer's `remote_addr`, mapped here) to `dst`, as [`Endpoint::put_helped`]: `Err` only
-    /// when the target took part and never finished its share, and `dst` may then be incomplete.
-    ///
-    /// # Safety
-    /// As for the direct get's copy: `src..src + len` is readable and `dst..dst + len` writable
-    /// for the whole call, and the two do not overlap.
-    #[cold]
-    #[inline(never)]
-    pub(super) unsafe fn get_helped(
-        &self,
-        src: *const u8,
-        dst: *mut u8,
-        len: usize,
-        remote_addr: u64,
-        rkey: &EpRkey,
-    ) -> Result<()> {
-        // SAFETY: the caller's contract.
-        unsafe { self.helped(Direction::Get, HelpedBytes { src, dst, len, remote_addr }, rkey) }
-    }
-
-    /// A helped copy when it qualifies, the initiator's own copy otherwise.
-    ///
-    /// # Safety
-    /// As for [`Endpoint::put_helped`].
-    unsafe fn helped(&self, way: Direction, copy: HelpedBytes, rkey: &EpRkey) -> Result<()> {
+        let copy = HelpedBytes { src, dst, len, remote_addr };
         // SAFETY: the caller's contract.
         if let Some(result) = unsafe { self.helped_copy(way, copy, rkey) } {
             return result;
         }
         // SAFETY: the caller's contract.
-        unsafe { zcx_dataplane::copy::copy_bytes(copy.src, copy.dst, copy.len) };
+        unsafe { zcx_dataplane::copy::copy_bytes(src, dst, len) };
         Ok(())
     }
 
     /// [`Endpoint::helped`] with the target's help; `None` when the copy cannot be helped and
     /// nothing was copied yet.
+    ///
+    /// # Safety
+    /// As for [`Endpoint::helped`].
     unsafe fn helped_copy(&self, way: Direction, copy: HelpedBytes, rkey: &EpRkey) -> Option<Result<()>> {
         let HelpedBytes { src, dst, len, remote_addr } = copy;
         let direct = match self.direct() {
@@ -259,17 +232,24 @@ mod tests {
         let len = 8 << 20;
         let Some(s) = setup(len) else { return };
         let src = source(&s, len, REMOTE);
-        // A busy CI machine may leave the target's thread off its core for a whole put: a few
-        // tries give it a chance to take part.
-        for round in 0..40u8 {
+        until_the_target_helps(&s, "puts", |round| {
             fill(&src, round);
             put_whole(&s, &src);
             assert!(bytes(&s.target) == bytes(&src), "round {round}: the target's bytes differ");
-            if lane(&s.ep).helped_chunks() > 0 && round >= 3 {
+        });
+    }
+
+    /// Runs `round` (a large put or get checked whole) until the target took part in one, at
+    /// least four times. A busy CI machine may leave the target's thread off its core for a whole
+    /// operation: a few tries give it a chance to take part.
+    fn until_the_target_helps(s: &Setup, what: &str, mut round: impl FnMut(u8)) {
+        for n in 0..40u8 {
+            round(n);
+            if lane(&s.ep).helped_chunks() > 0 && n >= 3 {
                 return;
             }
         }
-        panic!("the target never took part in 40 puts of {len} bytes");
+        panic!("the target never took part in 40 {what} of {} bytes", s.target.length());
     }
 
     /// Large gets into a writable registered region land whole, and the target's worker copies
@@ -279,16 +259,12 @@ mod tests {
         let len = 8 << 20;
         let Some(s) = setup(len) else { return };
         let dst = source(&s, len, REMOTE);
-        for round in 0..40u8 {
+        until_the_target_helps(&s, "gets", |round| {
             fill(&s.target, round);
             fill(&dst, round ^ 0xFF);
             get_whole(&s, &dst);
             assert!(bytes(&dst) == bytes(&s.target), "round {round}: the got bytes differ");
-            if lane(&s.ep).helped_chunks() > 0 && round >= 3 {
-                return;
-            }
-        }
-        panic!("the target never took part in 40 gets of {len} bytes");
+        });
     }
 
     /// A get into memory the target may not write (no REMOTE_WRITE, or not registered) is copied

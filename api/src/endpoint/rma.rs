@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::buffer::{RecvBuf, SendBuf};
+use crate::endpoint::put_help::Direction;
 use crate::endpoint::Endpoint;
 use crate::mem::Prot;
 use crate::request::{AfterUnlock, OpInfo, OpSink, ReqCell, Request, RequestParams, WorkerLocked};
@@ -365,7 +366,9 @@ impl Endpoint {
         // not the peer's view).
         if len >= rkey.help_min() {
             // SAFETY: the two ranges above are valid and disjoint for `len` bytes.
-            return Some(unsafe { self.put_helped(bytes.as_ptr(), dst, len, remote_addr, rkey) });
+            return Some(unsafe {
+                self.helped(Direction::Put, (bytes.as_ptr(), dst, len), remote_addr, rkey)
+            });
         }
         if len > 0 {
             // SAFETY: as above.
@@ -511,7 +514,9 @@ impl Endpoint {
         // the caller's, borrowed writable for the whole copy. They never overlap.
         if len >= rkey.help_min() {
             // SAFETY: the two ranges above are valid and disjoint for `len` bytes.
-            return Some(unsafe { self.get_helped(src, dst.as_mut_ptr(), len, remote_addr, rkey) });
+            return Some(unsafe {
+                self.helped(Direction::Get, (src, dst.as_mut_ptr(), len), remote_addr, rkey)
+            });
         }
         if len > 0 {
             // SAFETY: as above.
