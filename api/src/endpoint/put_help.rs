@@ -299,6 +299,14 @@ mod tests {
         assert_eq!(lane(&s.ep).helped_chunks(), 0, "the target helped with memory it may not read");
     }
 
+    /// `packed` (a packed key) decoded, changed by `change` and encoded again: a key as a lying
+    /// initiator would announce it.
+    fn edited(packed: &[u8], change: impl FnOnce(&mut RkeyWire)) -> Vec<u8> {
+        let mut wire = RkeyWire::decode(packed).expect("decode");
+        change(&mut wire);
+        wire.try_encode().expect("encode")
+    }
+
     /// A put-help announcement of a put of `len` bytes from `src` to `addr` of `region`.
     fn announcement(seq: u32, len: usize, src: u64, region: u64, key: [u8; 16], addr: u64) -> Op {
         Op::PutHelp { seq, chunk_shift: CHUNK_SHIFT, len: len as u64, src, region, key, addr }
@@ -399,8 +407,8 @@ mod tests {
     }
 
     /// Announcements a target must refuse: a wrong destination key, a destination outside the
-    /// region, a source outside its region, a source key naming another process. The target
-    /// claims no chunk of them and writes nothing, and the link goes on.
+    /// region, a source outside its region, a source key naming another process or claiming no
+    /// REMOTE_READ. The target claims no chunk of them and writes nothing, and the link goes on.
     #[test]
     fn a_forged_announcement_is_refused_without_a_byte_written() {
         let len = 1 << 20;
@@ -408,9 +416,8 @@ mod tests {
         let src = source(&s, len, REMOTE);
         fill(&src, 7);
         let packed = src.rkey_pack().expect("pack").to_vec();
-        let mut other_pid = RkeyWire::decode(&packed).expect("decode");
-        other_pid.shm.as_mut().expect("memfd-backed").pid = 1;
-        let other_pid = other_pid.try_encode().expect("encode");
+        let other_pid = edited(&packed, |w| w.shm.as_mut().expect("memfd-backed").pid = 1);
+        let no_read = edited(&packed, |w| w.prot &= !Prot::REMOTE_READ.bits());
         let (region, key) = s.rkey.region_and_key();
         let (from, to) = (src.address() as u64, s.target.address() as u64);
         assert_refused(&s, "wrong key", &packed, |seq| announcement(seq, len, from, region, [0; 16], to));
@@ -421,6 +428,9 @@ mod tests {
             announcement(seq, len, from + 4096, region, key, to)
         });
         assert_refused(&s, "source of another process", &other_pid, |seq| {
+            announcement(seq, len, from, region, key, to)
+        });
+        assert_refused(&s, "source without REMOTE_READ", &no_read, |seq| {
             announcement(seq, len, from, region, key, to)
         });
         // The link still carries a helped put.
@@ -438,13 +448,8 @@ mod tests {
         let Some(s) = setup(len) else { return };
         let dst = source(&s, len, REMOTE);
         let packed = dst.rkey_pack().expect("pack").to_vec();
-        let edit = |change: &dyn Fn(&mut RkeyWire)| {
-            let mut wire = RkeyWire::decode(&packed).expect("decode");
-            change(&mut wire);
-            wire.try_encode().expect("encode")
-        };
-        let other_pid = edit(&|w| w.shm.as_mut().expect("memfd-backed").pid = 1);
-        let no_write = edit(&|w| w.prot &= !Prot::REMOTE_WRITE.bits());
+        let other_pid = edited(&packed, |w| w.shm.as_mut().expect("memfd-backed").pid = 1);
+        let no_write = edited(&packed, |w| w.prot &= !Prot::REMOTE_WRITE.bits());
         let (region, key) = s.rkey.region_and_key();
         let (to, from) = (dst.address() as u64, s.target.address() as u64);
         let refused = |what: &str, key_bytes: &[u8], forge: &dyn Fn(u32) -> Op| {
