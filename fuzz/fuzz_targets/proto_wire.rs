@@ -192,29 +192,16 @@ fn structured(u: &mut arbitrary::Unstructured<'_>) -> arbitrary::Result<(Op, boo
             let status = if u.arbitrary()? { u.int_in_range(-100..=0)? } else { u.arbitrary()? };
             (Op::PullDone { sender_req: u.arbitrary()?, status }, (-100..=0).contains(&status))
         }
-        23 => {
+        which => {
+            // Put help (23) and get help (the rest): the same fields, the initiator's address
+            // its source or its destination.
             let chunk_shift = if u.arbitrary()? { u.int_in_range(CHUNK_SHIFTS)? } else { u.arbitrary()? };
-            let op = Op::PutHelp {
-                seq: u.arbitrary()?,
-                chunk_shift,
-                len: u.arbitrary()?,
-                src: u.arbitrary()?,
-                region: u.arbitrary()?,
-                key,
-                addr: u.arbitrary()?,
-            };
-            (op, CHUNK_SHIFTS.contains(&chunk_shift))
-        }
-        _ => {
-            let chunk_shift = if u.arbitrary()? { u.int_in_range(CHUNK_SHIFTS)? } else { u.arbitrary()? };
-            let op = Op::GetHelp {
-                seq: u.arbitrary()?,
-                chunk_shift,
-                len: u.arbitrary()?,
-                dst: u.arbitrary()?,
-                region: u.arbitrary()?,
-                key,
-                addr: u.arbitrary()?,
+            let (seq, len, local, region, addr) =
+                (u.arbitrary()?, u.arbitrary()?, u.arbitrary()?, u.arbitrary()?, u.arbitrary()?);
+            let op = if which == 23 {
+                Op::PutHelp { seq, chunk_shift, len, src: local, region, key, addr }
+            } else {
+                Op::GetHelp { seq, chunk_shift, len, dst: local, region, key, addr }
             };
             (op, CHUNK_SHIFTS.contains(&chunk_shift))
         }

@@ -439,9 +439,10 @@ mod tests {
     }
 
     /// Get announcements a target must refuse: a wrong key for its region, a range past its
-    /// region or one its region does not allow reading, a destination past the initiator's region,
-    /// a destination key naming another process or claiming no REMOTE_WRITE. The target claims no
-    /// chunk of them and writes nothing into the destination, and the link goes on.
+    /// region or one its region does not allow reading, a destination past the initiator's
+    /// region, a destination key naming another process, claiming no REMOTE_WRITE or with its
+    /// base moved. The target claims no chunk of them and writes nothing into the destination,
+    /// and the link goes on.
     #[test]
     fn a_forged_get_announcement_is_refused_without_a_byte_written() {
         let len = 1 << 20;
@@ -450,6 +451,8 @@ mod tests {
         let packed = dst.rkey_pack().expect("pack").to_vec();
         let other_pid = edited(&packed, |w| w.shm.as_mut().expect("memfd-backed").pid = 1);
         let no_write = edited(&packed, |w| w.prot &= !Prot::REMOTE_WRITE.bits());
+        // The base moved past the destination's start: the range starts before the region.
+        let moved_base = edited(&packed, |w| w.base += 4096);
         let (region, key) = s.rkey.region_and_key();
         let (to, from) = (dst.address() as u64, s.target.address() as u64);
         let refused = |what: &str, key_bytes: &[u8], forge: &dyn Fn(u32) -> Op| {
@@ -466,6 +469,9 @@ mod tests {
             get_announcement(seq, len, to, region, key, from)
         });
         refused("destination without REMOTE_WRITE", &no_write, &|seq| {
+            get_announcement(seq, len, to, region, key, from)
+        });
+        refused("destination before its edited base", &moved_base, &|seq| {
             get_announcement(seq, len, to, region, key, from)
         });
         // A region the target may write but not read: its key's region, refused for a get.
