@@ -12,6 +12,10 @@ use super::frame::Mac;
 /// Mbufs taken from or given to the driver at once.
 pub const BURST: usize = 32;
 
+/// Queued bytes at which a transmit hands the queue to the driver without waiting for a full
+/// burst: about four jumbo frames, or two thirds of a burst of standard ones.
+pub const TX_FLUSH_BYTES: usize = 32 << 10;
+
 /// How a [`Port`] is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PortConfig {
@@ -78,7 +82,7 @@ mod with_dpdk {
 
     use zcx_dpdk_sys as sys;
 
-    use super::{Mac, PortConfig, PortError, BURST, MAX_FRAME_LEN, POOL_CACHE};
+    use super::{Mac, PortConfig, PortError, BURST, MAX_FRAME_LEN, POOL_CACHE, TX_FLUSH_BYTES};
 
     /// The frame every port takes: a 1500-byte MTU and the Ethernet header and CRC.
     const STANDARD_FRAME_LEN: usize = 1518;
@@ -121,6 +125,9 @@ mod with_dpdk {
         /// Filled frames not yet taken by the driver, oldest first.
         tx: [*mut sys::rte_mbuf; BURST],
         tx_len: usize,
+        /// Bytes of the frames queued since the last flush, which hands them over once they reach
+        /// [`TX_FLUSH_BYTES`].
+        tx_bytes: usize,
         /// An allocated mbuf a fill did not use, kept for the next one.
         spare: *mut sys::rte_mbuf,
         /// Received frames that were not a single segment (not expected with the pool's mbufs).
@@ -220,6 +227,7 @@ mod with_dpdk {
                 mac: [0; 6],
                 max_frame_len: config.max_frame_len,
                 tx: [null_mut(); BURST],
+                tx_bytes: 0,
                 tx_len: 0,
                 spare: null_mut(),
                 multi_segment: 0,
@@ -313,13 +321,14 @@ mod with_dpdk {
             link.link_status() as u32 == sys::RTE_ETH_LINK_UP
         }
 
-        /// Receives one burst and lends each frame's bytes to `each`, then frees the mbufs;
-        /// returns how many frames came.
-        pub fn rx_burst(&mut self, mut each: impl FnMut(&[u8])) -> usize {
+        /// Receives one burst and lends each frame's bytes to `each`, with the port itself (to
+        /// transmit from between two frames) and the number of frames of the burst after this
+        /// one, then frees the mbufs; returns how many frames came.
+        pub fn rx_burst(&mut self, mut each: impl FnMut(&mut Port, &[u8], usize)) -> usize {
             let mut rx = [null_mut::<sys::rte_mbuf>(); BURST];
             // SAFETY: rx has room for BURST mbufs; the ones returned belong to this port now.
             let n = unsafe { sys::zcx_rte_eth_rx_burst(self.id, 0, rx.as_mut_ptr(), BURST as u16) } as usize;
-            for &m in &rx[..n] {
+            for (i, &m) in rx[..n].iter().enumerate() {
                 // SAFETY: m was just received, is valid and owned here until freed below.
                 let (segs, data_len) = unsafe { ((*m).nb_segs, usize::from((*m).data_len)) };
                 if segs == 1 {
@@ -328,7 +337,7 @@ mod with_dpdk {
                     let bytes = unsafe {
                         std::slice::from_raw_parts(sys::zcx_rte_pktmbuf_mtod(m) as *const u8, data_len)
                     };
-                    each(bytes);
+                    each(self, bytes, n - 1 - i);
                 } else {
                     self.multi_segment += 1;
                 }
@@ -343,6 +352,24 @@ mod with_dpdk {
         /// nothing. Returns `None` without calling `fill` when no frame can be queued now (pool
         /// empty, or the tx batch full and the driver taking nothing), else what `fill` returned.
         pub fn transmit(&mut self, fill: impl FnOnce(&mut [u8]) -> Option<usize>) -> Option<usize> {
+            let len = self.queue(fill)?;
+            self.queued_bytes(len);
+            Some(len)
+        }
+
+        /// Counts `len` more bytes queued, and hands the queue to the driver once it holds
+        /// [`TX_FLUSH_BYTES`]: the peer starts reading the first jumbo frames while the next are
+        /// being built, rather than after a whole burst of them.
+        fn queued_bytes(&mut self, len: usize) {
+            self.tx_bytes += len;
+            if self.tx_bytes >= TX_FLUSH_BYTES {
+                self.flush();
+            }
+        }
+
+        /// [`Port::transmit`] without the flush by bytes (a split frame is counted once its
+        /// segment is chained).
+        fn queue(&mut self, fill: impl FnOnce(&mut [u8]) -> Option<usize>) -> Option<usize> {
             if self.tx_len == BURST {
                 self.flush();
                 if self.tx_len == BURST {
@@ -390,6 +417,9 @@ mod with_dpdk {
                     as usize;
             self.tx.copy_within(sent..self.tx_len, 0);
             self.tx_len -= sent;
+            if self.tx_len == 0 {
+                self.tx_bytes = 0;
+            }
         }
 
         /// Frames queued and not yet taken by the driver.
@@ -434,7 +464,7 @@ mod with_dpdk {
                 }
             }
             let mut segment = None;
-            let len = self.transmit(|buf| {
+            let len = self.queue(|buf| {
                 let (len, ext) = fill(buf)?;
                 segment = ext;
                 Some(len)
@@ -460,8 +490,11 @@ mod with_dpdk {
                     (*head).nb_segs = 2;
                     (*head).pkt_len += u32::from(ext.len);
                 }
-                return Some(len + usize::from(ext.len));
+                let total = len + usize::from(ext.len);
+                self.queued_bytes(total);
+                return Some(total);
             }
+            self.queued_bytes(len);
             Some(len)
         }
     }
@@ -484,6 +517,7 @@ mod with_dpdk {
                 sys::zcx_rte_pktmbuf_free(self.spare_ext);
             }
             self.tx_len = 0;
+            self.tx_bytes = 0;
             self.spare = null_mut();
             self.spare_ext = null_mut();
             // SAFETY: the port was configured by `open` (stop and close of a port that failed to
@@ -544,7 +578,7 @@ mod without_dpdk {
         }
 
         /// Never called: no port exists.
-        pub fn rx_burst(&mut self, _each: impl FnMut(&[u8])) -> usize {
+        pub fn rx_burst(&mut self, _each: impl FnMut(&mut Port, &[u8], usize)) -> usize {
             match *self {}
         }
 

@@ -275,6 +275,14 @@ impl Session {
         self.ring.head()
     }
 
+    /// Whether an ACK is due without waiting for the delayed-ack timer: `ack_every` in-order
+    /// packets arrived unacknowledged, or a duplicate or out-of-order one did. A transport that
+    /// reads its receive queue in long batches sends it before reading on, or a peer whose
+    /// window the batch spent waits out the whole batch.
+    pub fn ack_due_now(&self) -> bool {
+        self.ack_now
+    }
+
     /// Messages queued or in flight and not yet acknowledged.
     pub fn unacked(&self) -> usize {
         self.ring.len()
@@ -595,11 +603,14 @@ mod tests {
         let wire = drain(&mut a, 0);
         assert_eq!(wire.len(), 3);
         assert_eq!(b.on_datagram(1, &wire[0]), Ok(Delivery::Message(b"one")));
+        assert!(!b.ack_due_now(), "one packet: the ack waits");
         assert!(drain(&mut b, 1).is_empty(), "one packet: the ack waits");
         assert_eq!(b.poll_timeout(), Some(101));
         assert_eq!(b.on_datagram(2, &wire[1]), Ok(Delivery::Message(b"two")));
+        assert!(b.ack_due_now(), "ack_every packets: the ack is due without the timer");
         let acks = drain(&mut b, 2);
         assert_eq!(acks.iter().map(|d| kind(d)).collect::<Vec<_>>(), [(Kind::Ack, 0, 2)]);
+        assert!(!b.ack_due_now(), "sent");
         assert_eq!(a.on_datagram(3, &acks[0]), Ok(Delivery::Ack));
         assert_eq!((a.acked(), a.in_flight()), (2, 1));
 
@@ -634,6 +645,7 @@ mod tests {
         a.send(b"y").unwrap();
         let wire = drain(&mut a, 0);
         assert_eq!(b.on_datagram(1, &wire[1]), Err(DropReason::OutOfOrder));
+        assert!(b.ack_due_now(), "a gap is acknowledged at once");
         assert_eq!(kind(&drain(&mut b, 1)[0]), (Kind::Ack, 0, 0));
         b.on_datagram(2, &wire[0]).unwrap();
         assert_eq!(b.on_datagram(3, &wire[0]), Err(DropReason::Duplicate));
