@@ -37,7 +37,7 @@ mod wakeup;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -128,7 +128,10 @@ pub(crate) struct WorkerShared {
     pub epoll: OwnedFd,
     pub pool: Arc<Mutex<Vec<Vec<u8>>>>,
     pub address: Vec<u8>,
-    core: Mutex<Core>,
+    /// The worker's lock. Not `std`'s: every call that sends, receives or polls takes it, and
+    /// `std`'s poison bookkeeping (a look at the thread's panic count on each lock and unlock)
+    /// would be paid on every message; this one does not poison.
+    core: parking_lot::Mutex<Core>,
     /// The lock-free fast path of an empty `progress` call.
     quiet: quiet::QuietWatch,
     /// The handler of the worker's lent active message (`State::lent`) may be running: the
@@ -223,7 +226,7 @@ impl Context {
                 epoll,
                 pool,
                 address: address_bytes,
-                core: Mutex::new(Core { tl, st }),
+                core: parking_lot::Mutex::new(Core { tl, st }),
                 quiet: quiet::QuietWatch::new(spin_waits),
                 lent_in_use: am_lent::LoanGate::new(),
             }),
@@ -534,12 +537,13 @@ impl WorkerShared {
     /// Whether some thread holds the worker's lock now, for tests of what runs outside it.
     #[cfg(test)]
     pub(crate) fn is_locked(&self) -> bool {
-        matches!(self.core.try_lock(), Err(std::sync::TryLockError::WouldBlock))
+        self.core.try_lock().is_none()
     }
 
     pub(crate) fn lock(&self) -> CoreGuard<'_> {
-        // Core invariants hold between statements that can panic only on a zcx bug; keep serving.
-        CoreGuard { guard: Some(self.core.lock().unwrap_or_else(|p| p.into_inner())), quiet: &self.quiet }
+        // The lock does not poison: core invariants hold between statements that can panic only
+        // on a zcx bug, so a worker keeps serving after a panic elsewhere.
+        CoreGuard { guard: Some(self.core.lock()), quiet: &self.quiet }
     }
 
     /// `progress`: the quiet watch's look inline (a busy-polling caller's usual call), the full
@@ -780,7 +784,7 @@ impl Completer for WorkerShared {
     fn with_lock(&self, f: &mut dyn FnMut(&WorkerLocked)) {
         // The plain mutex, not a `CoreGuard`: what runs here (a look at a request, a waker or a
         // callback stored in it) leaves no work for progress, so the quiet watch stays armed.
-        let core = self.core.lock().unwrap_or_else(|p| p.into_inner());
+        let core = self.core.lock();
         f(core.st.held());
     }
 
@@ -799,7 +803,7 @@ impl Completer for WorkerShared {
 /// states: anything that may own application objects such as an `Endpoint`) are dropped only after
 /// the lock is released, because their drop may need the lock again.
 pub(crate) struct CoreGuard<'a> {
-    guard: Option<MutexGuard<'a, Core>>,
+    guard: Option<parking_lot::MutexGuard<'a, Core>>,
     /// Disarmed when the guard goes, unless the worker is still quiet: whoever held the lock may
     /// have left work for `progress`.
     quiet: &'a quiet::QuietWatch,
