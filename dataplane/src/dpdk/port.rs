@@ -34,9 +34,6 @@ pub struct PortConfig {
 /// or receives fits one segment.
 pub const MAX_FRAME_LEN: usize = 9216;
 
-/// Largest per-lcore mbuf cache of a port's pool (a pool of `n` mbufs gets at most `n / 8`).
-const POOL_CACHE: u32 = 256;
-
 /// Why a port could not be opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PortError {
@@ -82,7 +79,10 @@ mod with_dpdk {
 
     use zcx_dpdk_sys as sys;
 
-    use super::{Mac, PortConfig, PortError, BURST, MAX_FRAME_LEN, POOL_CACHE, TX_FLUSH_BYTES};
+    use super::{Mac, PortConfig, PortError, BURST, MAX_FRAME_LEN, TX_FLUSH_BYTES};
+
+    /// Largest per-lcore mbuf cache of a port's pool (a pool of `n` mbufs gets at most `n / 8`).
+    const POOL_CACHE: u32 = 256;
 
     /// The frame every port takes: a 1500-byte MTU and the Ethernet header and CRC.
     const STANDARD_FRAME_LEN: usize = 1518;
