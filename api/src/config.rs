@@ -152,7 +152,7 @@ const KNOWN: &[Known] = &[
     Known {
         name: "LOG_LEVEL",
         default: "warn",
-        doc: "Log level of the zcx binaries (error, warn, info, debug, trace)",
+        doc: "Log filter of the zcx binaries and the C library: a level (off, error, warn, info, debug, trace) or directives such as warn,zcx_dataplane=debug",
     },
 ];
 
@@ -442,6 +442,19 @@ fn parse_duration(value: &str) -> Option<std::time::Duration> {
     (ms > 0).then(|| std::time::Duration::from_millis(ms))
 }
 
+/// A log filter as the zcx binaries and the C library read it (`tracing`'s `EnvFilter`): comma-
+/// separated directives, each a level or `target=level`, such as `warn,zcx_dataplane=debug`.
+fn is_log_filter(value: &str) -> bool {
+    let level = |l: &str| matches!(l, "off" | "error" | "warn" | "info" | "debug" | "trace");
+    let target =
+        |t: &str| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+    value.split(',').all(|directive| match directive.trim().split_once('=') {
+        Some((t, l)) => target(t.trim()) && level(l.trim()),
+        // An empty directive (a trailing comma) is skipped, as `EnvFilter` skips it.
+        None => directive.trim().is_empty() || level(directive.trim()),
+    })
+}
+
 fn validate(name: &str, value: &str) -> Result<()> {
     let value = value.trim();
     let ok = match name {
@@ -458,7 +471,7 @@ fn validate(name: &str, value: &str) -> Result<()> {
                 "all" | "shm" | "posix" | "sm" | "uring" | "tcp" | "dpdk" | "verbs"
             )
         }),
-        "LOG_LEVEL" => matches!(value, "error" | "warn" | "info" | "debug" | "trace"),
+        "LOG_LEVEL" => is_log_filter(value),
         "DPDK_MTU" => parse_size(value).is_some_and(|mtu| (64..=9202).contains(&mtu)),
         "DPDK_MBUFS" => value.parse::<u32>().is_ok_and(|n| (64..=1 << 20).contains(&n)),
         "DPDK_WINDOW" => value.parse::<u32>().is_ok_and(|n| (1..=4096).contains(&n)),
@@ -538,6 +551,18 @@ mod tests {
         assert_eq!(c.dpdk_port(), Some("net_memif0"));
         assert_eq!(c.dpdk_mtu(), 1000);
         assert_eq!(c.dpdk_window(), 64);
+        for filter in
+            ["debug", "off", "warn,", "zcx_dataplane=debug", "warn, zcx::worker=trace,zcx_engine=info"]
+        {
+            assert!(Config::from_vars([("ZCX_LOG_LEVEL", filter)]).is_ok(), "{filter} refused");
+        }
+        for filter in ["loud", "zcx=loud", "=debug", "zcx-cli=debug", "warn,,loud"] {
+            assert_eq!(
+                Config::from_vars([("ZCX_LOG_LEVEL", filter)]).unwrap_err(),
+                Status::InvalidParam,
+                "{filter} taken"
+            );
+        }
         let d = Config::default();
         assert!(d.transport_enabled("dpdk") && !d.transport_required("dpdk"));
         assert_eq!(d.dpdk_port(), None);

@@ -46,6 +46,18 @@ fn unknown_variables_are_warned_about() {
     assert!(err.contains("ZCX_NO_SUCH_KNOB"), "no warning: {err}");
 }
 
+/// The binary's own logger takes `tracing` directives from `ZCX_LOG_LEVEL`, so the library's
+/// configuration check must take them too, or asking for one crate's debug output would stop
+/// every command.
+#[test]
+fn a_log_filter_with_directives_is_taken_and_a_bad_one_refused() {
+    let (ok, out, err) = zcx(&["info", "-c"], &[("ZCX_LOG_LEVEL", "warn,zcx_dataplane=debug")]);
+    assert!(ok, "{err}");
+    assert!(out.contains("ZCX_LOG_LEVEL=warn,zcx_dataplane=debug"), "{out}");
+    let (ok, _, err) = zcx(&["info", "-c"], &[("ZCX_LOG_LEVEL", "zcx_dataplane=loud")]);
+    assert!(!ok && err.contains("bad ZCX_* configuration"), "{err}");
+}
+
 #[test]
 fn bad_configuration_is_an_error_with_a_message() {
     let (ok, _, err) = zcx(&["info"], &[("ZCX_HUGEPAGES", "sometimes")]);
