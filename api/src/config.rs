@@ -376,11 +376,10 @@ impl Config {
         self.get("DPDK_DROP_PPM").and_then(|v| v.parse().ok()).unwrap_or(0)
     }
 
-    /// `ZCX_DPDK_WINDOW`. The default, 64 datagrams (about 94 KB at a 1500-byte MTU), gives a
-    /// receiver that was descheduled for a while work to catch up on once it runs again: on a
-    /// `net_memif` pair 1 MiB bandwidth was about 1.8 to 2.2 times that of a window of 32 with
-    /// no change in 8-byte latency. 256 added another 1.1 to 1.6 times in bandwidth but made the
-    /// median `tag_lat` slower in most runs (1.7 times in one series), and 512 gained nothing.
+    /// `ZCX_DPDK_WINDOW`: datagrams in flight per DPDK endpoint. The default, 64 (about 94 KB
+    /// at a 1500-byte MTU), gives a receiver that was descheduled for a while work to catch up
+    /// on once it runs again. A larger window rides out longer stalls of the peer, but each
+    /// endpoint preallocates twice the window in send slots of one datagram each.
     pub fn dpdk_window(&self) -> u32 {
         self.get("DPDK_WINDOW").and_then(|v| v.parse().ok()).unwrap_or(64)
     }
