@@ -465,9 +465,10 @@ struct Inner {
     device: usize,
     /// Placements ended by a local close, to report as `PlaceDone { Canceled }` on the next poll.
     place_ends: Vec<(LinkId, PlaceDone)>,
-    /// The session of the datagram just received, when that datagram made its ack due at once
-    /// ([`Session::ack_due_now`]): the poll sends the ack before the next frame of the burst.
-    ack_due: Option<u32>,
+    /// The session of the datagram just received: when the rest of the burst is long to read,
+    /// the poll sends that session's ack before the next frame if the datagram made it due
+    /// ([`Session::ack_due_now`]).
+    last_session: Option<u32>,
 }
 
 /// The DPDK transport; see the [module documentation](super).
@@ -530,7 +531,7 @@ impl DpdkTransport {
             port_id: port.id(),
             device: port.device() as usize,
             place_ends: Vec::new(),
-            ack_due: None,
+            last_session: None,
             session_config,
             config,
         };
@@ -770,9 +771,7 @@ impl Inner {
             Ok(ok) => ok,
             Err(_) => return, // counted by the demux or the session
         };
-        if self.demux.get(id).is_some_and(Session::ack_due_now) {
-            self.ack_due = Some(id);
-        }
+        self.last_session = Some(id);
         let Some(&link_id) = self.by_session.get(&id) else { return };
         let Some(link) = self.links.get_mut(link_id) else { return };
         if link.state == State::Connecting && self.demux.get(id).is_some_and(|s| s.acked() >= 1) {
@@ -1087,16 +1086,17 @@ impl Inner {
         port.flush();
     }
 
-    /// Sends what `session` has to send now (its due ack, alone or on its data) and hands it to
-    /// the driver: called between two received frames, so that a peer whose window the burst
-    /// being read has spent learns of its progress before the rest of the burst is read. A
-    /// lingering session's ack waits for the end of the poll.
+    /// When `session`'s ack is due ([`Session::ack_due_now`]), sends what the session has to
+    /// send now (the ack, alone or on its data) and hands it to the driver: called between two
+    /// received frames, so that a peer whose window the burst being read has spent learns of its
+    /// progress before the rest of the burst is read. A lingering session's ack waits for the
+    /// end of the poll.
     fn ack_at_once(&mut self, session: u32, now: u64, port: &mut Port) {
+        let Some(live) = self.demux.get_mut(session).filter(|s| s.ack_due_now()) else { return };
         let Some(peer) = self.by_session.get(&session).and_then(|&link| self.links.get(link)).map(|l| l.peer)
         else {
             return;
         };
-        let Some(live) = self.demux.get_mut(session) else { return };
         drain(live, now, port, &self.mac, &peer, &self.zc, &mut self.stats);
         port.flush();
     }
@@ -1383,13 +1383,12 @@ impl Transport for DpdkTransport {
         for _ in 0..4 {
             let received = port.rx_burst(|port, bytes, left| {
                 inner.on_frame(now, bytes, sink, &mut events);
-                if let Some(session) = inner.ack_due.take() {
-                    // Only when the rest of the burst is long to read (jumbo frames): for small
-                    // ones the ack at the end of the poll comes soon enough, and a transmit per
-                    // few frames would cost more than it saves.
-                    if left * bytes.len() >= super::port::TX_FLUSH_BYTES {
-                        inner.ack_at_once(session, now, port);
-                    }
+                let session = inner.last_session.take();
+                // Only when the rest of the burst is long to read (jumbo frames): for small ones
+                // the ack at the end of the poll comes soon enough, and neither a transmit per
+                // few frames nor a look at the session per frame would pay for itself.
+                if let Some(session) = session.filter(|_| left * bytes.len() >= super::port::TX_FLUSH_BYTES) {
+                    inner.ack_at_once(session, now, port);
                 }
             });
             if received < super::port::BURST {
@@ -1489,7 +1488,7 @@ mod tests {
             port_id: 0,
             device: 0,
             place_ends: Vec::new(),
-            ack_due: None,
+            last_session: None,
             session_config,
             config,
         }
