@@ -261,6 +261,9 @@ pub(crate) fn recv_into<B: RecvBuf>(
     // A receive sends nothing but a synchronous send's acknowledgement or a rendezvous answer.
     if guard.st.engine.has_output() {
         guard.drain();
+    } else {
+        // Posted, or matched with nothing to answer: no transport was touched.
+        guard.unlock_unchanged();
     }
     result
 }

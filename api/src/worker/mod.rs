@@ -840,6 +840,10 @@ impl Drop for CoreGuard<'_> {
     /// case is a disarm and the mutex's own unlock; the graveyard is emptied out of line.
     #[inline]
     fn drop(&mut self) {
+        // Gone already when `unlock_unchanged` released the lock.
+        if self.guard.is_none() {
+            return;
+        }
         if self.quiet.is_armed() {
             let many = self.guard.as_ref().is_some_and(|core| core.st.eps.len() >= KEEP_ARMED_FROM);
             if many {
@@ -875,6 +879,23 @@ impl CoreGuard<'_> {
             quiet::note_issued();
         } else {
             self.quiet.disarm();
+        }
+    }
+
+    /// Unlocks after a call that left the worker's transports and queues as it found them: it
+    /// queued nothing, sent nothing and completed nothing that a poll would have to pass on (a
+    /// receive posted or matched at once, a rung frame that completed a receive). An armed watch
+    /// then stays armed, so the caller's next `progress` looks at the doorbells instead of making
+    /// the full poll that re-arms it; only whether a message is awaited may have changed.
+    #[inline]
+    pub(crate) fn unlock_unchanged(mut self) {
+        if self.quiet.is_armed() {
+            self.quiet.set_expecting(self.st.expects_message());
+        }
+        if self.st.graveyard.is_empty() {
+            self.guard = None;
+        } else {
+            self.unlock_and_bury();
         }
     }
 

@@ -10,7 +10,9 @@
 //! moved since the last one, looked at every [`FULL_POLL_EVERY`] skipped calls, or less often
 //! while the calls come faster than the clock ticks (up to [`MAX_CLOCK_INTERVAL`]).
 //! Any other use of the worker's lock disarms it, since an API call may have left work for the
-//! next poll, unless the worker is still quiet when the lock is released (see `CoreGuard`).
+//! next poll, unless the worker is still quiet when the lock is released (see `CoreGuard`), or
+//! the call knows it touched nothing a poll looks at: a receive posted or matched with nothing
+//! to answer, a rung frame that left nothing behind (`CoreGuard::unlock_unchanged`).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
@@ -162,6 +164,14 @@ impl QuietWatch {
     pub fn arm(&self, expects: bool) {
         self.expecting.store(expects, Ordering::Relaxed);
         self.armed.store(true, Ordering::Release);
+    }
+
+    /// Whether a message is awaited, changed while the watch stays armed (see [`SpinWaits`]).
+    #[inline]
+    pub fn set_expecting(&self, expects: bool) {
+        if self.expecting.load(Ordering::Relaxed) != expects {
+            self.expecting.store(expects, Ordering::Relaxed);
+        }
     }
 
     /// Whether the watch was armed expecting a message.

@@ -19,7 +19,9 @@
 //! frame left work behind (a completion callback, a sync send's acknowledgement to send, a
 //! rendezvous to start: anything the engine or the worker's queues hold), the general poll's
 //! tail runs right after it, under the same lock and without polling again, so that work is done
-//! in the same call. Frames of a link are taken in order, and only at its head.
+//! in the same call. When it left nothing, the watch stays armed: the link's doorbell shows
+//! whether another frame waits, so the caller's next call needs no full poll to re-arm it.
+//! Frames of a link are taken in order, and only at its head.
 
 use std::sync::Arc;
 
@@ -52,7 +54,11 @@ impl WorkerShared {
                     // The usual end: the frame left nothing behind (no callback, no reply to
                     // send), or only an active message lent to its handler, which runs here as
                     // the general poll's tail would run it.
-                    let Some(lent) = self.take_lent(&slot, st) else { return 1 };
+                    let Some(lent) = self.take_lent(&slot, st) else {
+                        // The link's doorbell shows whether more waits behind this frame.
+                        guard.unlock_unchanged();
+                        return 1;
+                    };
                     drop(guard);
                     // SAFETY: the loan was taken by this call and `lent_in_use` is set, so no
                     // call ends it before `deliver` returns.
@@ -97,6 +103,54 @@ mod tests {
         wait(&[&client, &server], recv).expect("message");
         settle();
         assert!(watch.is_armed() && !watch.expects_message(), "still expecting after the receive completed");
+    }
+
+    /// A ping-pong's receiver does not poll in full between messages: a frame the rung path
+    /// took that left nothing behind, and a receive posted with nothing to answer, leave the
+    /// watch armed, so each next message is again found by its doorbell, and no call between
+    /// messages has to make the full poll that re-arms the watch.
+    #[test]
+    fn a_receiver_stays_armed_across_messages_taken_by_the_rung_path() {
+        let Some((client, server, client_ep, _server_ep, _listener)) = shm_pair() else { return };
+        let both = [&client, &server];
+        // Until the endpoint sends through its lane, a message passes the client's own poll.
+        for _ in 0..20 {
+            let recv = server.tag_recv(vec![0u8; 8], 1, u64::MAX, RequestParams::default()).expect("recv");
+            client_ep.tag_send(vec![1u8; 8], 1, TagSendParams::default()).expect("send");
+            wait(&both, recv).expect("warm-up message");
+        }
+        let watch = &server.shared.quiet;
+        let mut recv = server.tag_recv(vec![0u8; 8], 2, u64::MAX, RequestParams::default()).expect("recv");
+        progress_until(&[&server], "the watch armed", || watch.is_armed());
+        // Read without disarming the watch, as any other lock taken would.
+        let takes = || {
+            let guard = server.shared.lock();
+            let takes = guard.st.rung_takes;
+            guard.unlock_unchanged();
+            takes
+        };
+        let (mut rung, mut disarmed) = (0, 0);
+        let rounds = 100u8;
+        for n in 0..rounds {
+            let before = takes();
+            client_ep.tag_send(vec![n; 8], 2, TagSendParams::default()).expect("send");
+            let got = wait(&both, recv).expect("message");
+            assert_eq!(got.buf, vec![n; 8], "message {n}");
+            rung += takes() - before;
+            recv = server.tag_recv(got.buf, 2, u64::MAX, RequestParams::default()).expect("recv");
+            if !watch.is_armed() {
+                // The full poll a busy-polling caller would make next.
+                disarmed += 1;
+                progress_until(&[&server], "the watch armed", || watch.is_armed());
+            }
+        }
+        // A periodic poll (the coarse clock moved; often on a loaded machine) may take a message
+        // now and then, and leave the watch to the next call; the rest go by the doorbell, and
+        // the watch stays armed.
+        assert!(rung * 2 >= u64::from(rounds), "{rung} of {rounds} messages taken by the rung path");
+        assert!(disarmed * 2 <= rounds, "disarmed after {disarmed} of {rounds} messages");
+        assert!(watch.expects_message(), "the reposted receive is awaited");
+        drop(recv);
     }
 
     /// Messages that reach a server spinning on its doorbells are handled as the general poll
