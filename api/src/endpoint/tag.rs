@@ -73,7 +73,16 @@ impl Endpoint {
                 if let Err(status) = self.send_now(tl, st, &transmit, bytes) {
                     tracing::debug!(%status, "synchronous tag message not sent");
                 }
-                st.send_request(shared, cookie, Start::Pending(op), buf, callback)
+                let request = st.send_request(shared, cookie, Start::Pending(op), buf, callback);
+                // The frame went out whole (nothing queued or stalled on its link): what waits
+                // now is the peer's acknowledgement, which a doorbell shows.
+                if zcx_dataplane::Transport::link_delivered(&*tl, transmit.link)
+                    && st.nothing_after_poll()
+                    && st.deferred.is_empty()
+                {
+                    guard.unlock_unchanged();
+                }
+                request
             }
             Ok(Sent::Queued(started)) => {
                 st.hold_pull(offered, &started);

@@ -634,7 +634,9 @@ impl WorkerShared {
             // Its handler runs below, after the lock is released.
             let lent = self.take_lent(slot, &core.st);
             if core.st.deferred.is_empty() && lent.is_none() {
-                let quiet = events == 0 && core.is_quiet();
+                // After events, only the rung path's tail looks: it follows one frame that left
+                // work (an acknowledgement to send), not a burst a poll read.
+                let quiet = (events == 0 || !poll) && core.is_quiet();
                 if quiet {
                     self.refresh_bells(core);
                 }

@@ -12,7 +12,9 @@
 //! Any other use of the worker's lock disarms it, since an API call may have left work for the
 //! next poll, unless the worker is still quiet when the lock is released (see `CoreGuard`), or
 //! the call knows it touched nothing a poll looks at: a receive posted or matched with nothing
-//! to answer, a rung frame that left nothing behind (`CoreGuard::unlock_unchanged`).
+//! to answer, a rung frame that left nothing behind, a synchronous send that went out whole
+//! (`CoreGuard::unlock_unchanged`). The rung path's tail, after a frame that left work, arms the
+//! watch again when the work left the worker quiet.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};

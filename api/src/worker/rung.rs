@@ -19,8 +19,9 @@
 //! frame left work behind (a completion callback, a sync send's acknowledgement to send, a
 //! rendezvous to start: anything the engine or the worker's queues hold), the general poll's
 //! tail runs right after it, under the same lock and without polling again, so that work is done
-//! in the same call. When it left nothing, the watch stays armed: the link's doorbell shows
-//! whether another frame waits, so the caller's next call needs no full poll to re-arm it.
+//! in the same call, and re-arms the watch when the work left the worker quiet. When the frame
+//! left nothing, the watch stays armed: the link's doorbell shows whether another frame waits,
+//! so the caller's next call needs no full poll to re-arm it.
 //! Frames of a link are taken in order, and only at its head.
 
 use std::sync::Arc;
@@ -151,6 +152,44 @@ mod tests {
         assert!(disarmed * 2 <= rounds, "disarmed after {disarmed} of {rounds} messages");
         assert!(watch.expects_message(), "the reposted receive is awaited");
         drop(recv);
+    }
+
+    /// A synchronous exchange does not poll in full between messages either: the rung path's
+    /// tail, which sends the acknowledgement a synchronous message asks for, re-arms the watch
+    /// when that left the worker quiet, and a synchronous send that went out whole leaves it
+    /// armed to wait for its own acknowledgement by the doorbell.
+    #[test]
+    fn a_synchronous_exchange_leaves_the_watch_armed() {
+        let Some((client, server, client_ep, server_ep, _listener)) = shm_pair() else { return };
+        let both = [&client, &server];
+        let sync = || TagSendParams { sync: true, ..TagSendParams::default() };
+        // Until the endpoint sends through its lane, a message passes the client's own poll.
+        for _ in 0..20 {
+            let recv = server.tag_recv(vec![0u8; 8], 1, u64::MAX, RequestParams::default()).expect("recv");
+            client_ep.tag_send(vec![1u8; 8], 1, TagSendParams::default()).expect("send");
+            wait(&both, recv).expect("warm-up message");
+        }
+        let watch = &server.shared.quiet;
+        let (mut after_ack, mut after_send) = (0, 0);
+        let rounds = 50u8;
+        for n in 0..rounds {
+            let recv = server.tag_recv(vec![0u8; 8], 4, u64::MAX, RequestParams::default()).expect("recv");
+            progress_until(&[&server], "the watch armed", || watch.is_armed());
+            let sent = client_ep.tag_send(vec![n; 8], 4, sync()).expect("sync send");
+            let got = wait(&both, recv).expect("message");
+            assert_eq!(got.buf, vec![n; 8], "message {n}");
+            after_ack += u32::from(watch.is_armed());
+            wait(&both, sent).expect("the client's send acknowledged");
+            let answer = client.tag_recv(vec![0u8; 8], 5, u64::MAX, RequestParams::default()).expect("recv");
+            progress_until(&[&server], "the watch armed", || watch.is_armed());
+            let reply = server_ep.tag_send(vec![!n; 8], 5, sync()).expect("sync send");
+            after_send += u32::from(watch.is_armed());
+            assert_eq!(wait(&both, answer).expect("answer").buf, vec![!n; 8], "answer {n}");
+            wait(&both, reply).expect("the server's send acknowledged");
+        }
+        // A periodic poll may take a message now and then and leave the watch to the next call.
+        assert!(after_ack * 2 >= u32::from(rounds), "armed after {after_ack} of {rounds} acknowledgements");
+        assert!(after_send * 2 >= u32::from(rounds), "armed after {after_send} of {rounds} sync sends");
     }
 
     /// Messages that reach a server spinning on its doorbells are handled as the general poll
