@@ -79,7 +79,17 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use crate::worker::test_pair::{progress_until, shm_pair, wait};
-    use crate::{RequestParams, Status, TagSendParams};
+    use crate::{Endpoint, RequestParams, Status, TagSendParams, Worker};
+
+    /// Sends messages from the client until its endpoint writes through its lane: until then a
+    /// message passes the client's own poll.
+    fn warm_up_lane(client: &Worker, server: &Worker, client_ep: &Endpoint) {
+        for _ in 0..20 {
+            let recv = server.tag_recv(vec![0u8; 8], 1, u64::MAX, RequestParams::default()).expect("recv");
+            client_ep.tag_send(vec![1u8; 8], 1, TagSendParams::default()).expect("send");
+            wait(&[client, server], recv).expect("warm-up message");
+        }
+    }
 
     /// A quiet worker's watch is armed expecting a message exactly while one is awaited (here a
     /// posted tag receive), which picks the barrier of its skipped calls (`SpinWaits`).
@@ -114,12 +124,7 @@ mod tests {
     fn a_receiver_stays_armed_across_messages_taken_by_the_rung_path() {
         let Some((client, server, client_ep, _server_ep, _listener)) = shm_pair() else { return };
         let both = [&client, &server];
-        // Until the endpoint sends through its lane, a message passes the client's own poll.
-        for _ in 0..20 {
-            let recv = server.tag_recv(vec![0u8; 8], 1, u64::MAX, RequestParams::default()).expect("recv");
-            client_ep.tag_send(vec![1u8; 8], 1, TagSendParams::default()).expect("send");
-            wait(&both, recv).expect("warm-up message");
-        }
+        warm_up_lane(&client, &server, &client_ep);
         let watch = &server.shared.quiet;
         let mut recv = server.tag_recv(vec![0u8; 8], 2, u64::MAX, RequestParams::default()).expect("recv");
         progress_until(&[&server], "the watch armed", || watch.is_armed());
@@ -163,12 +168,7 @@ mod tests {
         let Some((client, server, client_ep, server_ep, _listener)) = shm_pair() else { return };
         let both = [&client, &server];
         let sync = || TagSendParams { sync: true, ..TagSendParams::default() };
-        // Until the endpoint sends through its lane, a message passes the client's own poll.
-        for _ in 0..20 {
-            let recv = server.tag_recv(vec![0u8; 8], 1, u64::MAX, RequestParams::default()).expect("recv");
-            client_ep.tag_send(vec![1u8; 8], 1, TagSendParams::default()).expect("send");
-            wait(&both, recv).expect("warm-up message");
-        }
+        warm_up_lane(&client, &server, &client_ep);
         let watch = &server.shared.quiet;
         let (mut after_ack, mut after_send) = (0, 0);
         let rounds = 50u8;
@@ -206,12 +206,7 @@ mod tests {
                 server.progress();
             }
         };
-        // Until the endpoint sends through its lane, a message passes the client's own poll.
-        for _ in 0..20 {
-            let recv = server.tag_recv(vec![0u8; 8], 1, u64::MAX, RequestParams::default()).expect("recv");
-            client_ep.tag_send(vec![1u8; 8], 1, TagSendParams::default()).expect("send");
-            wait(&both, recv).expect("warm-up message");
-        }
+        warm_up_lane(&client, &server, &client_ep);
         let callbacks = Arc::new(AtomicUsize::new(0));
         let rung_before = server.shared.lock().st.rung_takes;
         let rounds = 300u64;
