@@ -530,6 +530,14 @@ pub trait Transport: Send {
         false
     }
 
+    /// True when nothing can reach the transport but a listener's new connection: no link at
+    /// all, none opening, and nothing submitted, completed or deferred. A
+    /// [`crate::TransportSet`] then polls it only every few full polls, until a call gives it
+    /// work again. Default: never.
+    fn is_dormant(&self) -> bool {
+        false
+    }
+
     /// The same-host shared-memory fast paths of this transport (see [`crate::same_host`]);
     /// `None` for a transport without them (every transport but shm, and a set without shm).
     /// Resolve it once, not per message: a [`crate::TransportSet`] keeps such a member as a

@@ -64,7 +64,17 @@ pub struct TransportSet {
     /// [`SameHostFastPath::doorbells`] call
     /// (see [`TransportSet::poll_rung`]).
     belled: Cell<u32>,
+    /// Bit `i`: member `i` was dormant ([`Transport::is_dormant`]) after the last full poll that
+    /// polled every member; other full polls skip it (see [`TransportSet::poll_full`]).
+    dormant: u32,
+    /// Full polls left before one polls every member again and sees which are dormant.
+    dormant_countdown: u32,
 }
+
+/// Full polls that skip the dormant members between two that poll every member. A dormant member
+/// can be reached only by a listener's new connection, which waits that many polls at most (a
+/// few microseconds while busy-polling; a worker about to sleep polls every member first).
+const DORMANT_SKIPS: u32 = 32;
 
 /// The id a member's local id has in the set.
 fn global(member: usize, local: u32) -> u32 {
@@ -92,6 +102,33 @@ impl TransportSet {
     /// Frames are offered through `lend` when given (see [`crate::lend`]).
     pub fn poll_rung(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: Option<&LendSlot>) -> usize {
         self.poll_members(self.belled.get(), sink, lend)
+    }
+
+    /// Every member but the dormant ones, and every member without exception once per
+    /// [`DORMANT_SKIPS`] calls, after which the dormant ones are those found dormant then. It
+    /// saves an idle transport's look at its rings and sockets on every poll of a worker whose
+    /// traffic is on another: a listener-only io_uring transport beside shared memory, or shared
+    /// memory without a link beside TCP.
+    fn poll_full(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: Option<&LendSlot>) -> usize {
+        if self.dormant_countdown > 0 {
+            self.dormant_countdown -= 1;
+            return self.poll_members(!self.dormant, sink, lend);
+        }
+        let count = self.poll_members(u32::MAX, sink, lend);
+        self.dormant_countdown = DORMANT_SKIPS;
+        self.dormant = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| with_member!(m, t => t.is_dormant()))
+            .fold(0, |bits, (index, _)| bits | 1 << index);
+        count
+    }
+
+    /// Member `member` is polled by every full poll again: a call may have given it work (a
+    /// connection, a listener, a closing link) that no doorbell announces.
+    fn wake(&mut self, member: usize) {
+        self.dormant &= !(1u32.checked_shl(member as u32).unwrap_or(0));
     }
 
     /// Polls the members whose bit is set in `mask`, offering frames through `lend` when given.
@@ -132,7 +169,7 @@ impl TransportSet {
             with_member!(&members[0], t => t.caps()),
             members[1..].iter().map(|m| with_member!(m, t => t.caps())),
         );
-        Ok(TransportSet { members, caps, belled: Cell::new(0) })
+        Ok(TransportSet { members, caps, belled: Cell::new(0), dormant: 0, dormant_countdown: 0 })
     }
 
     /// The members' short names, in order (`"uring"`, `"shm"`, ...).
@@ -152,6 +189,7 @@ impl TransportSet {
 
     /// Connects through member `member`.
     pub fn connect_with(&mut self, member: usize, target: ConnectTarget<'_>) -> Result<LinkId, TlError> {
+        self.wake(member);
         let tl = self.members.get_mut(member).ok_or(TlError::InvalidParam)?;
         let link = with_member!(tl, tl => tl.connect(target))?;
         Ok(LinkId(global(member, link.0)))
@@ -178,6 +216,7 @@ impl TransportSet {
 
     /// Opens a link through member `member` ([`Transport::open_link`]).
     pub fn open_link_with(&mut self, member: usize) -> Result<(LinkId, TransportAddress), TlError> {
+        self.wake(member);
         let tl = self.members.get_mut(member).ok_or(TlError::InvalidParam)?;
         let (link, address) = with_member!(tl, tl => tl.open_link())?;
         Ok((LinkId(global(member, link.0)), address))
@@ -280,6 +319,7 @@ impl Transport for TransportSet {
 
     /// Listens on the first member that listens by sockaddr.
     fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), TlError> {
+        self.dormant = 0;
         for (index, tl) in self.members.iter_mut().enumerate() {
             match with_member!(tl, tl => tl.listen(addr)) {
                 Err(TlError::Unsupported) => continue,
@@ -291,6 +331,7 @@ impl Transport for TransportSet {
 
     fn close_listener(&mut self, listener: ListenerId) {
         let (index, local) = split(listener.0);
+        self.wake(index);
         if let Some(tl) = self.members.get_mut(index) {
             with_member!(tl, tl => tl.close_listener(ListenerId(local)));
         }
@@ -329,6 +370,7 @@ impl Transport for TransportSet {
     }
 
     fn join_link(&mut self, link: LinkId, peer: &TransportAddress) -> Result<(), TlError> {
+        self.wake(member_of(link));
         let (tl, local) = self.member_mut(link.0).ok_or(TlError::InvalidParam)?;
         with_member!(tl, tl => tl.join_link(LinkId(local), peer))
     }
@@ -360,12 +402,14 @@ impl Transport for TransportSet {
     }
 
     fn close(&mut self, link: LinkId, force: bool) {
+        self.wake(member_of(link));
         if let Some((tl, local)) = self.member_mut(link.0) {
             with_member!(tl, tl => tl.close(LinkId(local), force));
         }
     }
 
     fn link_established(&mut self, link: LinkId) {
+        self.wake(member_of(link));
         if let Some((tl, local)) = self.member_mut(link.0) {
             with_member!(tl, tl => tl.link_established(LinkId(local)));
         }
@@ -389,7 +433,7 @@ impl Transport for TransportSet {
     }
 
     fn poll(&mut self, sink: &mut dyn FnMut(TlEvent<'_>)) -> usize {
-        self.poll_members(u32::MAX, sink, None)
+        self.poll_full(sink, None)
     }
 
     /// The first member's notifier; the worker waits on all of them ([`Self::event_fds`]).
@@ -408,7 +452,10 @@ impl Transport for TransportSet {
         }
     }
 
+    /// Every member is polled by the next full poll: a dormant one's listener wakes the worker
+    /// through its notifier, and the poll after the wake must look at it.
     fn prepare_sleep(&mut self) {
+        self.dormant = 0;
         for member in &mut self.members {
             with_member!(member, t => t.prepare_sleep());
         }
@@ -433,7 +480,7 @@ impl Transport for TransportSet {
 /// ring or open.
 impl SameHostFastPath for TransportSet {
     fn poll_lending(&mut self, sink: &mut dyn FnMut(TlEvent<'_>), lend: &LendSlot) -> usize {
-        self.poll_members(u32::MAX, sink, Some(lend))
+        self.poll_full(sink, Some(lend))
     }
 
     /// [`SameHostFastPath::take_rung_frame`] of the member that carries `rung` (a link whose
@@ -587,6 +634,157 @@ mod tests {
     #[test]
     fn an_empty_set_is_refused() {
         assert_eq!(TransportSet::new(Vec::new()).err(), Some(TlError::InvalidParam));
+    }
+
+    /// A member that only counts its polls and says it is dormant while `dormant` holds: what the
+    /// set's skipping decides on, without a transport's own state in the way.
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+    use std::sync::Arc;
+
+    struct Counted {
+        caps: Caps,
+        polls: Arc<AtomicU32>,
+        dormant: Arc<AtomicBool>,
+    }
+
+    impl Transport for Counted {
+        fn caps(&self) -> &Caps {
+            &self.caps
+        }
+        fn address(&self) -> Option<TransportAddress> {
+            None
+        }
+        fn listen(&mut self, _: SocketAddr) -> Result<(ListenerId, SocketAddr), TlError> {
+            Err(TlError::Unsupported)
+        }
+        fn close_listener(&mut self, _: ListenerId) {}
+        fn connect(&mut self, _: ConnectTarget<'_>) -> Result<LinkId, TlError> {
+            Err(TlError::Unsupported)
+        }
+        fn link_addrs(&self, _: LinkId) -> (Option<SocketAddr>, Option<SocketAddr>) {
+            (None, None)
+        }
+        fn send(&mut self, _: LinkId, _: &[u8], _: Payload<'_>) -> Result<SendOutcome, TlError> {
+            Err(TlError::InvalidParam)
+        }
+        fn close(&mut self, _: LinkId, _: bool) {}
+        fn has_pending_sends(&self, _: LinkId) -> bool {
+            false
+        }
+        fn poll(&mut self, _: &mut dyn FnMut(TlEvent<'_>)) -> usize {
+            self.polls.fetch_add(1, Relaxed);
+            0
+        }
+        fn event_fd(&self) -> Option<BorrowedFd<'_>> {
+            None
+        }
+        fn has_events(&self) -> bool {
+            false
+        }
+        fn is_dormant(&self) -> bool {
+            self.dormant.load(Relaxed)
+        }
+    }
+
+    /// A dormant member is polled once per `DORMANT_SKIPS + 1` full polls, a busy one by every
+    /// poll; a call that may give the dormant one work (here a connect, then a worker about to
+    /// sleep) has the next full poll look at it again.
+    #[test]
+    fn full_polls_skip_a_dormant_member_until_a_call_wakes_it() {
+        let member = || {
+            let (polls, dormant) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicBool::new(false)));
+            let counted =
+                Counted { caps: caps("counted", 1 << 16, 0), polls: polls.clone(), dormant: dormant.clone() };
+            (SetMember::Plain(Box::new(counted)), polls, dormant)
+        };
+        let (busy, busy_polls, _) = member();
+        let (idle, idle_polls, idle_dormant) = member();
+        idle_dormant.store(true, Relaxed);
+        let mut set = TransportSet::new(vec![busy, idle]).expect("set");
+        let rounds = 4 * (DORMANT_SKIPS + 1);
+        for _ in 0..rounds {
+            set.poll(&mut |_| {});
+        }
+        assert_eq!(busy_polls.load(Relaxed), rounds);
+        assert_eq!(idle_polls.load(Relaxed), 4, "once per {} full polls", DORMANT_SKIPS + 1);
+        // A rung poll never looks at a member without doorbells, dormant or not.
+        set.poll_rung(&mut |_| {}, None);
+        assert_eq!(idle_polls.load(Relaxed), 4);
+
+        let polls_after = |set: &mut TransportSet, wake: &dyn Fn(&mut TransportSet)| {
+            set.poll(&mut |_| {});
+            let before = idle_polls.load(Relaxed);
+            wake(set);
+            set.poll(&mut |_| {});
+            idle_polls.load(Relaxed) - before
+        };
+        assert_eq!(polls_after(&mut set, &|_| {}), 0, "still dormant, nothing called");
+        let connect = |set: &mut TransportSet| {
+            let addr: SocketAddr = "127.0.0.1:9".parse().expect("addr");
+            let _ = set.connect_with(1, ConnectTarget::Sockaddr { remote: addr, local: None });
+        };
+        assert_eq!(polls_after(&mut set, &connect), 1, "a connect through it wakes it");
+        // It was dormant at that poll's end, but only the poll of every member says so.
+        assert_eq!(polls_after(&mut set, &|_| {}), 1);
+        for _ in 0..=DORMANT_SKIPS {
+            set.poll(&mut |_| {});
+        }
+        assert_eq!(polls_after(&mut set, &|_| {}), 0, "dormant again after a poll of all");
+        assert_eq!(polls_after(&mut set, &|set| set.prepare_sleep()), 1, "a worker about to sleep");
+
+        // A member that stops being dormant is polled by every full poll from the next look on.
+        idle_dormant.store(false, Relaxed);
+        for _ in 0..=DORMANT_SKIPS {
+            set.poll(&mut |_| {});
+        }
+        let before = idle_polls.load(Relaxed);
+        for _ in 0..10 {
+            set.poll(&mut |_| {});
+        }
+        assert_eq!(idle_polls.load(Relaxed) - before, 10);
+    }
+
+    /// The real transports: an io_uring transport with only a listener and a shared-memory one
+    /// without a link are dormant; a connection through the dormant listener is still accepted
+    /// by the set's full polls, and the transport with the accepted link is dormant no more.
+    #[test]
+    fn a_dormant_listeners_connection_is_accepted_within_a_round_of_skips() {
+        use crate::{ShmConfig, ShmTransport, UringConfig, UringTransport};
+        let shm = ShmTransport::new(&ShmConfig { ring_capacity: 1 << 20, ..ShmConfig::default() })
+            .expect("shm transport");
+        let mut uring = UringTransport::new(&UringConfig::default()).expect("io_uring transport");
+        let (_, bound) = uring.listen("127.0.0.1:0".parse().expect("addr")).expect("listen");
+        assert!(shm.is_dormant());
+        // The listener's accept is submitted by the first poll: dormant from then on.
+        assert!(!uring.is_dormant());
+        let mut set =
+            TransportSet::new(vec![SetMember::SameHost(Box::new(shm)), SetMember::Plain(Box::new(uring))])
+                .expect("set");
+        // A first round of polls, so that the set has seen the io_uring member dormant.
+        for _ in 0..=DORMANT_SKIPS {
+            set.poll(&mut |_| {});
+        }
+        assert_eq!(set.dormant, 0b11);
+        let mut peer = UringTransport::new(&UringConfig::default()).expect("io_uring transport");
+        peer.connect(ConnectTarget::Sockaddr { remote: bound, local: None }).expect("connect");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut accepted = None;
+        while accepted.is_none() {
+            assert!(std::time::Instant::now() < deadline, "the dormant listener never accepted");
+            peer.poll(&mut |_| {});
+            set.poll(&mut |ev| {
+                if let TlEvent::Accepted { link, .. } = ev {
+                    accepted = Some(link);
+                }
+            });
+        }
+        assert_eq!(member_of(accepted.expect("accepted")), 1);
+        let SetMember::Plain(uring) = &set.members[1] else { panic!("member 1 is plain") };
+        assert!(!uring.is_dormant(), "a transport with a link is not dormant");
+        for _ in 0..=DORMANT_SKIPS {
+            set.poll(&mut |_| {});
+        }
+        assert_eq!(set.dormant, 0b01, "only the link-less shared-memory member stays skipped");
     }
 
     /// A doorbell of a member past the first names its link as the set does, and a rung take

@@ -1476,6 +1476,12 @@ impl Transport for ShmTransport {
             }
     }
 
+    /// No link slot (a closing link keeps its slot), no accepted connection waiting for its
+    /// hello, nothing deferred.
+    fn is_dormant(&self) -> bool {
+        self.links.slot_count() == 0 && self.pending.is_empty() && self.deferred.is_empty()
+    }
+
     fn has_events(&self) -> bool {
         if !self.deferred.is_empty() {
             return true;

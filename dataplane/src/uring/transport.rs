@@ -1448,6 +1448,11 @@ impl Transport for UringTransport {
         self.links.is_empty() && self.is_idle()
     }
 
+    /// Quiet is dormant here: without a link, only a listener's connection can come.
+    fn is_dormant(&self) -> bool {
+        self.is_quiet()
+    }
+
     /// Every byte is in the kernel once the link's send queue is empty: nothing pending, no send
     /// request out, no zero-copy page the kernel still holds.
     fn link_delivered(&self, link: LinkId) -> bool {
