@@ -125,6 +125,14 @@ impl TransportSet {
         count
     }
 
+    /// The next full poll looks at every member, dormant or not, and sees which are dormant
+    /// afresh: for a worker's periodic poll, which is then the one that finds a dormant
+    /// listener's connections while the worker is quiet (see [`Transport::is_quiet`] of the
+    /// set).
+    pub fn poll_every_member_next(&mut self) {
+        self.dormant_countdown = 0;
+    }
+
     /// Member `member` is polled by every full poll again: a call may have given it work (a
     /// connection, a listener, a closing link) that no doorbell announces.
     fn wake(&mut self, member: usize) {
@@ -441,8 +449,16 @@ impl Transport for TransportSet {
         self.members.iter().find_map(|m| with_member!(m, t => t.event_fd()))
     }
 
+    /// A dormant member counts as quiet without being asked: it was quiet when last polled, no
+    /// call gave it work since, and what only a poll could show it (a listener's connection)
+    /// waits for the periodic poll, which looks at every member
+    /// ([`TransportSet::poll_every_member_next`]).
+    #[inline]
     fn is_quiet(&self) -> bool {
-        self.members.iter().all(|m| with_member!(m, t => t.is_quiet()))
+        self.members
+            .iter()
+            .enumerate()
+            .all(|(index, m)| self.dormant & (1 << index) != 0 || with_member!(m, t => t.is_quiet()))
     }
 
     fn link_delivered(&self, link: LinkId) -> bool {
@@ -732,6 +748,10 @@ mod tests {
         assert_eq!(polls_after(&mut set, &|_| {}), 0, "dormant again after a poll of all");
         assert_eq!(polls_after(&mut set, &|set| set.prepare_sleep()), 1, "a worker about to sleep");
 
+        // The worker's periodic poll looks at every member.
+        assert_eq!(polls_after(&mut set, &|set| set.poll_every_member_next()), 1, "a periodic poll");
+        assert_eq!(polls_after(&mut set, &|_| {}), 0, "dormant again after the periodic poll");
+
         // A member that stops being dormant is polled by every full poll from the next look on.
         idle_dormant.store(false, Relaxed);
         for _ in 0..=DORMANT_SKIPS {
@@ -742,6 +762,31 @@ mod tests {
             set.poll(&mut |_| {});
         }
         assert_eq!(idle_polls.load(Relaxed) - before, 10);
+    }
+
+    /// A dormant member counts as quiet without being asked (the double never says it is quiet
+    /// itself), from the poll that found it dormant until a call wakes it.
+    #[test]
+    fn a_dormant_member_is_quiet_until_woken() {
+        let polls = Arc::new(AtomicU32::new(0));
+        let dormant = Arc::new(AtomicBool::new(true));
+        let counted = Counted { caps: caps("counted", 1 << 16, 0), polls, dormant: dormant.clone() };
+        let mut set = TransportSet::new(vec![SetMember::Plain(Box::new(counted))]).expect("set");
+        assert!(!set.is_quiet(), "not known dormant before a poll of every member");
+        set.poll(&mut |_| {});
+        assert!(set.is_quiet());
+        let _ = set.connect_with(
+            0,
+            ConnectTarget::Sockaddr { remote: "127.0.0.1:9".parse().expect("addr"), local: None },
+        );
+        assert!(!set.is_quiet(), "a connect gave it work");
+        set.poll_every_member_next();
+        set.poll(&mut |_| {});
+        assert!(set.is_quiet());
+        dormant.store(false, Relaxed);
+        set.poll_every_member_next();
+        set.poll(&mut |_| {});
+        assert!(!set.is_quiet(), "asked again once no longer dormant");
     }
 
     /// The real transports: an io_uring transport with only a listener and a shared-memory one

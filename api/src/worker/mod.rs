@@ -596,6 +596,11 @@ impl WorkerShared {
                 return 0;
             }
             if poll {
+                if check == quiet::Check::Periodic {
+                    // The only full poll of a quiet worker that a dormant transport's listener
+                    // can count on (see `TransportSet::is_quiet`).
+                    core.tl.poll_every_member_next();
+                }
                 // A message lent to an earlier call's handler goes back once the handler returned.
                 let lend = (core.st.lent.is_none() || self.end_loan(core)).then_some(slot);
                 core.st.events = 0;

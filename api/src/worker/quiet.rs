@@ -107,6 +107,9 @@ pub(crate) struct QuietWatch {
     spin_waits: SpinWaits,
     /// The worker expected a message when the watch was armed (see [`QuietWatch::arm`]).
     expecting: AtomicBool,
+    /// Periodic polls this watch asked for, for tests that count them.
+    #[cfg(test)]
+    periodic_polls: AtomicU32,
 }
 
 impl QuietWatch {
@@ -119,6 +122,8 @@ impl QuietWatch {
             clock_interval: AtomicU32::new(FULL_POLL_EVERY),
             last_periodic: AtomicI64::new(0),
             bells: BellSet::new(),
+            #[cfg(test)]
+            periodic_polls: AtomicU32::new(0),
         }
     }
 
@@ -141,6 +146,8 @@ impl QuietWatch {
                 self.skipped.store(0, Ordering::Relaxed);
                 self.clock_interval.store(FULL_POLL_EVERY, Ordering::Relaxed);
                 self.last_periodic.store(now, Ordering::Relaxed);
+                #[cfg(test)]
+                self.periodic_polls.fetch_add(1, Ordering::Relaxed);
                 return Check::Periodic;
             }
             self.clock_interval.store((interval * 2).min(MAX_CLOCK_INTERVAL), Ordering::Relaxed);
@@ -248,6 +255,33 @@ mod tests {
             watch.arm(false);
         }
         assert!(periodic >= 3, "{periodic} periodic polls in {} slow calls", 4 * (FULL_POLL_EVERY + 1));
+    }
+
+    /// A worker whose watch is armed over a shared-memory link, with its io_uring transport
+    /// holding only the listener (dormant, so counted as quiet without a look at its rings),
+    /// still accepts a connection while its caller only calls `progress`: the periodic poll
+    /// looks at every transport.
+    #[test]
+    fn an_armed_worker_still_accepts_on_its_dormant_listener() {
+        use crate::worker::test_pair::{progress_until, shm_pair};
+        use crate::{EpParams, Status};
+        let Some((client, server, _client_ep, _server_ep, listener)) = shm_pair() else { return };
+        for _ in 0..64 {
+            server.progress();
+        }
+        assert!(server.shared.quiet.is_armed(), "a quiet shared-memory worker arms its watch");
+        let late = client.context().create_worker(&crate::WorkerParams::default()).expect("worker");
+        let late_ep = late.create_endpoint(EpParams::sockaddr(listener.sockaddr())).expect("connect");
+        // Counted in periodic polls, not in time: a starved test thread gets fewer of them, not
+        // more. The handshake takes a few; were the listener's transport looked at only by the
+        // full polls that see dormant ones afresh (one in 33), it would take dozens per step.
+        let periodic = || server.shared.quiet.periodic_polls.load(Ordering::Relaxed);
+        let before = periodic();
+        progress_until(&[&late, &server], "the late connection", || {
+            late_ep.query().expect("query").status == Status::Ok
+        });
+        let taken = periodic() - before;
+        assert!(taken <= 16, "the connection took {taken} periodic polls of the armed server");
     }
 
     fn rung_doorbell() -> Doorbell {
