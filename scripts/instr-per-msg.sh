@@ -18,6 +18,8 @@
 #                                          test only polls, so its count would be its spin)
 #   ITERS=20000  TRANSPORT=posix|tcp       (posix: UCX_TLS=posix against zcx over shm)
 #   ZCX=path     a zcx binary to measure instead of building this checkout's
+#   ROUNDS=1     slopes per side and test; the median is printed (the count of the polls that
+#                find nothing moves between runs, so a median of 3 or 5 steadies the figure)
 #   ENDPOINTS=N  zcx's many-endpoints mode (`zcx perf --endpoints N`, tag_lat and tag_sync_lat
 #                only): the messages go round-robin over N endpoints. ucx_perftest has no such
 #                mode, so its column is n/a then.
@@ -36,6 +38,7 @@ CLIENT_CPU=${CLIENT_CPU:-0}
 UCX_PORT_BASE=${UCX_PORT_BASE:-14700}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 ENDPOINTS=${ENDPOINTS:-1}
+ROUNDS=${ROUNDS:-1}
 TESTS=${*:-"tag_lat am_lat stream_lat"}
 LAT_ITERS=$ITERS LAT_WARMUP=100 LAT_SIZES=8 BW_ITERS=0 BW_WARMUP=0 BW_SIZES=0
 case $TRANSPORT in
@@ -108,12 +111,21 @@ server_count() {
     counted "$server" || { zcx_log "no instruction count from the $side server:"; tail -5 "$server" >&2; return 1; }
 }
 
-# per_message SIDE TEST: instructions per message (slope between ITERS and 2*ITERS messages).
-per_message() {
+# slope SIDE TEST: instructions per message (slope between ITERS and 2*ITERS messages).
+slope() {
     local one two
     one=$(server_count "$1" "$2" "$ITERS") || return 1
     two=$(server_count "$1" "$2" $((2 * ITERS))) || return 1
     echo $(((two - one) / ITERS))
+}
+
+# per_message SIDE TEST: the median of ROUNDS slopes.
+per_message() {
+    local slopes=() round
+    for round in $(seq 1 "$ROUNDS"); do
+        slopes+=("$(slope "$1" "$2")") || return 1
+    done
+    printf '%s\n' "${slopes[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
 
 printf '%-12s %10s %10s %8s\n' test zcx UCX zcx/UCX
