@@ -11,6 +11,8 @@
 //! `scripts/compare-ucx.sh` runs the probe after each side of each round, so a ratio can be read
 //! against the placement both sides ran in.
 
+mod ring;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -29,6 +31,11 @@ pub struct ProbeArgs {
     /// Batches; the median batch is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
     batches: u64,
+    /// Also the round trip of 8-byte messages through two of zcx's shared-memory rings, the
+    /// floor under a shared-memory ping-pong (`ring_round_trip_ns`, and its ratio to the bare
+    /// one, `ring_over_bare`).
+    #[arg(long)]
+    ring: bool,
 }
 
 fn parse_cpus(text: &str) -> Result<(usize, usize), String> {
@@ -228,14 +235,22 @@ pub fn sibling_slowdown(a: usize, b: usize) -> Result<f64, String> {
 const SHARED_CORE_SLOWDOWN: f64 = 1.3;
 
 /// Runs `zcx probe`: prints `round_trip_ns=<ns> sibling_slowdown=<x> shared_core=<yes|no>
-/// cpus=<a>,<b>`.
+/// cpus=<a>,<b>`, and with `--ring` also `ring_round_trip_ns=<ns> ring_over_bare=<x>`.
 pub fn run(args: &ProbeArgs) -> Result<(), String> {
     let (a, b) = args.cpus;
     let time = round_trip(a, b, args.round_trips, args.batches)?;
     let slowdown = sibling_slowdown(a, b)?;
+    let ns = |d: Duration| d.as_secs_f64() * 1e9;
+    let ring = match args.ring {
+        true => {
+            let ring = ring::ring_round_trip(a, b, args.round_trips, args.batches)?;
+            format!(" ring_round_trip_ns={:.1} ring_over_bare={:.2}", ns(ring), ns(ring) / ns(time).max(1e-9))
+        }
+        false => String::new(),
+    };
     println!(
-        "round_trip_ns={:.1} sibling_slowdown={slowdown:.2} shared_core={} cpus={a},{b}",
-        time.as_secs_f64() * 1e9,
+        "round_trip_ns={:.1} sibling_slowdown={slowdown:.2} shared_core={} cpus={a},{b}{ring}",
+        ns(time),
         if slowdown > SHARED_CORE_SLOWDOWN { "yes" } else { "no" }
     );
     Ok(())
