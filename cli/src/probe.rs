@@ -269,8 +269,12 @@ mod tests {
         assert!(parse_cpus("a,1").unwrap_err().contains("not a CPU"));
     }
 
+    /// Held by every test that spins on both CPUs: two such tests at once would each measure
+    /// threads that wait for the other's time slices.
+    pub(super) static BOTH_CPUS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// True when this process may run on two CPUs; otherwise says why its caller skips.
-    fn two_cpus(what: &str) -> bool {
+    pub(super) fn two_cpus(what: &str) -> bool {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         if cpus < 2 {
             eprintln!("skipped: one CPU only, no {what} to measure");
@@ -285,6 +289,7 @@ mod tests {
         if !two_cpus("cross-core round trip") {
             return;
         }
+        let _both = BOTH_CPUS.lock().unwrap_or_else(|p| p.into_inner());
         let time = round_trip(0, 1, 2_000, 3).expect("probe");
         assert!(time > Duration::from_nanos(5) && time < Duration::from_micros(50), "round trip {time:?}");
     }
@@ -296,6 +301,7 @@ mod tests {
         if !two_cpus("neighbour's slowdown") {
             return;
         }
+        let _both = BOTH_CPUS.lock().unwrap_or_else(|p| p.into_inner());
         let slowdown = sibling_slowdown(0, 1).expect("probe");
         assert!(slowdown.is_finite() && (0.5..4.0).contains(&slowdown), "slowdown {slowdown}");
     }

@@ -130,10 +130,10 @@ mod tests {
     /// bare round trip's lower bound, far below a scheduler's time slice.
     #[test]
     fn a_ring_round_trip_carries_each_message_and_takes_a_cross_core_time() {
-        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-            eprintln!("skipped: one CPU only, no ring round trip to measure");
+        if !crate::probe::tests::two_cpus("ring round trip") {
             return;
         }
+        let _both = crate::probe::tests::BOTH_CPUS.lock().unwrap_or_else(|p| p.into_inner());
         let time = ring_round_trip(0, 1, 2_000, 3).expect("ring probe");
         assert!(time > Duration::from_nanos(5) && time < Duration::from_micros(50), "round trip {time:?}");
     }
