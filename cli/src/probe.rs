@@ -132,30 +132,41 @@ pub fn round_trip(a: usize, b: usize, round_trips: u64, batches: u64) -> Result<
             }
             Ok(())
         });
-        let times = (|| {
-            let mut times = Vec::with_capacity(batches as usize);
-            for batch in 0..batches {
-                let start = Instant::now();
-                for n in batch * round_trips + 1..=(batch + 1) * round_trips {
-                    ping.0.store(n, Ordering::Release);
-                    if !wait_for(pong, n, start) {
-                        return Err(format!("CPU {b} did not answer within {PEER_TIMEOUT:?}"));
-                    }
-                }
-                times.push(start.elapsed() / round_trips as u32);
+        let time = median_batch(round_trips, batches, |n, start| {
+            ping.0.store(n, Ordering::Release);
+            match wait_for(pong, n, start) {
+                true => Ok(()),
+                false => Err(format!("CPU {b} did not answer within {PEER_TIMEOUT:?}")),
             }
-            Ok(times)
-        })();
-        if times.is_err() {
+        });
+        if time.is_err() {
             // Releases the peer: every wait of its ends at a value this large.
             ping.0.store(u64::MAX, Ordering::Release);
         }
         let peer = peer.join().map_err(|_| "the probe's peer thread panicked".to_string())?;
-        let mut times = times?;
+        let time = time?;
         peer?;
-        times.sort();
-        Ok(times[times.len() / 2])
+        Ok(time)
     })
+}
+
+/// The median over `batches` batches of `round_trips` calls of `round_trip(n, batch_start)`, `n`
+/// counting from 1 across the batches: the time of one round trip.
+fn median_batch(
+    round_trips: u64,
+    batches: u64,
+    mut round_trip: impl FnMut(u64, Instant) -> Result<(), String>,
+) -> Result<Duration, String> {
+    let mut times = Vec::with_capacity(batches as usize);
+    for batch in 0..batches {
+        let start = Instant::now();
+        for n in batch * round_trips + 1..=(batch + 1) * round_trips {
+            round_trip(n, start)?;
+        }
+        times.push(start.elapsed() / round_trips as u32);
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
 }
 
 /// Independent additions a compute burst runs (four chains, so a core that is not shared runs

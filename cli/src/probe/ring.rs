@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use zcx_dataplane::shm::ring::{ring_bytes, Consumer, Producer, KIND_FRAME};
 
-use super::{pin, pin_both, settle, PEER_TIMEOUT};
+use super::{median_batch, pin, pin_both, settle, PEER_TIMEOUT};
 
 /// Data bytes of each ring: a few hundred records of one line, so the producer clears ahead and
 /// wraps as it does in a real link.
@@ -102,23 +102,13 @@ pub fn ring_round_trip(a: usize, b: usize, round_trips: u64, batches: u64) -> Re
             Ok(())
         });
         // On an error the peer ends by its own timeout, or at once if it failed first.
-        let times = (|| {
-            let mut times = Vec::with_capacity(batches as usize);
-            for batch in 0..batches {
-                let start = Instant::now();
-                for n in batch * round_trips + 1..=(batch + 1) * round_trips {
-                    mine.send(n)?;
-                    mine.take(n, start)?;
-                }
-                times.push(start.elapsed() / round_trips as u32);
-            }
-            Ok::<_, String>(times)
-        })();
+        let time = median_batch(round_trips, batches, |n, start| {
+            mine.send(n)?;
+            mine.take(n, start)
+        });
         let peer = peer.join().map_err(|_| "the ring probe's peer thread panicked".to_string())?;
         peer?;
-        let mut times = times?;
-        times.sort();
-        Ok(times[times.len() / 2])
+        time
     })
 }
 
