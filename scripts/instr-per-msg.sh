@@ -23,9 +23,12 @@
 #   ENDPOINTS=N  zcx's many-endpoints mode (`zcx perf --endpoints N`, tag_lat and tag_sync_lat
 #                only): the messages go round-robin over N endpoints. ucx_perftest has no such
 #                mode, so its column is n/a then.
+#   ZCX_B=path   a second zcx binary in UCX's place: the columns are then ZCX (A), ZCX_B (B)
+#                and B/A, and each round counts A and B back to back, so a change is told apart
+#                from the polls that move between runs. Two builds of one commit read about 1.00.
 #
 # Output: one line per test: zcx and UCX instructions per message and their ratio. Repeated runs
-# agree within about 10 % (the empty polls vary); compare two builds in the same run.
+# agree within about 10 % (the empty polls vary); compare two builds with ZCX_B, in one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/setup.sh
@@ -79,9 +82,11 @@ server_count() {
     port=$((port + 1))
     server=$work/$side-server.$port
     client=$work/$side-client.$port
-    if [ "$side" = zcx ]; then
+    local bin=$ZCX
+    [ "$side" = zcxb ] && bin=$ZCX_B
+    if [ "$side" != ucx ]; then
         run_bg "$server" taskset -c "$SERVER_CPU" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-            "$ZCX" perf --server -p "$port" --server-cpu "$SERVER_CPU" --tls "$ZCX_SIDE_TLS" --timeout 120
+            "$bin" perf --server -p "$port" --server-cpu "$SERVER_CPU" --tls "$ZCX_SIDE_TLS" --timeout 120
     else
         run_bg "$server" env UCX_TLS="$UCX_SIDE_TLS" taskset -c "$SERVER_CPU" \
             valgrind --tool=callgrind --callgrind-out-file=/dev/null ucx_perftest -p "$port"
@@ -93,8 +98,8 @@ server_count() {
         ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
         sleep 0.05
     done
-    if [ "$side" = zcx ]; then
-        timeout "$RUN_TIMEOUT" "$ZCX" perf --client 127.0.0.1 -p "$port" -t "$test" -s 8 -n "$n" -w 100 \
+    if [ "$side" != ucx ]; then
+        timeout "$RUN_TIMEOUT" "$bin" perf --client 127.0.0.1 -p "$port" -t "$test" -s 8 -n "$n" -w 100 \
             --client-cpu "$CLIENT_CPU" --tls "$ZCX_SIDE_TLS" --endpoints "$ENDPOINTS" --timeout 120 >"$client" 2>&1 || {
             zcx_log "zcx perf client of $test failed:"; tail -5 "$client" >&2; return 1; }
     else
@@ -119,14 +124,39 @@ slope() {
     echo $(((two - one) / ITERS))
 }
 
+# median: the median of the numbers on standard input.
+median() {
+    sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+
 # per_message SIDE TEST: the median of ROUNDS slopes.
 per_message() {
     local slopes=() round
     for round in $(seq 1 "$ROUNDS"); do
         slopes+=("$(slope "$1" "$2")") || return 1
     done
-    printf '%s\n' "${slopes[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+    printf '%s\n' "${slopes[@]}" | median
 }
+
+if [ -n "${ZCX_B:-}" ]; then
+    printf '%-12s %10s %10s %8s\n' test A B B/A
+    for test in $TESTS; do
+        spec "$test"
+        a_slopes=() b_slopes=()
+        for round in $(seq 1 "$ROUNDS"); do
+            a_slopes+=("$(slope zcx "$test")") || { a_slopes=(); break; }
+            b_slopes+=("$(slope zcxb "$test")") || { b_slopes=(); break; }
+        done
+        if [ ${#a_slopes[@]} = "$ROUNDS" ] && [ ${#b_slopes[@]} = "$ROUNDS" ]; then
+            a=$(printf '%s\n' "${a_slopes[@]}" | median)
+            b=$(printf '%s\n' "${b_slopes[@]}" | median)
+            printf '%-12s %10s %10s %8s\n' "$test" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')"
+        else
+            printf '%-12s %10s %10s %8s\n' "$test" FAILED FAILED n/a
+        fi
+    done
+    exit 0
+fi
 
 printf '%-12s %10s %10s %8s\n' test zcx UCX zcx/UCX
 for test in $TESTS; do
