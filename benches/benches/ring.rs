@@ -11,25 +11,11 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use zcx_dataplane::shm::ring::{ring_bytes, Consumer, Producer, KIND_FRAME};
+use zcx_dataplane::shm::ring::{Consumer, Producer, RingArea, KIND_FRAME};
 
 const CAPACITY: usize = 1 << 20;
 
-/// 64-byte aligned memory standing in for a segment.
-struct Area(Vec<u64>);
-
-impl Area {
-    fn new() -> Area {
-        Area(vec![0u64; ring_bytes(CAPACITY) / 8 + 8])
-    }
-
-    fn base(&mut self) -> *mut u8 {
-        let p = self.0.as_mut_ptr() as usize;
-        ((p + 63) & !63) as *mut u8
-    }
-}
-
-fn ends(area: &mut Area) -> (Producer, Consumer) {
+fn ends(area: &mut RingArea) -> (Producer, Consumer) {
     let base = area.base();
     // SAFETY: the area is 64-aligned, holds the whole ring, outlives both ends (each bench keeps
     // it alive for its whole body), and each end is the only one of its kind.
@@ -41,7 +27,7 @@ fn push_and_take(c: &mut Criterion) {
     for size in [8usize, 56, 4096] {
         group.throughput(Throughput::Bytes(size as u64));
         group.bench_function(BenchmarkId::new("push_take_release", format!("{size}B")), |b| {
-            let mut area = Area::new();
+            let mut area = RingArea::new(CAPACITY);
             let (mut producer, mut consumer) = ends(&mut area);
             let payload = vec![0x5Au8; size];
             b.iter(|| {
@@ -54,7 +40,7 @@ fn push_and_take(c: &mut Criterion) {
     }
     group.throughput(Throughput::Elements(64));
     group.bench_function("burst_64x8B", |b| {
-        let mut area = Area::new();
+        let mut area = RingArea::new(CAPACITY);
         let (mut producer, mut consumer) = ends(&mut area);
         let payload = [0xA5u8; 8];
         b.iter(|| {

@@ -9,27 +9,13 @@
 
 use std::time::{Duration, Instant};
 
-use zcx_dataplane::shm::ring::{ring_bytes, Consumer, Producer, KIND_FRAME};
+use zcx_dataplane::shm::ring::{Consumer, Producer, RingArea, KIND_FRAME};
 
 use super::{median_batch, pin, pin_both, settle, PEER_TIMEOUT};
 
 /// Data bytes of each ring: a few hundred records of one line, so the producer clears ahead and
 /// wraps as it does in a real link.
 const CAPACITY: usize = 64 << 10;
-
-/// The memory of one ring: 64-byte aligned, zeroed (a fresh segment).
-struct RingMemory(Vec<u64>);
-
-impl RingMemory {
-    fn new() -> RingMemory {
-        RingMemory(vec![0u64; ring_bytes(CAPACITY) / 8 + 8])
-    }
-
-    fn base(&mut self) -> *mut u8 {
-        let at = self.0.as_mut_ptr() as usize;
-        ((at + 63) & !63) as *mut u8
-    }
-}
 
 /// One thread's ends: it produces into one ring and consumes the other.
 struct Ends {
@@ -80,7 +66,7 @@ impl Ends {
 /// `b` through two rings: the time of one round trip.
 pub fn ring_round_trip(a: usize, b: usize, round_trips: u64, batches: u64) -> Result<Duration, String> {
     pin_both(a, b)?;
-    let (mut ping_ring, mut pong_ring) = (RingMemory::new(), RingMemory::new());
+    let (mut ping_ring, mut pong_ring) = (RingArea::new(CAPACITY), RingArea::new(CAPACITY));
     let (ping, pong) = (ping_ring.base(), pong_ring.base());
     // SAFETY: both areas are 64-byte aligned, hold a whole ring of CAPACITY, are zeroed, outlive
     // the scope below, and each ring has exactly one producer and one consumer.
@@ -138,7 +124,7 @@ mod tests {
     /// A record that is not the expected message is an error, not a figure.
     #[test]
     fn a_wrong_message_is_an_error() {
-        let mut memory = RingMemory::new();
+        let mut memory = RingArea::new(CAPACITY);
         let base = memory.base();
         // SAFETY: aligned, zeroed, whole ring, outlives both ends, one producer and one consumer.
         let mut ends = unsafe {

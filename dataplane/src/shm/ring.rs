@@ -556,6 +556,29 @@ impl Consumer {
     }
 }
 
+/// Memory for one ring outside shared memory, for a ring between threads of one process (the
+/// ring's own tests and benchmark, `zcx probe --ring`): zeroed as a fresh segment is, with room
+/// for [`ring_bytes`] from a 64-byte boundary on.
+pub struct RingArea {
+    words: Vec<u64>,
+}
+
+impl RingArea {
+    /// An area for a ring of `capacity` data bytes.
+    pub fn new(capacity: usize) -> RingArea {
+        RingArea { words: vec![0u64; ring_bytes(capacity) / 8 + 8] }
+    }
+
+    /// The ring's first byte, at the area's first 64-byte boundary: what [`Producer::new`] and
+    /// [`Consumer::new`] take.
+    pub fn base(&mut self) -> *mut u8 {
+        // Moved up to the next line start by offset, not rebuilt from an integer, so the pointer
+        // keeps the vector's provenance and Miri checks every access through it.
+        let p = self.words.as_mut_ptr().cast::<u8>();
+        p.wrapping_add(p.addr().wrapping_neg() & 63)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,25 +587,7 @@ mod tests {
     /// times slower; a hundred records of up to 900 bytes still wrap a 4 KiB ring a dozen times.
     const ROUNDS: u32 = if cfg!(miri) { 120 } else { 2000 };
 
-    /// A 64-byte aligned heap area standing in for shared memory.
-    struct Area {
-        buf: Vec<u64>,
-    }
-
-    impl Area {
-        fn new(capacity: usize) -> Area {
-            Area { buf: vec![0u64; ring_bytes(capacity) / 8 + 8] }
-        }
-
-        fn base(&mut self) -> *mut u8 {
-            // Moved up to the next line start by offset, not rebuilt from an integer, so the
-            // pointer keeps the vector's provenance and Miri checks every access through it.
-            let p = self.buf.as_mut_ptr().cast::<u8>();
-            p.wrapping_add(p.addr().wrapping_neg() & 63)
-        }
-    }
-
-    fn pair(area: &mut Area, cap: usize) -> (Producer, Consumer) {
+    fn pair(area: &mut RingArea, cap: usize) -> (Producer, Consumer) {
         let base = area.base();
         // SAFETY: the area outlives both ends in every test, and each end is unique.
         unsafe { (Producer::new(base, cap), Consumer::new(base, cap, usize::MAX)) }
@@ -591,7 +596,7 @@ mod tests {
     #[test]
     fn wraps_with_skip_records_and_keeps_order() {
         let cap = 4096;
-        let mut area = Area::new(cap);
+        let mut area = RingArea::new(cap);
         let (mut p, mut c) = pair(&mut area, cap);
         let mut next_expected = 0u32;
         let mut sent = 0u32;
@@ -622,7 +627,7 @@ mod tests {
     #[test]
     fn zero_length_and_max_length_records() {
         let cap = 8192;
-        let mut area = Area::new(cap);
+        let mut area = RingArea::new(cap);
         let (mut p, mut c) = pair(&mut area, cap);
         let max = p.max_payload();
         assert_eq!(max, cap / 2 - RECORD_HEADER);
@@ -644,7 +649,7 @@ mod tests {
     #[test]
     fn stale_payload_bytes_are_never_taken_for_a_record_of_a_later_lap() {
         let cap = 4096;
-        let mut area = Area::new(cap);
+        let mut area = RingArea::new(cap);
         let (mut p, mut c) = pair(&mut area, cap);
         let fake = header_word(8, KIND_FRAME, 2).to_le_bytes();
         let mut payload = vec![0u8; 200];
@@ -670,7 +675,7 @@ mod tests {
     #[test]
     fn push2_writes_head_then_body_and_wraps_like_push() {
         let cap = 4096;
-        let mut area = Area::new(cap);
+        let mut area = RingArea::new(cap);
         let (mut p, mut c) = pair(&mut area, cap);
         let mut expected: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
         for round in 0..ROUNDS * 3 / 2 {
@@ -705,7 +710,7 @@ mod tests {
     #[test]
     fn peeked_frames_are_consumed_only_when_asked() {
         let cap = 4096;
-        let mut area = Area::new(cap);
+        let mut area = RingArea::new(cap);
         let (mut p, mut c) = pair(&mut area, cap);
         assert_eq!(c.peek_frame(), None, "empty ring");
         let mut sent = 0u32;
@@ -753,7 +758,7 @@ mod tests {
     #[test]
     fn full_ring_refuses_then_accepts_after_release() {
         let cap = 4096;
-        let mut area = Area::new(cap);
+        let mut area = RingArea::new(cap);
         let (mut p, mut c) = pair(&mut area, cap);
         let mut n = 0;
         while p.push(KIND_FRAME, &[&[7u8; 8]]).unwrap() {
@@ -772,7 +777,7 @@ mod tests {
     #[test]
     fn hostile_producer_garbage_is_an_error() {
         let cap = 4096;
-        let mut area = Area::new(cap);
+        let mut area = RingArea::new(cap);
         let base = area.base();
         // Writes a record header of the first lap at data offset `off`, as a hostile producer would.
         let rec = |off: usize, len: u32, kind: u32| {
@@ -818,7 +823,7 @@ mod tests {
     #[test]
     fn a_length_rewritten_after_the_read_moves_neither_the_slice_nor_the_tail() {
         let cap = 4096;
-        let mut area = Area::new(cap);
+        let mut area = RingArea::new(cap);
         let base = area.base();
         let (mut p, mut c) = pair(&mut area, cap);
         for part in [&b"first record"[..], b"second", b"third record", b"fourth"] {
@@ -847,7 +852,7 @@ mod tests {
     #[test]
     fn fresh_zeroes_are_no_record_and_laps_tell_old_from_new() {
         let cap = 4096;
-        let mut area = Area::new(cap);
+        let mut area = RingArea::new(cap);
         let (mut p, mut c) = pair(&mut area, cap);
         assert_eq!(c.next_record(), Ok(None));
         // Fill and drain the ring for three laps with one-line records: each slot's old record
@@ -864,7 +869,7 @@ mod tests {
     #[test]
     fn a_push_after_a_sleep_announcement_asks_for_a_wakeup() {
         let cap = 4096;
-        let mut area = Area::new(cap);
+        let mut area = RingArea::new(cap);
         let (mut p, mut c) = pair(&mut area, cap);
         assert!(p.push(KIND_FRAME, &[b"x"]).unwrap());
         assert!(!p.take_wake());
@@ -895,7 +900,7 @@ mod tests {
         // still see the consumer sleep and wake many times.
         const RECORDS: u32 = if cfg!(miri) { 400 } else { 20_000 };
         let cap = 4096;
-        let mut area = Area::new(cap);
+        let mut area = RingArea::new(cap);
         let (mut p, mut c) = pair(&mut area, cap);
         let woken = Arc::new(AtomicBool::new(false));
         let bell = Arc::clone(&woken);
@@ -955,7 +960,7 @@ mod tests {
     #[test]
     fn hostile_consumer_tail_is_an_error() {
         let cap = 4096;
-        let mut area = Area::new(cap);
+        let mut area = RingArea::new(cap);
         let base = area.base();
         // SAFETY: the area outlives the producer.
         let mut p = unsafe { Producer::new(base, cap) };
@@ -975,7 +980,7 @@ mod tests {
             kinds in proptest::collection::vec(0usize..5, 0..64),
         ) {
             let cap = 4096;
-            let mut area = Area::new(cap);
+            let mut area = RingArea::new(cap);
             let base = area.base();
             // SAFETY: fills the area (header and data) with random words, within its bounds.
             unsafe {
